@@ -1,7 +1,8 @@
 """Decode-time state of one attention layer, preallocated for a batch and max_seq_len.
 
 - window: ring buffer of `window_size` KV slots; position p lives in slot p % window_size.
-- comp: compressed KV entries, entry j covers positions [j*m, (j+1)*m).
+- comp: compressed KV entries, entry j covers positions [j*m, (j+1)*m); ceil(max_seq_len/m) slots,
+  since the graph-ready path writes (masked) into the slot of the block being filled.
 - comp_state / index_state: a compressor's partial block (kv and gate logits, fp32). Ratio 4
   (overlapping) keeps 2m slots: the last complete block (read through its `a` channels) and the
   block being filled; ratio 128 keeps m slots.
@@ -50,10 +51,10 @@ class AttentionCache:
         dt = cfg.act_dtype
         cache = cls(window=torch.zeros(batch, cfg.window_size, cfg.head_dim, dtype=dt, device=device))
         if ratio:
-            cache.comp = torch.zeros(batch, cfg.max_seq_len // ratio, cfg.head_dim, dtype=dt, device=device)
+            cache.comp = torch.zeros(batch, -(-cfg.max_seq_len // ratio), cfg.head_dim, dtype=dt, device=device)
             cache.comp_state = CompressorState.allocate(batch, ratio, cfg.head_dim, device)
         if ratio == 4:
-            cache.index_keys = torch.zeros(batch, cfg.max_seq_len // 4, cfg.index_head_dim, dtype=dt, device=device)
+            cache.index_keys = torch.zeros(batch, -(-cfg.max_seq_len // 4), cfg.index_head_dim, dtype=dt, device=device)
             cache.index_state = CompressorState.allocate(batch, 4, cfg.index_head_dim, device)
         return cache
 

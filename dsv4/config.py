@@ -111,7 +111,7 @@ class ModelConfig:
         model_type = raw.get("model_type")
         if model_type is not None and model_type not in _MODEL_TYPES:
             raise DSV4Error(f"{source}: unknown model_type {model_type!r} (expected one of {sorted(_MODEL_TYPES)})")
-        hf_style = "hidden_size" in raw
+        hf_style = any(k in raw for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "model_type"))
         kw: dict = {}
         for ours, hf in _HF_NAMES.items():
             key = hf if hf_style else ours
@@ -134,6 +134,10 @@ class ModelConfig:
             kw["weight_fmt"] = _quant_fmt(qc)
             kw["expert_fmt"] = raw.get("expert_dtype", "fp4" if qc else "bf16")
         else:
+            # the inference config.json keeps YaRN (and our MTP count) as top-level fields
+            for k in ("rope_factor", "original_seq_len", "beta_fast", "beta_slow", "n_mtp_layers"):
+                if k in raw:
+                    kw[k] = raw[k]
             kw["weight_fmt"] = {"fp8": "fp8", "bf16": "bf16", "nvfp4": "nvfp4"}.get(raw.get("dtype", "fp8"), "fp8")
             kw["expert_fmt"] = raw.get("expert_dtype", "fp4")
         if kw.get("num_key_value_heads", 1) != 1:
@@ -270,4 +274,7 @@ def preset(name: str, **runtime) -> ModelConfig:
     if name not in PRESETS:
         raise DSV4Error(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     cfg = PRESETS[name]()
+    if "n_layers" in runtime and "compress_ratios" not in runtime:  # a slice of the stack: MTP stays ratio 0
+        n = runtime["n_layers"]
+        runtime["compress_ratios"] = cfg.compress_ratios[:n] + [0] * cfg.n_mtp_layers
     return cfg.replace(**runtime) if runtime else cfg

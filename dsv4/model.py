@@ -40,6 +40,10 @@ class Block(nn.Module):
         for site in ("attn", "ffn"):
             _hc_params(self, f"hc_{site}", (2 + hc) * hc, hc * cfg.dim, 3, device)
 
+    @property
+    def device(self) -> torch.device:
+        return self.attn_norm.weight.device
+
     def site_pre(self, X: torch.Tensor, site: str):
         c = self.cfg
         return hc_pre(X, getattr(self, f"hc_{site}_fn"), getattr(self, f"hc_{site}_scale"),
@@ -105,6 +109,7 @@ class Transformer(nn.Module):
 
     def logits(self, X: torch.Tensor) -> torch.Tensor:
         """Streams of the last position [B,hc,d] -> fp32 logits [B,vocab]."""
+        X = X.to(self.head.weight.device)
         return final_collapse(self, X).float() @ self.head.weight.float().t()
 
     # ------------------------------------------------------------ public API
@@ -118,7 +123,7 @@ class Transformer(nn.Module):
         self.allocate_caches(B)
         X = self.streams(tokens)
         for layer in self.layers:
-            X = layer(X, tokens, None)
+            X = layer(X.to(layer.device), tokens.to(layer.device), None)
         self.pos = T
         return self.logits(X[:, -1])
 
@@ -129,7 +134,7 @@ class Transformer(nn.Module):
             tokens = self.check_decode(tokens)
         X = self.streams(tokens[:, None])
         for layer in self.layers:
-            X = layer(X, tokens[:, None], self.pos)
+            X = layer(X.to(layer.device), tokens[:, None].to(layer.device), self.pos)
         self.pos += 1
         return self.logits(X[:, -1])
 
@@ -144,8 +149,8 @@ class Transformer(nn.Module):
         """(Re)allocates every layer's cache for `batch` sequences; reuses them when the batch matches."""
         for layer in self.layers:
             c = layer.attn.cache
-            if c is None or c.batch != batch or c.window.device != self.device:
-                layer.attn.cache = AttentionCache.allocate(self.cfg, layer.attn.ratio, batch, self.device)
+            if c is None or c.batch != batch or c.window.device != layer.device:
+                layer.attn.cache = AttentionCache.allocate(self.cfg, layer.attn.ratio, batch, layer.device)
 
     @property
     def batch_size(self) -> int | None:

@@ -43,8 +43,11 @@ class Compressor(nn.Module):
         z = self.wgate(x, out_dtype=torch.float32) + self.ape[pos % self.ratio]
         return kv, z
 
-    def pool(self, kv: torch.Tensor, z: torch.Tensor, first_block: int) -> torch.Tensor:
-        """[B, n, rows, c*hd] blocks (rows = 2m for ratio 4, else m) -> [B, n, hd] finished entries (entry index first_block + i)."""
+    def pool(self, kv: torch.Tensor, z: torch.Tensor, first_block) -> torch.Tensor:
+        """[B, n, rows, c*hd] blocks (rows = 2m for ratio 4, else m) -> [B, n, hd] finished entries (entry index first_block + i).
+
+        first_block may be an int or a device scalar (graph-ready path).
+        """
         if self.overlap:  # rows [0, m): previous block through a; rows [m, 2m): this block through b
             m, hd = self.ratio, self.width
             kv = torch.cat((kv[..., :m, :hd], kv[..., m:, hd:]), dim=-2)

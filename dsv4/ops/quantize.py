@@ -134,8 +134,9 @@ def quantize_fp8_blockwise(w: torch.Tensor, block: int = 128) -> tuple[torch.Ten
 
 def dequantize_fp8_blockwise(q: torch.Tensor, scale: torch.Tensor, block: int = 128,
                              dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Any leading dims: [..., out, in] with scales [..., ceil(out/128), ceil(in/128)]."""
     s = e8m0_to_float(scale)
-    s = s.repeat_interleave(block, 0)[: q.shape[0]].repeat_interleave(block, 1)[:, : q.shape[1]]
+    s = s.repeat_interleave(block, -2)[..., : q.shape[-2], :].repeat_interleave(block, -1)[..., : q.shape[-1]]
     return (q.float() * s).to(dtype)
 
 

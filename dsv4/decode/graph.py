@@ -1,0 +1,201 @@
+"""CUDAGraphDecoder: the static decode step replayed from CUDA graphs, on one or several devices.
+
+Modes:
+- `eager`: the static path run op by op (the baseline every graph is checked against).
+- `ab`: per layer, graph A (mHC pre, norm, q/kv projections) and graph B (output projections,
+  mHC post, the FFN/MoE site), with the cache-touching attention run eagerly in between: the
+  split the earlier system stopped at.
+- `full`: one graph per device segment holding the whole step, attention, compressors and caches
+  included.
+
+Capture happens once, at construction, before any prefill: the caches and the position are
+preallocated and written in place by `prefill`, so the graphs' addresses stay valid for every
+later sequence. Each device segment captures on a stream created ON that device inside
+`torch.cuda.device(dev)` (set_device alone gives empty graphs or stale replays on other devices)
+and replays under the same device context. Inputs are staged through pinned host memory and
+copies between segments happen between graph launches, never inside one.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from dsv4.decode.placement import current_placement, place
+from dsv4.decode.static import StaticDecoder, StaticLayer
+from dsv4.errors import DSV4Error
+from dsv4.model import Transformer
+
+MODES = ("eager", "ab", "full")
+
+
+class _Piece:
+    """One unit of a segment's step: a captured graph (replayed) or an eager callable."""
+
+    def __init__(self, fn: Callable[[], object], graph: torch.cuda.CUDAGraph | None = None):
+        self.fn, self.graph = fn, graph
+
+    def run(self) -> None:
+        if self.graph is None:
+            self.fn()
+        else:
+            self.graph.replay()
+
+
+class _Segment:
+    """A run of layers on one device with its own copies of ids and position."""
+
+    def __init__(self, dec: "CUDAGraphDecoder", device: torch.device, layers: list[StaticLayer],
+                 first: bool, last: bool):
+        self.dec, self.device, self.layers, self.first, self.last = dec, device, layers, first, last
+        st = dec.static
+        same = device == st.device
+        self.ids = st.ids if same else torch.zeros_like(st.ids, device=device)
+        self.pos = st.pos if same else torch.zeros_like(st.pos, device=device)
+        self.x_in: torch.Tensor | None = None  # static input streams (not for the first segment)
+        self.out: torch.Tensor | None = None   # streams, or logits for the last segment
+        self.pieces: list[_Piece] = []
+
+    # the eager functions that graphs capture --------------------------------------------
+    def streams_in(self) -> torch.Tensor:
+        return self.dec.static.net.embed(self.ids) if self.first else self.x_in
+
+    def finish(self, X: torch.Tensor) -> torch.Tensor:
+        out = self.dec.static.net.head(X) if self.last else X
+        self.pos.add_(1)
+        return out
+
+    def forward(self) -> torch.Tensor:
+        X = self.streams_in()
+        for layer in self.layers:
+            X = layer(X, self.ids[:, None], self.pos)
+        return self.finish(X)
+
+
+class CUDAGraphDecoder:
+    def __init__(self, model: Transformer, mode: str = "full", batch_size: int = 1, devices=None,
+                 warmup: int = 2, capture_error_mode: str = "global"):
+        if mode not in MODES:
+            raise DSV4Error(f"unknown decode mode {mode!r}; choose one of {', '.join(MODES)}")
+        if mode != "eager" and not torch.cuda.is_available():
+            raise DSV4Error(f"graph mode {mode!r} needs CUDA; use mode 'eager' (or the reference path) on the CPU")
+        self.mode, self.warmup, self.capture_error_mode = mode, warmup, capture_error_mode
+        placement = place(model, devices) if devices is not None else current_placement(model)
+        self.model = model
+        self.static = StaticDecoder(model, batch_size)
+        layers = list(self.static.net.layers)
+        n = len(placement)
+        self.segments = [_Segment(self, p.device, [layers[i] for i in p.layers], s == 0, s == n - 1)
+                         for s, p in enumerate(placement)]
+        self.pools: dict[torch.device, object] = {}
+        with torch.no_grad():
+            for seg in self.segments:
+                self._build(seg)
+
+    # ------------------------------------------------------------------ building
+    def _build(self, seg: _Segment) -> None:
+        if not seg.first:
+            prev = self._prev(seg).out
+            seg.x_in = torch.zeros(prev.shape, dtype=prev.dtype, device=seg.device)
+        if self.mode == "eager":
+            seg.pieces = [_Piece(lambda seg=seg: setattr(seg, "out", seg.forward()))]
+            seg.out = self._dry_run(seg)
+        elif self.mode == "full":
+            graph, seg.out = self._capture(seg.device, seg.forward)
+            seg.pieces = [_Piece(seg.forward, graph)]
+        else:
+            self._build_ab(seg)
+
+    def _dry_run(self, seg: _Segment) -> torch.Tensor:
+        """Shapes for the next segment's static input (state is overwritten by prefill)."""
+        return seg.forward()
+
+    def _build_ab(self, seg: _Segment) -> None:
+        pieces = []
+        if seg.first:
+            g, X = self._capture(seg.device, seg.streams_in)
+            pieces.append(_Piece(seg.streams_in, g))
+        else:
+            X = seg.x_in
+        for layer in seg.layers:
+            X_layer = X
+            ga, (x, q, kv, qr, post, comb) = self._capture(seg.device, lambda L=layer, Xl=X_layer: L.part_a(Xl, seg.pos))
+            o_buf = torch.zeros_like(layer.part_attn(x, q, kv, qr, seg.pos))
+
+            def attend(L=layer, a=(x, q, kv, qr), o=o_buf):
+                o.copy_(L.part_attn(*a, seg.pos))
+
+            gb, X = self._capture(seg.device, lambda L=layer, Xl=X_layer, o=o_buf, p=post, c=comb:
+                                  L.part_b(o, Xl, p, c, seg.ids[:, None], seg.pos))
+            pieces += [_Piece(None, ga), _Piece(attend), _Piece(None, gb)]
+        gf, seg.out = self._capture(seg.device, lambda Xf=X: seg.finish(Xf))
+        pieces.append(_Piece(None, gf))
+        seg.pieces = pieces
+
+    def _capture(self, device: torch.device, fn: Callable[[], object]):
+        """Warm up on a side stream of `device`, then capture fn into a graph sharing the device's pool."""
+        with torch.cuda.device(device):
+            pool = self.pools.setdefault(device, torch.cuda.graph_pool_handle())
+            stream = torch.cuda.Stream(device=device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                for _ in range(self.warmup):
+                    fn()
+            torch.cuda.current_stream(device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode=self.capture_error_mode):
+                out = fn()
+            torch.cuda.current_stream(device).wait_stream(stream)
+        return graph, out
+
+    def _prev(self, seg: _Segment) -> _Segment:
+        return self.segments[self.segments.index(seg) - 1]
+
+    # ------------------------------------------------------------------ running
+    @torch.no_grad()
+    def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits = self.static.prefill(tokens)
+        for seg in self.segments:
+            if seg.pos is not self.static.pos:
+                seg.pos.copy_(self.static.pos)
+        return logits
+
+    def stage(self, ids) -> None:
+        """Host side of a step (outside every graph): pinned staging, then per-device copies."""
+        self.static.stage(ids)
+        for seg in self.segments:
+            if seg.ids is not self.static.ids:
+                seg.ids.copy_(self.static.ids, non_blocking=True)
+
+    @torch.no_grad()
+    def step(self) -> torch.Tensor:
+        """Replays the step; returns the logits buffer (the same tensor every step: clone to keep)."""
+        for seg in self.segments:
+            if seg.x_in is not None:
+                seg.x_in.copy_(self._prev(seg).out, non_blocking=True)
+            if seg.device.type == "cuda":
+                with torch.cuda.device(seg.device):
+                    for piece in seg.pieces:
+                        piece.run()
+            else:
+                for piece in seg.pieces:
+                    piece.run()
+        return self.segments[-1].out
+
+    def decode(self, ids) -> torch.Tensor:
+        self.stage(ids)
+        return self.step()
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Everything a step mutates: the position(s), caches and compressor states."""
+        return [self.static.pos] + [s.pos for s in self.segments if s.pos is not self.static.pos] + \
+            self.cache_tensors()
+
+    def cache_tensors(self) -> list[torch.Tensor]:
+        out = []
+        for layer in self.model.layers:
+            c = layer.attn.cache
+            out += [t for t in (c.window, c.comp, c.index_keys) if t is not None]
+            out += [t for st in (c.comp_state, c.index_state) if st is not None for t in (st.kv, st.score)]
+        return out

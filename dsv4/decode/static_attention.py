@@ -1,0 +1,92 @@
+"""Graph-ready decode attention: the reference algorithm with fixed shapes and device positions.
+
+Every tensor shape is fixed by (batch, max_seq_len): the position is a device tensor, the window is
+read whole with a mask of filled slots, a compressor block is pooled every step and written
+through a mask (no None, no host branch), compressed entries are masked by visibility, and the
+indexer always takes a fixed k with invisible blocks scored -inf. Nothing reads back to the host.
+
+Split in three so CUDAGraphDecoder's `ab` mode can run the cache-touching middle eagerly:
+`project` (graph A), `attend` (eager in `ab`), `output` (graph B).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dsv4.cache import CompressorState
+from dsv4.layers.attention import Attention, sparse_attention
+from dsv4.layers.compressor import Compressor
+from dsv4.layers.indexer import Indexer
+
+
+def write_slot(buf: torch.Tensor, slot: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+    """buf[:, slot] = value (value [B, ...]); with `keep` (bool scalar) the old row stays where keep."""
+    if keep is not None:
+        value = torch.where(keep, buf.index_select(1, slot).squeeze(1), value)
+    buf.index_copy_(1, slot, value.unsqueeze(1).to(buf.dtype))
+
+
+def compressor_step(comp: Compressor, x: torch.Tensor, pos: torch.Tensor, state: CompressorState,
+                    out: torch.Tensor) -> None:
+    """Adds the token at `pos` to the block state; writes entry pos // m into `out` iff the block completed."""
+    m = comp.ratio
+    kv, z = comp.project(x, pos.view(1))
+    slot = (pos % m + (m if comp.overlap else 0)).view(1)
+    write_slot(state.kv, slot, kv[:, 0])
+    write_slot(state.score, slot, z[:, 0])
+    entry = comp.pool(state.kv[:, None], state.score[:, None], pos // m)[:, 0]
+    done = ((pos + 1) % m) == 0
+    write_slot(out, (pos // m).view(1), entry, keep=~done)
+    if comp.overlap:  # the completed block becomes the previous one
+        for t in (state.kv, state.score):
+            t[:, :m] = torch.where(done, t[:, m:], t[:, :m])
+
+
+class StaticAttention:
+    """Decode of one Attention layer over its preallocated cache, positions on the device."""
+
+    def __init__(self, attn: Attention):
+        self.attn = attn
+        self.cfg = attn.cfg
+        W = self.cfg.window_size
+        dev = attn.freqs.device
+        self.window_slots = torch.arange(W, device=dev)
+        if attn.ratio:
+            n = -(-self.cfg.max_seq_len // attn.ratio)
+            self.comp_slots = torch.arange(n, device=dev)
+            self.topk = min(attn.indexer.topk, n) if attn.indexer is not None else 0
+
+    def project(self, x: torch.Tensor, pos: torch.Tensor):
+        return self.attn.project(x, pos.view(1))
+
+    def attend(self, x: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, qr: torch.Tensor,
+               pos: torch.Tensor) -> torch.Tensor:
+        """Cache updates + sparse attention -> o [B,1,H,D] (before the inverse RoPE)."""
+        a, cache, W = self.attn, self.attn.cache, self.cfg.window_size
+        write_slot(cache.window, (pos % W).view(1), kv[:, 0])
+        keys = [cache.window]
+        masks = [(self.window_slots <= pos).expand(x.shape[0], 1, W)]
+        if a.ratio:
+            compressor_step(a.compressor, x, pos, cache.comp_state, cache.comp)
+            visible = self.comp_slots < (pos + 1) // a.ratio
+            comp_keys, comp_mask = cache.comp, visible.expand(x.shape[0], 1, -1)
+            if a.indexer is not None:
+                comp_keys, comp_mask = self.select(x, qr, pos, visible)
+            keys.append(comp_keys)
+            masks.append(comp_mask)
+        return sparse_attention(q, torch.cat(keys, 1), torch.cat(masks, 2), a.attn_sink, a.scale,
+                                self.cfg.act_dtype)
+
+    def select(self, x, qr, pos, visible):
+        """Indexer top-k with a fixed k: invisible blocks score -inf and are masked after the gather."""
+        a, cache = self.attn, self.attn.cache
+        compressor_step(a.indexer.compressor, x, pos, cache.index_state, cache.index_keys)
+        iq, iw = a.indexer.queries(x, qr, pos.view(1))
+        scores = Indexer.scores(iq, iw, cache.index_keys)[:, 0]
+        scores = scores.masked_fill(~visible, float("-inf"))
+        top = scores.topk(self.topk, dim=-1)
+        keys = cache.comp.gather(1, top.indices.unsqueeze(-1).expand(-1, -1, cache.comp.shape[-1]))
+        return keys, (top.values > float("-inf")).unsqueeze(1)
+
+    def output(self, o: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return self.attn.output(o, pos.view(1))

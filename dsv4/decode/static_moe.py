@@ -1,0 +1,85 @@
+"""Graph-ready MoE: every (token, slot) pair gathers its expert's weights by device index.
+
+The reference dispatch asks the host how many tokens each expert got; here the shapes are fixed
+at tokens x top-k whatever the routing: expert weights are stacked once into [E, ...] banks (the
+experts' parameters become views into the banks, so memory is not duplicated), each pair's
+weights are gathered by its expert id, dequantized and applied with a batched matmul.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dsv4.layers.linear import Linear
+from dsv4.layers.moe import MoE
+from dsv4.ops import quantize as Q
+
+
+@torch.no_grad()
+def stack_bank(linears: list[Linear]) -> dict[str, torch.Tensor]:
+    """Stacks the experts' tensors and rebinds each expert's parameters to views of the stack."""
+    bank = {}
+    for name in Linear.param_specs(linears[0].in_features, linears[0].out_features, linears[0].fmt):
+        parts = [getattr(lin, name) for lin in linears]
+        base = parts[0].untyped_storage().data_ptr()
+        contiguous = all(p.untyped_storage().data_ptr() == base for p in parts)
+        stacked = torch.stack([p.data for p in parts]) if not contiguous else _as_stack(parts)
+        for e, lin in enumerate(linears):
+            setattr(lin, name, nn.Parameter(stacked[e], requires_grad=False))
+        bank[name] = stacked
+    return bank
+
+
+def _as_stack(parts: list[torch.Tensor]) -> torch.Tensor:
+    """Experts already views of one bank (a second StaticDecoder over the same model)."""
+    first = parts[0]
+    return first.as_strided((len(parts), *first.shape), (first.numel(), *first.stride()),
+                            first.storage_offset())
+
+
+def dequantize_bank(fmt: str, bank: dict[str, torch.Tensor], idx: torch.Tensor) -> torch.Tensor:
+    """fp32 weights [n, out, in] of experts idx [n]."""
+    w = bank["weight"].index_select(0, idx)
+    if fmt == "bf16":
+        return w.float()
+    s = bank["scale"].index_select(0, idx)
+    if fmt == "fp8":
+        return Q.dequantize_fp8_blockwise(w, s)
+    if fmt == "fp4":
+        return Q.dequantize_fp4(w, s)
+    return Q.dequantize_nvfp4(w, s, bank["global_scale"].index_select(0, idx)[:, None, None])
+
+
+class StaticMoE:
+    def __init__(self, moe: MoE):
+        self.moe = moe
+        experts = list(moe.experts)
+        self.fmt = experts[0].w1.fmt
+        self.template = experts[0]
+        self.banks = {w: stack_bank([getattr(e, w) for e in experts]) for w in ("w1", "w3", "w2")}
+
+    def expert_linear(self, which: str, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """x [n, in] through expert idx[i]'s projection `which` -> fp32 [n, out]."""
+        lin: Linear = getattr(self.template, which)
+        xq = lin.quantize_input(x.to(lin.act_dtype)).float()
+        w = dequantize_bank(self.fmt, self.banks[which], idx)
+        return torch.bmm(w, xq.unsqueeze(-1)).squeeze(-1)
+
+    def __call__(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        moe, ex = self.moe, self.template
+        shape = x.shape
+        x, ids = x.flatten(0, -2), ids.flatten()
+        weights, idx = moe.gate(x, ids)
+        N, k = idx.shape
+        xr = x.unsqueeze(1).expand(N, k, x.shape[-1]).reshape(N * k, -1)
+        flat = idx.flatten()
+        g = self.expert_linear("w1", xr, flat)
+        u = self.expert_linear("w3", xr, flat)
+        if ex.limit:
+            u, g = u.clamp(-ex.limit, ex.limit), g.clamp(max=ex.limit)
+        a = F.silu(g) * u * weights.reshape(-1, 1)
+        y = self.expert_linear("w2", a.to(ex.act_dtype), flat).view(N, k, -1).sum(1)
+        y = y + moe.shared_experts(x)
+        return y.to(moe.act_dtype).view(shape)

@@ -50,7 +50,7 @@ class _Segment:
                  first: bool, last: bool):
         self.dec, self.device, self.layers, self.first, self.last = dec, device, layers, first, last
         st = dec.static
-        same = device == st.device
+        same = first and device == st.device  # later segments keep their own copies (they advance them)
         self.ids = st.ids if same else torch.zeros_like(st.ids, device=device)
         self.pos = st.pos if same else torch.zeros_like(st.pos, device=device)
         self.x_in: torch.Tensor | None = None  # static input streams (not for the first segment)

@@ -136,7 +136,11 @@ def dequantize_fp8_blockwise(q: torch.Tensor, scale: torch.Tensor, block: int = 
                              dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Any leading dims: [..., out, in] with scales [..., ceil(out/128), ceil(in/128)]."""
     s = e8m0_to_float(scale)
-    s = s.repeat_interleave(block, -2)[..., : q.shape[-2], :].repeat_interleave(block, -1)[..., : q.shape[-1]]
+    out_f, in_f = q.shape[-2:]
+    if out_f % block == 0 and in_f % block == 0:  # broadcast the block scale: no full-size scale tensor
+        qb = q.float().unflatten(-1, (-1, block)).unflatten(-3, (-1, block))  # [..., bo, 128, bi, 128]
+        return (qb * s.unsqueeze(-2).unsqueeze(-1)).flatten(-2).flatten(-3, -2).to(dtype)
+    s = s.repeat_interleave(block, -2)[..., :out_f, :].repeat_interleave(block, -1)[..., :in_f]
     return (q.float() * s).to(dtype)
 
 
@@ -165,8 +169,15 @@ def quantize_fp4(w: torch.Tensor, block: int = 32) -> tuple[torch.Tensor, torch.
 
 def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor, block: int = 32,
                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    vals = _e2m1_values(unpack_fp4(packed)).unflatten(-1, (-1, block))
+    vals = _byte_pairs(packed).unflatten(-1, (-1, block))
     return (vals * e8m0_to_float(scale).unsqueeze(-1)).flatten(-2).to(dtype)
+
+
+def _byte_pairs(packed: torch.Tensor) -> torch.Tensor:
+    """Packed e2m1 bytes -> fp32 values [..., 2n] through a 256 x 2 table (one gather, int32 indices)."""
+    table = _e2m1_values(unpack_fp4(torch.arange(256, dtype=torch.uint8, device=packed.device).view(torch.int8)))
+    idx = packed.view(torch.uint8).to(torch.int32)
+    return torch.nn.functional.embedding(idx, table.view(256, 2)).flatten(-2)
 
 
 # ------------------------------------------------------------------ weights: NVFP4

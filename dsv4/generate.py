@@ -17,7 +17,9 @@ import torch
 
 from dsv4.errors import DSV4Error
 
-__all__ = ["Generation", "generate", "load_model", "load_tokenizer", "parse_ids"]
+__all__ = ["Generation", "generate", "load_model", "load_tokenizer", "parse_ids", "decoder_for"]
+
+DECODERS = ("reference", "eager", "ab", "full")
 
 
 @dataclass
@@ -111,6 +113,31 @@ def check_room(max_seq_len: int, prompt_len: int, max_new_tokens: int) -> None:
     if need > max_seq_len:
         raise DSV4Error(f"prompt ({prompt_len}) + {max_new_tokens} new tokens need {need} positions; the cache "
                         f"holds max_seq_len={max_seq_len} (raise --max-seq-len or lower --max-new-tokens)")
+
+
+class _GraphDecoding:
+    """The model interface generate() drives (cfg, device, prefill, decode) over a CUDAGraphDecoder."""
+
+    def __init__(self, model, dec):
+        self.cfg, self.device, self.dec = model.cfg, model.device, dec
+
+    def prefill(self, tokens):
+        return self.dec.prefill(tokens)
+
+    def decode(self, ids):
+        return self.dec.decode(ids.cpu())
+
+
+def decoder_for(model, decoder: str, batch_size: int = 1):
+    """`reference` decodes with the model itself; eager / ab / full go through CUDAGraphDecoder."""
+    if decoder not in DECODERS:
+        raise DSV4Error(f"unknown --decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
+    if decoder == "reference":
+        return model, None
+    from dsv4.decode.graph import CUDAGraphDecoder
+
+    dec = CUDAGraphDecoder(model, mode=decoder, batch_size=batch_size)
+    return _GraphDecoding(model, dec), dec
 
 
 def _sync(device: torch.device) -> None:

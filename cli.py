@@ -117,7 +117,7 @@ def bisect_cmd(
     path: str = typer.Option("reference", "--path", help="reference | static (dsv4 targets)"),
     layers: str = typer.Option(None, "--layers", help="layers to bisect, e.g. 0-3 or 0,2,5-6 (default all)"),
     device: str = typer.Option("cuda:0", "--device", help="cuda | cuda:N"),
-    out: Path = typer.Option(None, "--out", help="write inventory.json/md/csv and bisect.json here"),
+    out: Path = typer.Option(None, "--out", help="output directory (default reports/bisect-<target>/)"),
     root: str = typer.Option(None, "--root", help="module whose children are the layers (default: found)"),
     mode: str = typer.Option("global", "--mode", help="capture_error_mode: global | thread_local | relaxed"),
     steps: int = typer.Option(3, "--steps", help="replay steps compared bitwise against eager"),
@@ -130,10 +130,8 @@ def bisect_cmd(
         from audit._bisect_view import require_cuda, run_bisect
 
         require_cuda(device)
-        _, inv = run_bisect(target, path=path, layers=layers, device=device, out=out, root=root, mode=mode,
-                            steps=steps, warmup=warmup, scan=scan, timeout=timeout, console=console)
-    if len(inv.blocking()):
-        raise typer.Exit(1)
+        run_bisect(target, path=path, layers=layers, device=device, out=out, root=root, mode=mode, steps=steps,
+                   warmup=warmup, scan=scan, timeout=timeout, console=console)
 
 
 @app.command("scan")

@@ -1,0 +1,180 @@
+"""Parent side of isolated trial captures: one worker process at a time, replaced after any failure.
+
+Building the target and warming it up costs seconds, so a worker that keeps passing answers many
+requests. A failed capture may have poisoned its process (HAZARDS.md: an invalidated capture
+breaks every later random op), so after a `fail` or `error` result, a crash or a timeout the
+worker is discarded and the next request starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from audit.capture import CaptureResult, classify_error, first_line
+from audit.errors import AuditError
+
+__all__ = ["CapturePool", "worker_env"]
+
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def worker_env() -> dict:
+    """The parent's environment with the repository importable (audit, dsv4, cli)."""
+    env = dict(os.environ)
+    parts = [str(_REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _absolute_target(target: str) -> str:
+    """file.py:factory relative to the parent's cwd -> absolute (the worker may run elsewhere)."""
+    if isinstance(target, str) and not target.startswith("dsv4:") and ":" in target:
+        file, _, factory = target.rpartition(":")
+        if file and Path(file).is_file():
+            return f"{Path(file).resolve()}:{factory}"
+    return target
+
+
+class CapturePool:
+    """`pool.capture("model.layers.2.attn")` -> CaptureResult; `pool.capture(None)`: the whole step."""
+
+    def __init__(self, session: dict, timeout: float = 600.0, python: str = sys.executable):
+        self.session = dict(session, target=_absolute_target(session["target"]))
+        self.session.pop("requests", None)
+        self.timeout, self.python = timeout, python
+        self.proc: subprocess.Popen | None = None
+        self.info: dict | None = None
+        self.spawned = 0
+        self.served = 0
+        self._err = None
+        self._timed_out = False
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "CapturePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self) -> dict:
+        """Starts a worker (if none runs) and returns its ready info; AuditError if the target fails."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self.info
+        self._err = tempfile.TemporaryFile(mode="w+b")
+        self.proc = subprocess.Popen([self.python, "-m", "audit._capture_worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._err, cwd=str(_REPO), env=worker_env())
+        self.spawned += 1
+        self.served = 0
+        self._write(self.session)
+        msg = self._read()
+        if msg is None or not msg.get("ready"):
+            why = (msg or {}).get("error") or self._crash_note()
+            self.close()
+            raise AuditError(f"capture worker could not start the target: {first_line(why)}")
+        self.info = msg
+        return msg
+
+    def close(self) -> None:
+        p, self.proc = self.proc, None
+        if p is not None:
+            try:
+                if p.stdin:
+                    p.stdin.close()
+                p.wait(timeout=10)
+            except Exception:
+                p.kill()
+                p.wait()
+            for f in (p.stdout,):
+                if f:
+                    f.close()
+        if self._err is not None:
+            self._err.close()
+            self._err = None
+
+    # ------------------------------------------------------------ requests
+    def capture(self, module: str | None) -> CaptureResult:
+        """One trial. A failure that is not clearly the program's (class other / illegal-op) in a
+        worker that already ran trials is re-tried once in a fresh worker: earlier trials (profiler
+        sessions, graphs) must not be able to fake a capture failure."""
+        served = self.served if self.proc is not None and self.proc.poll() is None else 0
+        res = self._capture_once(module)
+        if res.status == "fail" and res.error_class in ("other", "illegal-op") and served > 0:
+            again = self._capture_once(module)
+            again.warnings.append(f"re-tried in a fresh worker (first attempt: {first_line(res.error or '', 120)})")
+            return again
+        return res
+
+    def _capture_once(self, module: str | None) -> CaptureResult:
+        path = module or "<step>"
+        self.start()
+        self.served += 1
+        try:
+            self._write({"module": module})
+        except (BrokenPipeError, OSError):
+            return self._crashed(path)
+        msg = self._read()
+        if msg is None:
+            return self._crashed(path)
+        res = CaptureResult.from_dict(msg)
+        if res.status in ("fail", "error"):
+            self.close()  # possibly poisoned: the next request gets a fresh worker
+        return res
+
+    def _crashed(self, path: str) -> CaptureResult:
+        note = self._crash_note()
+        self.close()
+        return CaptureResult(path=path, status="fail", phase="capture", error=note, error_class=classify_error(note))
+
+    # ------------------------------------------------------------ pipes
+    def _write(self, obj: dict) -> None:
+        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def _read(self) -> dict | None:
+        """One response line, or None on EOF / timeout (the worker is killed on timeout)."""
+        out = self.proc.stdout
+        ready, _, _ = select.select([out], [], [], self.timeout)
+        if not ready:
+            self.proc.kill()
+            self.proc.wait()
+            self._timed_out = True
+            return None
+        line = out.readline()
+        if not line:
+            return None
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            return None
+
+    def _crash_note(self) -> str:
+        """Why the worker stopped answering: exit code / timeout plus the tail of its stderr."""
+        code = None
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
+        if self._timed_out:
+            self._timed_out = False
+            head = f"worker timed out after {self.timeout:.0f} s"
+        else:
+            head = f"worker died (exit code {code})" if code is not None else "worker stopped answering"
+        tail = ""
+        if self._err is not None:
+            try:
+                self._err.seek(0, 2)
+                size = self._err.tell()
+                self._err.seek(max(0, size - 4000))
+                tail = self._err.read().decode(errors="replace").strip()
+            except OSError:
+                pass
+        lines = [l for l in tail.splitlines() if l.strip()]
+        return head + (": " + " | ".join(lines[-6:]) if lines else "")

@@ -1,0 +1,141 @@
+"""Detector registry: one module per hazard family, each rule a small function over one Trace.
+
+Modelled on torch.utils.flop_counter: a decorator fills a registry keyed by category, and the
+engine runs every registered rule over the same trace (the model ran once). A rule takes a
+Context (the trace plus helpers for call sites and findings) and returns findings. Its docstring
+says why the hazard matters under capture; the category table in audit.inventory has the fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from audit.inventory import CATEGORIES, Finding
+
+__all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
+
+FAMILIES = ("host_sync", "allocation", "control", "baked", "stale_pointer", "side_effect", "rng",
+            "cross_device", "pageable_copy")
+
+
+@dataclass(frozen=True)
+class Rule:
+    category: str
+    name: str
+    fn: Callable[[Context], Iterable[Finding]]
+    cuda_only: bool
+    doc: str
+
+
+REGISTRY: dict[str, list[Rule]] = defaultdict(list)
+
+
+def register(category: str, *, cuda_only: bool = False):
+    """Registers `fn(ctx) -> Iterable[Finding]` as a rule of `category`."""
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown category {category!r}")
+
+    def deco(fn):
+        if any(r.fn is fn for r in REGISTRY[category]):
+            return fn
+        REGISTRY[category].append(Rule(category, fn.__name__, fn, cuda_only, inspect.getdoc(fn) or ""))
+        return fn
+
+    return deco
+
+
+def _load() -> None:
+    for fam in FAMILIES:
+        importlib.import_module(f"audit.detectors.{fam}")
+
+
+class Context:
+    """The shared trace plus what every rule needs: aligned call sites, paths, finding builders."""
+
+    def __init__(self, trace, target_obj=None, cwd: str | None = None):
+        self.trace = trace
+        self.target = target_obj
+        self.cwd = os.path.realpath(cwd or os.getcwd())
+        self.steps = trace.steps
+        self.complete = trace.complete_steps()
+        self.n_steps = max(len(trace.steps), 1)
+        self._sites: dict[int, dict] = {}
+        self._rel: dict[str, str] = {}
+
+    # ------------------------------------------------------------ call sites
+    def ops(self, step: int):
+        """Dispatched aten records of a step that are not the inside of a host read."""
+        return [r for r in self.steps[step] if r.kind == "aten" and not r.nested]
+
+    def sites(self, step: int) -> dict:
+        """key -> record, key = (module, code, line, op, k-th occurrence of that in the step).
+
+        This aligns 'the same call' across steps: layer loops differ by module path, repeated
+        calls on one line by occurrence."""
+        if step not in self._sites:
+            seen: dict = defaultdict(int)
+            out = {}
+            for r in self.ops(step):
+                code, line = r.stack[-1] if r.stack else (None, 0)
+                base = (r.module, id(code), line, r.op)  # id: hashing a code object hashes its bytecode
+                out[base + (seen[base],)] = r
+                seen[base] += 1
+            self._sites[step] = out
+        return self._sites[step]
+
+    # ------------------------------------------------------------ attribution
+    def rel(self, filename: str) -> str:
+        """Path relative to the working directory when inside it (what a person opens)."""
+        if filename not in self._rel:
+            f = os.path.realpath(filename)
+            self._rel[filename] = os.path.relpath(f, self.cwd) if f.startswith(self.cwd + os.sep) else filename
+        return self._rel[filename]
+
+    def where(self, rec) -> tuple[str, int, str]:
+        fr = rec.frame if rec is not None else None
+        if fr is None:
+            return "<no user frame>", 0, ""
+        return self.rel(fr[0]), fr[1], fr[2]
+
+    def finding(self, category: str, at, op: str, count: float, message: str, *,
+                severity: str | None = None, fix: str = "", module: str | None = None, **extra) -> Finding:
+        """`at` is an OpRecord or a (file, line, function) triple."""
+        if isinstance(at, tuple):
+            file, line, fn = self.rel(at[0]) if at[0] and not at[0].startswith("<") else at[0], at[1], at[2]
+        else:
+            file, line, fn = self.where(at)
+            module = at.module if module is None and at is not None else module
+        return Finding(category, severity or CATEGORIES[category].severity, file, int(line), fn,
+                       module or "", op, round(float(count), 3), message, fix, extra)
+
+    def per_site(self, records) -> dict:
+        """Group records by (file, line, op) over all audited steps."""
+        groups: dict = defaultdict(list)
+        for r in records:
+            fr = r.frame
+            groups[(fr[0] if fr else "", fr[1] if fr else 0, r.op)].append(r)
+        return groups
+
+    def all_records(self, kinds=("aten",)):
+        for recs in self.steps:
+            for r in recs:
+                if r.kind in kinds:
+                    yield r
+
+
+def run(trace, target_obj=None, cuda: bool = False) -> list[Finding]:
+    """Every registered rule over the trace; a rule that crashes becomes a visible error, not a skip."""
+    _load()
+    ctx = Context(trace, target_obj)
+    out: list[Finding] = []
+    for category in CATEGORIES:
+        for rule in REGISTRY.get(category, ()):
+            if rule.cuda_only and not cuda:
+                continue
+            out.extend(rule.fn(ctx))
+    return out

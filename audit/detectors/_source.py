@@ -1,0 +1,163 @@
+"""Source lookups for attribution: which branch separates two lines, where an attribute is mutated.
+
+A trace knows the line of each op, not the `if` that chose it. To name the branch a person has to
+change we parse the function's source and find the statement (if / for / while / try / match)
+at which the two executions part ways. Parsing is cached per file.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+
+_BRANCH = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
+_FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
+            "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse"}
+
+
+@functools.lru_cache(maxsize=512)
+def tree(filename: str) -> ast.Module | None:
+    src = "".join(linecache.getlines(filename))
+    if not src:
+        return None
+    try:
+        return ast.parse(src, filename)
+    except SyntaxError:
+        return None
+
+
+def _span(node, line: int) -> bool:
+    return node.lineno <= line <= (node.end_lineno or node.lineno)
+
+
+def enclosing_function(filename: str, line: int):
+    """Innermost def containing `line` (or the module)."""
+    t = tree(filename)
+    if t is None:
+        return None
+    best = t
+    for node in ast.walk(t):
+        if isinstance(node, _FUNC) and _span(node, line) and (best is t or node.lineno >= best.lineno):
+            best = node
+    return best
+
+
+def _fields(node):
+    """(name, statements-or-expression) parts of a branching statement, in source order."""
+    if isinstance(node, (ast.If, ast.While)):
+        return [("test", node.test), ("body", node.body), ("orelse", node.orelse)]
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return [("iter", node.iter), ("body", node.body), ("orelse", node.orelse)]
+    if isinstance(node, ast.Try):
+        return [("body", node.body)] + [(f"except{i}", h.body) for i, h in enumerate(node.handlers)] + \
+               [("orelse", node.orelse), ("finalbody", node.finalbody)]
+    if isinstance(node, ast.Match):
+        return [("subject", node.subject)] + [(f"case{i}", c.body) for i, c in enumerate(node.cases)]
+    return [("body", getattr(node, "body", []))]
+
+
+def chain(func, line: int) -> list[tuple[ast.AST, str]]:
+    """(branching statement, part) pairs that contain `line`, outermost first, inside `func`."""
+    out = []
+    body = func.body if isinstance(func.body, list) else []
+    while body:
+        stmt = next((s for s in body if _span(s, line)), None)
+        if stmt is None or isinstance(stmt, _FUNC + (ast.ClassDef,)):
+            break
+        parts = _fields(stmt) if isinstance(stmt, _BRANCH) else [("body", getattr(stmt, "body", []))]
+        body = []
+        for name, part in parts:
+            if isinstance(part, list):
+                if part and any(_span(s, line) for s in part):
+                    body = part
+                    break
+            elif _span(part, line):
+                break
+        else:
+            name = None
+        if isinstance(stmt, _BRANCH):
+            out.append((stmt, name or "self"))
+    return out
+
+
+def branch_between(filename: str, la: int, lb: int | None) -> int | None:
+    """Line of the statement where an execution at `la` and one at `lb` part ways (same function).
+
+    lb None: the other execution ran nothing more, so take the innermost branch around `la`."""
+    func = enclosing_function(filename, la)
+    if func is None:
+        return None
+    ca = chain(func, la)
+    if lb is None:
+        return ca[-1][0].lineno if ca else None
+    cb = chain(func, lb)
+    for i in range(max(len(ca), len(cb))):
+        a = ca[i] if i < len(ca) else None
+        b = cb[i] if i < len(cb) else None
+        if a and b and a[0] is b[0]:
+            if a[1] == b[1]:
+                continue
+            return a[0].lineno
+        return min(x[0].lineno for x in (a, b) if x)
+    return None
+
+
+def innermost_branch(filename: str, line: int) -> int | None:
+    func = enclosing_function(filename, line)
+    c = chain(func, line) if func is not None else []
+    return c[-1][0].lineno if c else None
+
+
+def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = None,
+                   global_name: bool = False) -> list[tuple[int, str]]:
+    """(line, function) of statements that mutate `<x>.attr` (or global `attr`) in a file or a span.
+
+    Catches `x.attr = / += ...`, `x.attr[k] = ...`, `x.attr.append(...)` and friends, `del x.attr`,
+    and `setattr(x, "attr", ...)`."""
+    t = tree(filename)
+    if t is None:
+        return []
+
+    def target(n) -> bool:
+        if isinstance(n, ast.Subscript):
+            n = n.value
+        if global_name:
+            return isinstance(n, ast.Name) and n.id == attr
+        return isinstance(n, ast.Attribute) and n.attr == attr
+
+    out = []
+    for func in ast.walk(t):
+        if not isinstance(func, _FUNC) or (lines and not (lines[0] <= func.lineno <= lines[1])):
+            continue
+        for node in ast.walk(func):
+            hit = False
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                hit = any(target(x) for x in node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                hit = target(node.target)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                hit = node.func.attr in MUTATORS and target(node.func.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+                hit = len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == attr
+            if hit:
+                out.append((node.lineno, getattr(func, "name", "<lambda>")))
+    return sorted(set(out))
+
+
+_EXITS = (ast.Return, ast.Raise, ast.Break, ast.Continue)
+
+
+def exit_branch(filename: str, lo: int, hi: int) -> int | None:
+    """First branching statement between lines lo..hi (of lo's function) that can leave early.
+
+    One execution continued from `lo` to `hi` in this function while the other left it: the
+    statement that decided is an `if ...: return` (or break/continue/raise) in between."""
+    func = enclosing_function(filename, lo)
+    if func is None:
+        return None
+    lo, hi = min(lo, hi), max(lo, hi)
+    cands = [n for n in ast.walk(func) if isinstance(n, _BRANCH) and lo <= n.lineno <= hi
+             and any(isinstance(x, _EXITS) for x in ast.walk(n))]
+    return min((n.lineno for n in cands), default=None)

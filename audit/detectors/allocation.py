@@ -1,0 +1,69 @@
+"""step-allocation: storage created inside the step, and storage that outlives it.
+
+A capture serves the step's allocations from the graph's private pool, so allocating is legal
+(info). The danger is escape: a tensor created in step k and read by step k+1 (typically
+`self.state = f(self.state)`). At capture the attribute is rebound to the pool buffer once; every
+replay then reads the buffer the capture read, not the one the previous replay wrote.
+"""
+
+from __future__ import annotations
+
+from audit import state
+from audit.detectors import register
+
+
+@register("step-allocation")
+def allocations(ctx):
+    """Every call site that creates new storage during the step (info; graph pools handle it)."""
+    recs = [r for r in ctx.all_records() if not r.nested and any(r.new)]
+    out = []
+    for (_, _, op), group in ctx.per_site(recs).items():
+        n = sum(sum(r.new) for r in group)
+        m = next(o for o, new in zip(group[0].outputs, group[0].new) if new)
+        msg = f"allocates {list(m.shape)} {str(m.dtype).replace('torch.', '')} inside the step"
+        out.append(ctx.finding("step-allocation", group[0], op, n / ctx.n_steps, msg))
+    return out
+
+
+def _attribute_sids(ctx) -> dict[int, str]:
+    """storage id -> 'owner.attr' for tensors held by reachable objects now (after the scan)."""
+    return {state.storage_id(t): name for name, t in state.tensor_attrs(ctx.trace.objects)}
+
+
+@register("step-allocation")
+def escaped_into_state(ctx):
+    """A tensor allocated in one audited step and read by a later one: silent under replay."""
+    born = ctx.trace.born
+    escapes: dict = {}  # (alloc step, alloc index) -> first reader record
+    for s, recs in enumerate(ctx.steps):
+        for r in recs:
+            for m in r.inputs:
+                b = born.get(m.sid)
+                if b is not None and b[0] < s and b not in escapes:
+                    escapes[b] = r
+    if not escapes:
+        return []
+    holders = _attribute_sids(ctx)
+    by_site: dict = {}
+    for (s, i), reader in escapes.items():
+        alloc = ctx.steps[s][i]
+        by_site.setdefault(ctx.where(alloc) + (alloc.op,), []).append((alloc, reader))
+    held_at = {}
+    for sid, attr in holders.items():
+        b = born.get(sid)
+        if b is not None:
+            a = ctx.steps[b[0]][b[1]]
+            held_at[ctx.where(a) + (a.op,)] = attr
+    out = []
+    for key, pairs in by_site.items():
+        alloc, reader = pairs[0]
+        rf, rl, _ = ctx.where(reader)
+        attr = held_at.get(key)
+        via = f" (held in `{attr}`)" if attr else ""
+        msg = (f"allocated in step {alloc.step} and read again in step {reader.step} by {reader.op} at "
+               f"{rf}:{rl}{via}: the tensor escaped into state, replay would keep reading the captured buffer")
+        fix = ("Preallocate this state once and update it in place (copy_, out=, index_copy_) instead of "
+               f"rebinding{' `' + attr + '`' if attr else ''} to a new tensor each step.")
+        out.append(ctx.finding("step-allocation", alloc, key[3], len(pairs) / ctx.n_steps, msg,
+                               severity="silent-corruption", fix=fix))
+    return out

@@ -1,0 +1,101 @@
+"""baked-host-value and dynamic-shape: the same call gets different host values or shapes per step.
+
+A graph stores each kernel's scalar arguments and launch geometry. We align calls across the
+complete steady-state steps (module path, source line, op, occurrence) and diff them:
+- output shape differs: dynamic-shape, reported where the variation starts (no input shape
+  varied, or a varying input came from outside this step), not on every op downstream of it;
+- shapes equal but non-tensor arguments differ (a Python position, a slice bound, a scalar
+  operand, `torch.tensor(pos)` data): baked-host-value.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from audit.detectors import register
+
+
+def _aligned(ctx):
+    """key -> [record per complete step], for calls present in at least two complete steps."""
+    per = defaultdict(list)
+    for s in ctx.complete:
+        for key, r in ctx.sites(s).items():
+            per[key].append(r)
+    return {k: v for k, v in per.items() if len(v) >= 2}
+
+
+def _shapes(metas):
+    return tuple(tuple(m.shape) for m in metas)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, tuple):
+        return "[" + ", ".join(_fmt(x) for x in v) + "]"
+    return str(v)
+
+
+def _show(values, limit: int = 4) -> str:
+    vals = [_fmt(v) for v in values]
+    s = " -> ".join(vals[:limit])
+    return s + (" -> ..." if len(vals) > limit else "")
+
+
+def _arg_diff(recs) -> str:
+    args = [r.args for r in recs]
+    if all(len(a) == len(args[0]) for a in args):
+        for i in range(len(args[0])):
+            col = [a[i] for a in args]
+            if len(set(map(repr, col))) > 1:
+                if args[0] and args[0][0] == "value":
+                    return f"a tensor built from Python data (torch.tensor) changes every step: {_show(col)}"
+                name = f"`{col[0][0]}=`" if isinstance(col[0], tuple) and len(col[0]) == 2 and isinstance(col[0][0], str) \
+                    else f"argument {i}"
+                vals = [c[1] if name.startswith("`") else c for c in col]
+                return f"{name} changes between steps: {_show(vals)}"
+    return f"arguments change between steps: {_show(args, 2)}"
+
+
+@register("dynamic-shape")
+def varying_shapes(ctx):
+    """A call's output shape changes between steps: replay would compute on the captured shape."""
+    groups = defaultdict(list)
+    for recs in _aligned(ctx).values():
+        outs = [_shapes(r.outputs) for r in recs]
+        if len(set(outs)) < 2:
+            continue
+        ins = [_shapes(r.inputs) for r in recs]
+        varying = [j for j in range(len(recs[0].inputs))
+                   if len({s[j] if j < len(s) else None for s in ins}) > 1]
+        origin = not varying or any(not r.in_step[j] for r in recs for j in varying if j < len(r.in_step))
+        if origin:
+            groups[(ctx.where(recs[0]), recs[0].op)].append((recs, outs))
+    out = []
+    for ((file, line, fn), op), items in groups.items():
+        recs, outs = items[0]
+        shown = [list(s[0]) if len(s) == 1 else [list(x) for x in s] for s in outs]
+        msg = f"output shape changes between steps: {_show(shown)}"
+        out.append(ctx.finding("dynamic-shape", recs[0], op, len(items), msg))
+    return out
+
+
+@register("baked-host-value")
+def varying_host_values(ctx):
+    """Shapes equal, non-tensor arguments differ: capture freezes the first step's value."""
+    groups = defaultdict(list)
+    for recs in _aligned(ctx).values():
+        if len({r.args for r in recs}) < 2:
+            continue
+        if len({_shapes(r.outputs) for r in recs}) > 1 or len({_shapes(r.inputs) for r in recs}) > 1:
+            continue  # shape changes are dynamic-shape (at their origin), not a baked value
+        groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
+    out = []
+    for ((file, line, fn), op), items in groups.items():
+        msg = _arg_diff(items[0])
+        fix = None
+        if items[0][0].args and items[0][0].args[0] == "value":
+            fix = ("Do not build tensors from Python values inside the step: keep a device tensor "
+                   "(e.g. the position) that prepare() updates in place, and compute from it.")
+        out.append(ctx.finding("baked-host-value", items[0][0], op, len(items), msg, fix=fix or ""))
+    return out

@@ -1,0 +1,127 @@
+"""data-dependent-control: the steady-state steps ran different op sequences.
+
+A graph is one recorded path. If step k and step k+1 dispatch different ops (a Python `if` on a
+tensor value or a host counter, a loop whose trip count comes from data, a different expert
+chosen), replay runs the captured path regardless. We align the op sequences of consecutive
+steps (difflib on (op, module, source line) tokens), and for every region where they differ we
+name the statement that chose: the branch separating the two executions in the source.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from difflib import SequenceMatcher
+
+from torch import nn
+
+from audit.detectors import _source, register
+
+
+def _module_call_frame(ctx, a, b):
+    """Same code ran for different module instances (which expert): the frame that called it."""
+    pa, pb = a.module.split("."), b.module.split(".")
+    i = 0
+    while i < min(len(pa), len(pb)) and pa[i] == pb[i]:
+        i += 1
+    path = ".".join(pa[: i + 1])
+    mods = {p or type(o).__name__: o for p, o in ctx.trace.objects if isinstance(o, nn.Module)}
+    mod = mods.get(path)
+    code = getattr(getattr(type(mod), "forward", None), "__code__", None) if mod is not None else None
+    for k, (c, _) in enumerate(a.stack):
+        if c is code and k > 0:
+            return a.stack[k - 1]
+    return None
+
+
+def _at(code, line):
+    return code.co_filename, line, code.co_name
+
+
+def locate(ctx, p, a, b):
+    """(file, line, function) of the statement where two executions part ways.
+
+    p: the last op both ran (the anchor); a, b: the first ops that differ (None: nothing more ran)."""
+    if a is None or b is None:
+        x = a or b
+        code, line = x.stack[-1]
+        return _at(code, _source.innermost_branch(code.co_filename, line) or line)
+    sa, sb = a.stack, b.stack
+    i = 0
+    while i < min(len(sa), len(sb)) and sa[i][0] is sb[i][0] and sa[i][1] == sb[i][1]:
+        i += 1
+    if i < len(sa) and i < len(sb) and sa[i][0] is sb[i][0]:
+        line = _source.branch_between(sa[i][0].co_filename, sa[i][1], sb[i][1])
+        if line:
+            return _at(sa[i][0], line)
+    if p is not None and p.stack:  # one side left a function early: find the exiting branch
+        for d in range(len(p.stack) - 1, -1, -1):
+            code, lp = p.stack[d]
+            la = sa[d][1] if d < len(sa) and sa[d][0] is code else None
+            lb = sb[d][1] if d < len(sb) and sb[d][0] is code else None
+            if (la is None) != (lb is None):
+                line = _source.exit_branch(code.co_filename, lp, la if la is not None else lb)
+                if line:
+                    return _at(code, line)
+    if i == len(sa) == len(sb) and a.module != b.module:
+        fr = _module_call_frame(ctx, a, b)
+        if fr:
+            return _at(fr[0], _source.innermost_branch(fr[0].co_filename, fr[1]) or fr[1])
+    code, line = (sa[i - 1] if 0 < i <= len(sa) else sa[-1])
+    return _at(code, line)
+
+
+@register("data-dependent-control")
+def op_sequence_divergence(ctx):
+    """Consecutive complete steps dispatched different op sequences: replay would run only one."""
+    steps = ctx.complete
+    if len(steps) < 2:
+        return []
+    ids: dict = {}
+    seqs = {}
+    for s in steps:
+        recs = [r for r in ctx.ops(s) if r.stack]
+        seqs[s] = (recs, [ids.setdefault((r.op, r.module, id(r.stack[-1][0]), r.stack[-1][1]), len(ids))
+                          for r in recs])
+    hits = defaultdict(list)
+    for s0, s1 in itertools.pairwise(steps):
+        (ra, ta), (rb, tb) = seqs[s0], seqs[s1]
+        if ta == tb:
+            continue
+        for tag, i1, i2, j1, j2 in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes():
+            if tag == "equal":
+                continue
+            a = ra[i1] if i1 < len(ra) else None
+            b = rb[j1] if j1 < len(rb) else None
+            p = ra[i1 - 1] if i1 > 0 else None
+            if a is None and b is None:
+                continue
+            what = _what(ctx, tag, s0, s1, ra[i1:i2], rb[j1:j2], a, b)
+            if a is not None and b is not None and ta[i1] == tb[j1]:
+                # an extra (or missing) loop iteration: the alignment can start it anywhere, so
+                # attribute the extra ops to the loop/branch around them
+                a, b = (a, None) if tag == "delete" else (None, b)
+            first = sorted({x.op for x in (ra[i1:i2][:1] + rb[j1:j2][:1])})  # sorted: stable across runs
+            hits[locate(ctx, p, a, b)].append((what, " vs ".join(first), (a or b).module))
+    out = []
+    n_pairs = len(steps) - 1
+    for where, regions in hits.items():
+        what, ops, mod = regions[0]
+        msg = f"{what}; a graph replays only the captured path"
+        out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs, msg, module=mod))
+    return out
+
+
+def _what(ctx, tag, s0, s1, extra_a, extra_b, a, b) -> str:
+    if tag == "delete":
+        return f"step {s0} ran {len(extra_a)} op(s) that step {s1} did not (first {_desc(ctx, extra_a[0])})"
+    if tag == "insert":
+        return f"step {s1} ran {len(extra_b)} op(s) that step {s0} did not (first {_desc(ctx, extra_b[0])})"
+    return f"the op sequence forks between steps {s0} and {s1}: {_desc(ctx, a)} vs {_desc(ctx, b)}"
+
+
+def _desc(ctx, r) -> str:
+    if r is None:
+        return "nothing more"
+    f, line, _ = ctx.where(r)
+    return f"`{r.op}` at {f}:{line}" + (f" ({r.module})" if r.module else "")

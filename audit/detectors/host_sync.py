@@ -1,0 +1,176 @@
+"""host-sync: the host waits for the device (a value, a size, or an explicit synchronize).
+
+Under torch.cuda.graph any of these invalidates the capture without naming the op, and the
+process is poisoned afterwards (HAZARDS.md). Three sources, one finding per source line:
+- aten ops whose result size or value needs device data (SYNC_OPS below, keyed by op);
+- host reads hooked at the Tensor-method level (`.item()`, `.tolist()`, `bool(t)`, `.cpu()`, ...),
+  which on a CPU tensor never reach the dispatcher yet sync on a GPU;
+- explicit waits (torch.cuda.synchronize, Event/Stream.synchronize/query), sync-debug-mode
+  warnings and _gpu_trace sync callbacks (CUDA scans).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from audit.detectors import register
+
+SYNC_OPS: dict[str, Callable] = {}  # "aten.nonzero" -> rule(record) -> (message, fix) | None
+
+
+def sync_op(*ops: str):
+    """Registers a per-op rule; it returns (message, fix) when this call synchronizes."""
+
+    def deco(fn):
+        for op in ops:
+            SYNC_OPS[op] = fn
+        return fn
+
+    return deco
+
+
+_BOOLS = (torch.bool, torch.uint8)
+_DEVICE_FIX = ("Keep it on the device: select with torch.where/masks, or read the value outside "
+               "the step (after replay) when the host really needs it.")
+
+
+@sync_op("aten._local_scalar_dense", "aten.item", "aten.equal", "aten.is_nonzero")
+def scalar_read(rec):
+    """A device value becomes a Python scalar: the host waits for every queued kernel."""
+    return (f"`{rec.op}` reads a device value into a Python scalar", _DEVICE_FIX)
+
+
+@sync_op("aten.nonzero", "aten.masked_select", "aten._unique", "aten._unique2", "aten.unique_dim",
+         "aten.unique_consecutive", "aten.bincount", "aten.histc")
+def data_dependent_size(rec):
+    """The output size depends on device data, so the host must read it before allocating.
+    (histc only when it has to find min/max itself: min == max, the default.)"""
+    if rec.op == "aten.histc":
+        lo, hi = (list(rec.args[2:4]) + [0, 0])[:2]
+        if lo != hi:
+            return None
+    fixes = {
+        "aten.nonzero": "torch.where(mask, a, b) on the full tensor, or torch.nonzero_static(x, size=MAX).",
+        "aten.bincount": "scatter_add_ ones into a preallocated [n_bins] counter (fixed size, no sync).",
+        "aten.masked_select": "torch.where(mask, x, 0) on the full tensor, reduce with the mask.",
+    }
+    fix = fixes.get(rec.op, "Use a fixed-size formulation (static maximum plus a validity mask).")
+    return (f"`{rec.op}` has a data-dependent output size: the host reads it from the device", fix)
+
+
+@sync_op("aten.index", "aten.index_put_", "aten.index_put", "aten._index_put_impl_")
+def bool_mask_index(rec):
+    """Boolean-mask indexing is nonzero() in disguise: the result size is the number of Trues."""
+    idx = rec.inputs[1:] if rec.op == "aten.index" else rec.inputs[1:-1]
+    if any(m.dtype in _BOOLS for m in idx):
+        return ("boolean-mask indexing (x[mask]) needs the number of True elements on the host",
+                ("Use torch.where(mask, x, fill) / masked_fill on the full tensor, or gather with "
+                 "indices from a fixed-size topk."))
+    return None
+
+
+@sync_op("aten.repeat_interleave")
+def repeat_interleave_size(rec):
+    """Without output_size= the total length is summed on the device and read back
+    (only when the repeats are a tensor; repeat_interleave(x, 3) knows its size)."""
+    overload = getattr(rec.func, "_overloadname", "Tensor")
+    if overload not in ("Tensor", "self_Tensor") or any(isinstance(a, tuple) and len(a) == 2 and a[0] == "output_size" and a[1] is not None for a in rec.args):
+        return None
+    return ("`repeat_interleave` without output_size= reads the total length from the device",
+            "Pass output_size= (a static maximum) so no read-back is needed.")
+
+
+@sync_op("aten.one_hot")
+def one_hot_classes(rec):
+    """one_hot with num_classes=-1 reads max(x) from the device."""
+    n = rec.args[1] if len(rec.args) > 1 else -1
+    if n == -1:
+        return ("`one_hot` without num_classes reads max(x) from the device", "Pass num_classes=.")
+    return None
+
+
+@sync_op("aten._to_copy", "aten.copy_")
+def device_to_host(rec):
+    """A copy from device memory into host memory waits for the device."""
+    if rec.op == "aten._to_copy":
+        src, dst = (rec.inputs[:1], rec.outputs[:1])
+    else:
+        dst, src = rec.inputs[:1], rec.inputs[1:2]
+    if src and dst and src[0].device.type != "cpu" and dst[0].device.type == "cpu":
+        return ("device->host copy inside the step waits for the device", _DEVICE_FIX)
+    return None
+
+
+_HOST_FIX = {
+    "Tensor.tolist": "Keep the values on the device (masks, gather, scatter_add_ into fixed-size buffers); "
+                     "take sizes from host-side metadata instead of reading them back.",
+    "Tensor.__bool__": "Replace the Python `if` on a tensor with torch.where / masks, or compute both branches.",
+}
+
+
+@register("host-sync")
+def dispatched_syncs(ctx):
+    """Aten ops that synchronize (SYNC_OPS), unless they are the inside of a hooked host read."""
+    hits = []
+    for r in ctx.all_records(("aten",)):
+        rule = SYNC_OPS.get(r.op)
+        if rule is None or r.nested:
+            continue
+        res = rule(r)
+        if res:
+            hits.append((r, res))
+    out, res_of = [], {id(r): res for r, res in hits}
+    for (_, _, op), group in ctx.per_site(r for r, _ in hits).items():
+        msg, fix = res_of[id(group[0])]
+        out.append(ctx.finding("host-sync", group[0], op, len(group) / ctx.n_steps, msg, fix=fix))
+    return out
+
+
+def _covered(ctx) -> set:
+    """(file, line) per step already explained by a hooked host read, a patched wait or a sync op."""
+    out = set()
+    for r in ctx.all_records(("aten", "host", "sync")):
+        if r.note == "gpu_trace" or not r.frame:
+            continue
+        rule = SYNC_OPS.get(r.op) if r.kind == "aten" else None
+        if r.kind != "aten" or r.nested or (rule and rule(r)):
+            out.add((r.step,) + r.frame[:2])
+    return out
+
+
+@register("host-sync")
+def host_reads(ctx):
+    """Tensor-method host reads (.item/.tolist/.cpu/.numpy/bool/int/float/index) and explicit waits.
+
+    On a CPU scan these are the calls that would copy to the host and wait on a GPU."""
+    out = []
+    recs = [r for r in ctx.all_records(("host", "sync")) if r.note != "gpu_trace"]
+    for (file, line, op), group in ctx.per_site(recs).items():
+        r = group[0]
+        if r.kind == "host":
+            shape = tuple(r.inputs[0].shape) if r.inputs else ()
+            msg = f"`{op}` on a {list(shape)} tensor copies it to the host and waits for the device"
+            fix = _HOST_FIX.get(op, _DEVICE_FIX)
+        else:
+            msg = f"`{op}()` blocks the host until the device is idle (capture cannot contain it)"
+            fix = "Remove it from the step; gate profiling syncs behind a flag that is off during capture."
+        out.append(ctx.finding("host-sync", r, op, len(group) / ctx.n_steps, msg, fix=fix))
+    return out
+
+
+@register("host-sync", cuda_only=True)
+def runtime_reported_syncs(ctx):
+    """CUDA scans: syncs the runtime reported (sync-debug-mode warnings on the op that raised them,
+    torch.cuda._gpu_trace callbacks) where no rule above already explains the line."""
+    covered = _covered(ctx)
+    recs = [r for r in ctx.all_records(("sync",)) if r.note == "gpu_trace"]
+    why = {id(r): f"the CUDA runtime reported a {r.op[5:]} here (torch.cuda._gpu_trace)" for r in recs}
+    for step, index, msg in ctx.trace.warnings:
+        r = ctx.steps[step][index]
+        recs.append(r)
+        why[id(r)] = f"sync-debug mode: {msg.splitlines()[0]}"
+    recs = [r for r in recs if r.frame and (r.step,) + r.frame[:2] not in covered and not r.nested]
+    return [ctx.finding("host-sync", g[0], op, len(g) / ctx.n_steps, why[id(g[0])])
+            for (_, _, op), g in ctx.per_site(recs).items()]

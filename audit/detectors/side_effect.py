@@ -1,0 +1,90 @@
+"""cpu-side-effect: the step changed Python state (a counter, a list, an attribute, a global).
+
+Replay runs kernels only: a Python side effect happens once, at capture, and never again, so
+anything that reads it later (a position counter, a history list) silently goes stale. The tracer
+snapshots plain attributes of every object reachable from the target (and user-module globals)
+around each audited step. The source line comes from the nn.Module.__setattr__ hook when the
+change went through it, otherwise from the owner's source (the statements that mutate it).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections import defaultdict
+
+from audit.detectors import _source, register
+
+
+def _owner(ctx, path: str):
+    for p, obj in ctx.trace.objects:
+        if p == path:
+            return obj
+    return None
+
+
+def _executed(ctx, step: int) -> set:
+    """(file, function) pairs that ran user code in the step (from the op stacks)."""
+    out = set()
+    for r in ctx.steps[step]:
+        for code, _ in r.stack:
+            out.add((code.co_filename, code.co_name))
+    return out
+
+
+def _source_sites(ctx, change, step: int):
+    """Candidate (file, line, function) for a change that did not go through __setattr__."""
+    if change.owner.startswith("<module "):
+        mod = sys.modules.get(change.owner[8:-1])
+        files = [(getattr(mod, "__file__", None), None, True)]
+    else:
+        obj = _owner(ctx, change.owner)
+        files = []
+        for cls in type(obj).__mro__ if obj is not None else ():
+            try:
+                lines, start = inspect.getsourcelines(cls)
+                files.append((inspect.getsourcefile(cls), (start, start + len(lines)), False))
+            except (OSError, TypeError):
+                continue
+    ran = _executed(ctx, step)
+    if not change.owner.startswith("<module "):  # `self.meta.tokens += 1` lives in the caller's code
+        files += [(f, None, False) for f in sorted({f for f, _ in ran})]
+    cands = []
+    for file, span, glob in files:
+        if not file:
+            continue
+        for line, fn in _source.mutation_sites(file, change.attr, span, global_name=glob):
+            if fn not in ("__init__", "prepare"):
+                cands.append(((file, fn) in ran, file, line, fn))
+    if not cands:
+        return []
+    best = [c for c in cands if c[0]] or cands
+    return [(f, line, fn) for _, f, line, fn in best[:3]]
+
+
+@register("cpu-side-effect")
+def python_state_changes(ctx):
+    """Plain attributes / globals that differ before and after a step: replay will not redo it."""
+    changed = defaultdict(list)  # (owner, attr) -> [(step, change)]
+    for s, changes in enumerate(ctx.trace.changes):
+        for c in changes:
+            changed[(c.owner, c.attr)].append((s, c))
+    setattrs = defaultdict(list)  # "owner\0attr" -> records
+    for r in ctx.all_records(("setattr",)):
+        setattrs[r.note].append(r)
+    out = []
+    for (owner, attr), hits in changed.items():
+        s, c = hits[0]
+        count = len(hits) / ctx.n_steps
+        msg = f"the step changes {c.describe()}; a replay would not"
+        recs = [r for r in setattrs.get(f"{owner}\x00{attr}", ()) if r.stack]
+        if recs:
+            out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, msg))
+            continue
+        sites = _source_sites(ctx, c, s)
+        if not sites:
+            out.append(ctx.finding("cpu-side-effect", ("<python state>", 0, ""), "mutate", count,
+                                   msg + " (no source line found)", module=owner))
+        for site in sites:
+            out.append(ctx.finding("cpu-side-effect", site, "mutate", count, msg, module=owner))
+    return out

@@ -1,0 +1,66 @@
+"""stale-input-pointer: the step reads a tensor it did not produce, at a new address each step.
+
+A graph records device addresses. Inputs must live in static buffers that prepare() refills with
+copy_; if prepare() (or anything outside the step) rebinds the tensor instead, replay reads the
+buffer that existed at capture. We take, per step, the first call that reads each outside
+storage, align those calls across steps and compare storage identity (StorageImpl, unique for
+the whole scan because the tracer keeps a weak reference to every storage it saw). A storage
+that the target's objects already held before the previous step is persistent state (weights,
+caches), never a rebound input, so misaligned calls (another expert ran) cannot masquerade.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from audit import state
+from audit.detectors import register
+
+
+def _first_reads(ctx, step):
+    """(call key, input position) -> TensorMeta of the first read of each outside storage."""
+    born = ctx.trace.born
+    seen, out = set(), {}
+    for key, r in ctx.sites(step).items():
+        for j, m in enumerate(r.inputs):
+            if r.in_step[j] or m.sid == 0 or m.sid in born or m.sid in seen:
+                continue
+            seen.add(m.sid)
+            out[(key, j)] = (r, m)
+    return out
+
+
+def _holder(ctx, sids) -> str | None:
+    """Name of the attribute that holds one of these storages now (e.g. 'ids' of the target)."""
+    return next((name for name, t in state.tensor_attrs(ctx.trace.objects) if state.storage_id(t) in sids), None)
+
+
+@register("stale-input-pointer")
+def rebound_inputs(ctx):
+    """An outside input's storage changes between steps: replay would read the captured one."""
+    per = defaultdict(list)
+    for s in ctx.complete:
+        for k, v in _first_reads(ctx, s).items():
+            per[k].append((s,) + v)
+    held = ctx.trace.held
+    groups = defaultdict(list)
+    for (key, j), reads3 in per.items():
+        if len(reads3) < 2 or len({m.sid for _, _, m in reads3}) < 2:
+            continue
+        if not any(s > 0 and m.sid not in held[s - 1] for s, _, m in reads3):
+            continue  # persistent storages read at a misaligned call, not a rebound input
+        reads = [(r, m) for _, r, m in reads3]
+        groups[(ctx.where(reads[0][0]), reads[0][0].op)].append((j, reads))
+    out = []
+    for items in groups.values():
+        j, reads = items[0]
+        r, m = reads[0]
+        holder = _holder(ctx, {x.sid for _, x in reads})
+        name = f"`{holder}`" if holder else f"input {j}"
+        ptrs = " -> ".join(hex(x.ptr) for _, x in reads[:3])
+        msg = (f"reads {name} ({list(m.shape)} {str(m.dtype).replace('torch.', '')}) from a different storage "
+               f"every step ({ptrs}); it is not produced inside the step")
+        fix = ("Allocate the input once as a static buffer and refill it with copy_ in prepare(); "
+               + (f"do not rebind `{holder}`." if holder else "never rebind the tensor the step reads."))
+        out.append(ctx.finding("stale-input-pointer", r, r.op, len(items), msg, fix=fix))
+    return out

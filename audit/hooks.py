@@ -1,0 +1,176 @@
+"""Patches that see what the dispatcher cannot; installed for one audited step, always restored.
+
+- Host reads: on a CPU tensor `.tolist()`, `.cpu()`, `.numpy()` never dispatch, yet on a GPU each
+  is a device->host copy plus a sync. We wrap the Tensor methods so a CPU scan lists them.
+- CUDA waits: `torch.cuda.synchronize`, `Event.synchronize/query`, `Stream.synchronize/query`.
+  Sync-debug mode misses the first two (HAZARDS.md), so patching is the only reliable signal.
+- `nn.Module.__setattr__`: the source line of a Python-side state change inside the step.
+- GPU only: sync-debug mode "warn", and torch.cuda._gpu_trace callbacks (those cannot be removed,
+  so they are registered once per process, forward to the active tracer, and are idle otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from audit.errors import AuditError
+
+__all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "sync_debug_off", "sync_debug_warn"]
+
+# `.to(device)` is left out on purpose: on a CPU scan `.to(self.device)` cannot be told apart from
+# `.to("cpu")`; on a CUDA scan a real device->host `.to` dispatches `_to_copy` and is caught there.
+HOST_READS = ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__")
+ORIG = {n: getattr(torch._C.TensorBase, n) for n in HOST_READS}
+_ACTIVE = None  # the Tracer of the step being audited
+
+
+def _host_wrapper(name: str, orig):
+    label = f"Tensor.{name}"
+
+    def wrapper(self, *args, **kwargs):
+        tr = _ACTIVE
+        if tr is None or tr.host_depth or tr._step < 0 or self.device.type != tr.device.type:
+            return orig(self, *args, **kwargs)
+        tr.record_event("host", label, self)
+        tr.host_depth += 1
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            tr.host_depth -= 1
+
+    wrapper.__name__ = name
+    wrapper.__wrapped__ = orig
+    return wrapper
+
+
+def _sync_wrapper(label: str, orig, method: bool):
+    def wrapper(*args, **kwargs):
+        tr = _ACTIVE
+        if tr is not None and tr._step >= 0 and not tr.host_depth:
+            tr.record_event("sync", label)
+            tr.host_depth += 1
+            try:
+                if method or torch.cuda.is_available():  # CPU-only host: nothing to wait for
+                    return orig(*args, **kwargs)
+                return None
+            finally:
+                tr.host_depth -= 1
+        return orig(*args, **kwargs)
+
+    wrapper.__name__ = getattr(orig, "__name__", label)
+    wrapper.__wrapped__ = orig
+    return wrapper
+
+
+def _sync_targets():
+    out = [(torch.cuda, "synchronize", "torch.cuda.synchronize", False),
+           (torch.cuda.Event, "synchronize", "Event.synchronize", True),
+           (torch.cuda.Event, "query", "Event.query", True),
+           (torch.cuda.Stream, "synchronize", "Stream.synchronize", True),
+           (torch.cuda.Stream, "query", "Stream.query", True)]
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "synchronize"):
+        out.append((acc, "synchronize", "torch.accelerator.synchronize", False))
+    return out
+
+
+@contextlib.contextmanager
+def _patched(owner, name: str, new):
+    """Sets owner.name = new; afterwards restores exactly what was there (own attr or inherited)."""
+    had = name in vars(owner)
+    old = vars(owner).get(name)
+    setattr(owner, name, new)
+    try:
+        yield
+    finally:
+        if had:
+            setattr(owner, name, old)
+        else:
+            delattr(owner, name)
+
+
+def _setattr_wrapper(orig):
+    def __setattr__(self, name, value):
+        tr = _ACTIVE
+        if tr is not None and tr._step >= 0:
+            tr.record_event("setattr", "setattr", note=f"{tr.path_of(self)}\x00{name}")
+        orig(self, name, value)
+
+    __setattr__.__wrapped__ = orig
+    return __setattr__
+
+
+@contextlib.contextmanager
+def active(tracer):
+    """Installs every patch for `tracer`'s step; removes them in reverse order, also on error."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        raise AuditError("a scan is already running in this process (scans do not nest)")
+    with contextlib.ExitStack() as stack:
+        for name in HOST_READS:
+            stack.enter_context(_patched(torch.Tensor, name, _host_wrapper(name, getattr(torch.Tensor, name))))
+        for owner, name, label, method in _sync_targets():
+            stack.enter_context(_patched(owner, name, _sync_wrapper(label, getattr(owner, name), method)))
+        stack.enter_context(_patched(nn.Module, "__setattr__", _setattr_wrapper(nn.Module.__setattr__)))
+        _ACTIVE = tracer
+        try:
+            yield
+        finally:
+            _ACTIVE = None
+
+
+def is_default_generator(g) -> bool:
+    if g is torch.default_generator:
+        return True
+    with contextlib.suppress(Exception):
+        return any(g is d for d in torch.cuda.default_generators)
+    return False
+
+
+@contextlib.contextmanager
+def sync_debug_warn():
+    """torch.cuda.set_sync_debug_mode('warn') for the step (process-global; restored after)."""
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+
+
+@contextlib.contextmanager
+def sync_debug_off():
+    """The audit's own device reads must not show up as the program's sync warnings."""
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode(0)
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+
+
+_GPU_TRACE_INSTALLED = False
+
+
+def install_gpu_trace() -> None:
+    """Registers the _gpu_trace sync callbacks once per process (they cannot be removed; HAZARDS.md
+    says one fired during a later capture and failed it: only call this in a scan process)."""
+    global _GPU_TRACE_INSTALLED
+    if _GPU_TRACE_INSTALLED:
+        return
+    from torch.cuda import _gpu_trace
+
+    torch._C._activate_gpu_trace()
+    _gpu_trace.register_callback_for_device_synchronization(lambda *a: _gpu_sync("device synchronization"))
+    _gpu_trace.register_callback_for_stream_synchronization(lambda *a: _gpu_sync("stream synchronization"))
+    _gpu_trace.register_callback_for_event_synchronization(lambda *a: _gpu_sync("event synchronization"))
+    _GPU_TRACE_INSTALLED = True
+
+
+def _gpu_sync(what: str) -> None:
+    tr = _ACTIVE
+    if tr is not None and tr._step >= 0 and not tr.host_depth:
+        tr.record_event("sync", f"cuda {what}", note="gpu_trace")

@@ -1,0 +1,95 @@
+"""`scan`: run a target's decode steps once under the tracer, then let every detector read the trace.
+
+warmup steps run plain (lazy init, first-call effects, caches filling up); the following `steps`
+run audited. Detectors never re-run the model. If the target raises, what was traced so far is
+still turned into an inventory, attached to the TargetFailed error.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+
+import torch
+
+from audit import detectors
+from audit.errors import AuditError, TargetFailed
+from audit.inventory import SEVERITIES, Inventory
+from audit.target import describe_error, resolve
+from audit.trace import Tracer
+
+__all__ = ["scan"]
+
+Progress = Callable[[int, int, str], None]  # (iterations done, total, "warmup" | "audit")
+
+
+def _check(device: str, steps: int, warmup: int) -> str:
+    if not isinstance(steps, int) or steps < 2:
+        raise AuditError(f"--steps must be an integer >= 2 (the cross-step detectors compare steps), not {steps!r}")
+    if not isinstance(warmup, int) or warmup < 0:
+        raise AuditError(f"--warmup must be an integer >= 0, not {warmup!r}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise AuditError(f"--device {device!r}: expected cpu, cuda or cuda:N") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise AuditError(f"--device {device!r}: the audit runs on cpu or cuda")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise AuditError("--device cuda requested but CUDA is not available on this machine")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise AuditError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return str(dev)
+
+
+def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str = "reference", *,
+         progress: Progress | None = None, gpu_trace: bool = False) -> Inventory:
+    """Audits `target` (a factory, 'file.py:factory' or 'dsv4:<preset>') and returns its Inventory.
+
+    gpu_trace: also register torch.cuda._gpu_trace sync callbacks (CUDA only). They cannot be
+    removed again, so only a process that will not capture afterwards should ask for them."""
+    device = _check(device, steps, warmup)
+    t_start = time.perf_counter()
+    res = resolve(target, device, path)
+    obj, total = res.obj, warmup + steps
+    tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
+    failure = None
+    try:
+        for i in range(total):
+            audited = i >= warmup
+            stage = "prepare"
+            try:
+                obj.prepare(i)
+                stage = "step"
+                if audited:
+                    with tracer.step(i - warmup):
+                        tracer.call(obj.step)
+                else:
+                    obj.step()
+            except Exception as e:  # the target failed: keep what we have
+                failure = (f"target {res.label}: {stage}() raised in {'audited' if audited else 'warmup'} "
+                           f"iteration {i}: {describe_error(e)}")
+                break
+            if progress:
+                progress(i + 1, total, "audit" if audited else "warmup")
+        findings = detectors.run(tracer.trace, obj, cuda=tracer.cuda)
+    finally:
+        tracer.close()
+    tr = tracer.trace
+    meta = {
+        "target": res.label, "path": path, "device": device, "warmup": warmup, "steps": steps,
+        "audited_steps": len(tr.complete_steps()), "traced_ops": tr.n_ops,
+        "traced_seconds": round(tr.seconds, 3),
+        "ops_per_second": round(tr.n_ops / tr.seconds, 1) if tr.seconds else 0.0,
+        "scan_seconds": round(time.perf_counter() - t_start, 3),
+        "torch": torch.__version__, "python": platform.python_version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "name": res.name, "error": failure,
+    }
+    inv = Inventory.from_findings(findings, meta)
+    inv.meta["findings"] = {s: int((inv.df.severity == s).sum()) for s in SEVERITIES} if len(inv) else \
+        {s: 0 for s in SEVERITIES}
+    if failure:
+        raise TargetFailed(failure, inv)
+    return inv

@@ -1,0 +1,213 @@
+"""What the audited step can reach: module names for attribution, Python state for side effects.
+
+A graph replays kernels, not Python: whatever Python state the step changes (a position counter,
+a list of past tokens, a rebound attribute) changes once at capture and never again. We find
+those by snapshotting the plain (non-tensor) attributes of every object reachable from the target,
+and of the user modules' globals, right before and right after each audited step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import types
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
+
+_PRIMS = (type(None), bool, int, float, complex, str, bytes)
+_FOREIGN = ("torch", "builtins", "numpy", "pandas", "typing", "collections", "enum", "functools")
+_SKIP_ATTRS = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
+_MAX_ITEMS = 32
+
+
+def _is_user_object(v) -> bool:
+    """Instances of user classes (not torch/stdlib) whose attributes we should look into."""
+    t = type(v)
+    mod = getattr(t, "__module__", "") or ""
+    return hasattr(v, "__dict__") and not isinstance(v, (type, types.ModuleType, types.FunctionType,
+                                                            types.MethodType)) and mod.split(".")[0] not in _FOREIGN
+
+
+def reachable(root, max_depth: int = 4, limit: int = 50000) -> list[tuple[str, object]]:
+    """(path, obj) for root and every module / user object reachable through attributes and
+    containers, breadth first (so each object gets its shortest path). root's path is ''.
+    Module trees are followed to any depth; other objects up to `max_depth` hops."""
+    out: list[tuple[str, object]] = []
+    seen: set[int] = set()
+    todo = deque([("", root, 0)])
+    while todo and len(out) < limit:
+        path, obj, depth = todo.popleft()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        out.append((path, obj))
+        for name, v in _children(obj):
+            sub = f"{path}.{name}" if path else name
+            if isinstance(v, (list, tuple)) and len(v) <= 4096:
+                pairs = [(f"{sub}.{i}", x) for i, x in enumerate(v)]
+            elif isinstance(v, dict) and len(v) <= 4096:
+                pairs = [(f"{sub}.{k}", x) for k, x in v.items()]
+            else:
+                pairs = [(sub, v)]
+            for p, x in pairs:
+                if isinstance(x, nn.Module):
+                    todo.append((p, x, depth))
+                elif _is_user_object(x) and depth < max_depth:
+                    todo.append((p, x, depth + 1))
+    return out
+
+
+def _children(obj):
+    if isinstance(obj, nn.Module):
+        yield from obj._modules.items()
+    d = getattr(obj, "__dict__", None)
+    if d:
+        for k, v in list(d.items()):
+            if k not in _SKIP_ATTRS:
+                yield k, v
+
+
+def module_names(objects: list[tuple[str, object]]) -> dict[int, str]:
+    """id(module) -> dotted path from the target (the root module itself: its class name)."""
+    names = {}
+    for path, obj in objects:
+        if isinstance(obj, nn.Module) and id(obj) not in names:
+            names[id(obj)] = path or type(obj).__name__
+    return names
+
+
+def tensor_attrs(objects: list[tuple[str, object]]):
+    """('owner.attr', tensor) for tensors the reachable objects hold right now: parameters,
+    buffers, tensor attributes and tensors in list/tuple/dict attributes (`extras[0]`)."""
+    for path, obj in objects:
+        pre = f"{path}." if path else ""
+        items = list(getattr(obj, "__dict__", {}).items())
+        if isinstance(obj, nn.Module):
+            items += list(obj._parameters.items()) + list(obj._buffers.items())
+        for name, v in items:
+            if isinstance(v, torch.Tensor):
+                yield pre + name, v
+            elif isinstance(v, (list, tuple)) and len(v) <= 4096:
+                yield from ((f"{pre}{name}[{i}]", x) for i, x in enumerate(v) if isinstance(x, torch.Tensor))
+            elif isinstance(v, dict) and len(v) <= 4096:
+                yield from ((f"{pre}{name}[{k!r}]", x) for k, x in v.items() if isinstance(x, torch.Tensor))
+
+
+def storage_id(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage()._cdata
+    except Exception:  # no storage (sparse, meta, wrapper subclasses)
+        return 0
+
+
+# ---------------------------------------------------------------------- snapshots
+def _fp(v, depth: int = 0):
+    """A cheap, comparable fingerprint of a plain value; tensors are left to the tensor detectors."""
+    if isinstance(v, _PRIMS):
+        return "nan" if isinstance(v, float) and math.isnan(v) else v
+    if isinstance(v, torch.Tensor):
+        return "<tensor>"
+    if isinstance(v, (torch.dtype, torch.device, torch.Size)):
+        return v
+    if isinstance(v, (list, tuple, deque)):
+        if depth >= 2:
+            return (type(v).__name__, len(v))
+        return (type(v).__name__, len(v), tuple(_fp(x, depth + 1) for x in list(v)[:_MAX_ITEMS]))
+    if isinstance(v, dict):
+        if depth >= 2:
+            return ("dict", len(v))
+        items = list(v.items())[:_MAX_ITEMS]
+        return ("dict", len(v), tuple((repr(k), _fp(x, depth + 1)) for k, x in items))
+    if isinstance(v, (set, frozenset)):
+        return (type(v).__name__, len(v))
+    return ("obj", type(v).__name__, id(v))
+
+
+def _attrs(obj):
+    if isinstance(obj, nn.Module):
+        yield "_parameters", ("keys", tuple(obj._parameters))
+        yield "_buffers", ("keys", tuple(obj._buffers))
+        yield "_modules", ("keys", tuple(obj._modules))
+    for k, v in list(getattr(obj, "__dict__", {}).items()):
+        if k in _SKIP_ATTRS or "hooks" in k or isinstance(v, (nn.Module, types.FunctionType, types.MethodType)):
+            continue
+        yield k, _fp(v)
+
+
+def user_modules(is_user) -> list[tuple[str, types.ModuleType]]:
+    """Imported modules whose source counts as user code (their globals are state too)."""
+    out = []
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if f and os.path.isabs(f) and name.split(".")[0] not in _FOREIGN and is_user(f):
+            out.append((name, mod))
+    return out
+
+
+def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.ModuleType]]) -> dict:
+    """(owner path, attribute) -> fingerprint, for reachable objects and user-module globals."""
+    snap = {}
+    for path, obj in objects:
+        for k, fp in _attrs(obj):
+            snap[(path, k)] = fp
+    for name, mod in modules:
+        for k, v in list(vars(mod).items()):
+            if k.startswith("__") or isinstance(v, (types.ModuleType, type, types.FunctionType,
+                                                     types.BuiltinFunctionType)):
+                continue
+            if isinstance(v, _PRIMS + (list, dict, set, deque)):
+                snap[(f"<module {name}>", k)] = _fp(v)
+    return snap
+
+
+@dataclass
+class StateChange:
+    owner: str          # path from the target ("model.layers.0.attn"), or "<module pkg.mod>"
+    attr: str
+    before: object
+    after: object
+
+    def describe(self) -> str:
+        where = f"{self.owner}.{self.attr}" if self.owner and not self.owner.startswith("<") else self.attr
+        a, b = self.before, self.after
+        if _is_container(a) and _is_container(b) and a[:2] == b[:2] and len(a) == len(b) == 3:
+            for (ka, va), (kb, vb) in zip(_items(a), _items(b)):  # same size: name the element that changed
+                if ka == kb and va != vb:
+                    return f"`{where}[{ka}]` ({_show(va)} -> {_show(vb)})"
+        return f"`{where}` ({_show(a)} -> {_show(b)})"
+
+
+def _is_container(fp) -> bool:
+    return isinstance(fp, tuple) and bool(fp) and fp[0] in ("list", "tuple", "deque", "dict")
+
+
+def _items(fp):
+    if fp[0] == "dict":
+        return list(fp[2])
+    return list(enumerate(fp[2]))
+
+
+def diff(before: dict, after: dict) -> list[StateChange]:
+    out = []
+    for key in before.keys() | after.keys():
+        a, b = before.get(key, "<unset>"), after.get(key, "<unset>")
+        if a != b:
+            out.append(StateChange(key[0], key[1], a, b))
+    return sorted(out, key=lambda c: (c.owner, c.attr))
+
+
+def _show(fp) -> str:
+    if isinstance(fp, tuple) and fp and fp[0] in ("list", "tuple", "deque", "dict", "set", "frozenset"):
+        return f"{fp[0]} of {fp[1]}"
+    if isinstance(fp, tuple) and fp and fp[0] == "obj":
+        return f"<{fp[1]} object>"
+    if isinstance(fp, tuple) and fp and fp[0] == "keys":
+        return "{" + ", ".join(fp[1]) + "}"
+    s = repr(fp)
+    return s if len(s) < 40 else s[:37] + "..."

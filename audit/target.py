@@ -1,0 +1,176 @@
+"""The AuditTarget protocol and how a target is found: a factory, `file.py:factory`, or `dsv4:<preset>`.
+
+A target is a factory `make(device) -> obj`. `obj.prepare(i)` stages step i's inputs on the host
+side (what runs outside a graph: not audited); `obj.step()` is the region that would be captured
+and replayed every decode step (audited). Everything that can go wrong while finding or building
+a target is an AuditError with one line that says what to fix.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from audit.errors import AuditError
+
+__all__ = ["PATHS", "AuditTarget", "Dsv4Reference", "Dsv4Static", "Resolved", "resolve"]
+
+PATHS = ("reference", "static")
+
+
+@runtime_checkable
+class AuditTarget(Protocol):
+    def prepare(self, i: int) -> None: ...
+
+    def step(self) -> Any: ...
+
+
+@dataclass
+class Resolved:
+    obj: Any
+    name: str                  # short name for output folders: "tiny", "planted_host_sync-make"
+    label: str                 # what the report calls it: "dsv4:tiny (reference path)"
+    roots: tuple[str, ...] = ()  # folders that count as user code (the target file's)
+
+
+# ---------------------------------------------------------------------- built-in: DeepSeek-V4
+class Dsv4Reference:
+    """The eager reference decode: prefill a short random prompt, then decode one token per step."""
+
+    def __init__(self, preset: str, device: str, batch: int = 1, prompt_len: int = 8, seed: int = 0):
+        import dsv4
+
+        self.device = torch.device(device)
+        self.model = dsv4.load(preset, device=device, dtype="bfloat16", seed=seed)
+        self.vocab = self.model.cfg.vocab_size
+        self.batch = batch
+        self.gen = torch.Generator().manual_seed(seed)
+        prompt = torch.randint(0, self.vocab, (batch, prompt_len), generator=self.gen)
+        self.model.prefill(prompt.to(self.device))
+        self.ids = None
+
+    def prepare(self, i: int) -> None:
+        """Next token ids, staged the way an eager loop does it: a fresh tensor each step."""
+        self.ids = torch.randint(0, self.vocab, (self.batch,), generator=self.gen).to(self.device)
+
+    def step(self):
+        return self.model.decode(self.ids)
+
+
+class Dsv4Static(Dsv4Reference):
+    """The graph-ready decode (dsv4.decode.static.StaticDecoder): static buffers, device positions."""
+
+    def __init__(self, preset: str, device: str, batch: int = 1, prompt_len: int = 8, seed: int = 0):
+        try:
+            from dsv4.decode.static import StaticDecoder
+        except ImportError as e:
+            raise AuditError(f"the static decode path is not available ({e}); "
+                             "dsv4.decode.static.StaticDecoder is needed for --path static") from None
+        import dsv4
+
+        self.device = torch.device(device)
+        self.model = dsv4.load(preset, device=device, dtype="bfloat16", seed=seed)
+        self.vocab, self.batch = self.model.cfg.vocab_size, batch
+        self.gen = torch.Generator().manual_seed(seed)
+        self.dec = StaticDecoder(self.model, batch_size=batch)
+        prompt = torch.randint(0, self.vocab, (batch, prompt_len), generator=self.gen)
+        self.dec.prefill(prompt.to(self.device))
+
+    def prepare(self, i: int) -> None:
+        self.dec.stage(torch.randint(0, self.vocab, (self.batch,), generator=self.gen).to(self.device))
+
+    def step(self):
+        return self.dec.step()
+
+
+def _dsv4(preset: str, path: str) -> Callable[[str], Any]:
+    cls = Dsv4Reference if path == "reference" else Dsv4Static
+    return lambda device: cls(preset, device)
+
+
+# ---------------------------------------------------------------------- resolution
+def _user_frame(exc: BaseException) -> str:
+    """' (at file:line)' for the innermost traceback frame outside torch and the audit."""
+    from audit.trace import is_user_file
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    name = os.path.relpath(f.filename) if not os.path.relpath(f.filename).startswith("..") else f.filename
+    return f" (at {name}:{f.lineno})"
+
+
+def describe_error(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}{': ' + msg if msg else ''}{_user_frame(exc)}"
+
+
+def _load_file(spec: str) -> tuple[Callable, str, str, tuple[str, ...]]:
+    file, _, factory = spec.rpartition(":")
+    if not file or not factory:
+        raise AuditError(f"--target {spec!r}: expected FILE.py:FACTORY or dsv4:<preset>")
+    p = Path(file)
+    if not p.is_file():
+        raise AuditError(f"--target {spec!r}: no such file {file}")
+    if p.suffix != ".py":
+        raise AuditError(f"--target {spec!r}: {file} is not a .py file")
+    mod_name = f"_audit_target_{p.stem}_{abs(hash(str(p.resolve()))) % 10**8}"
+    try:
+        spec_obj = importlib.util.spec_from_file_location(mod_name, p)
+        module = importlib.util.module_from_spec(spec_obj)
+        sys.modules[mod_name] = module
+        spec_obj.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(mod_name, None)
+        raise AuditError(f"--target {spec!r}: importing {file} raised {describe_error(e)}") from None
+    fn = getattr(module, factory, None)
+    if fn is None:
+        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                       and getattr(v, "__module__", None) == mod_name)
+        hint = f" (callables there: {', '.join(found)})" if found else ""
+        raise AuditError(f"--target {spec!r}: {file} has no factory {factory!r}{hint}")
+    if not callable(fn):
+        raise AuditError(f"--target {spec!r}: {factory!r} in {file} is not callable")
+    return fn, f"{p.stem}-{factory}", f"{file}:{factory}", (str(p.resolve().parent),)
+
+
+def resolve(target, device: str, path: str = "reference") -> Resolved:
+    """Builds the target object; every failure is an AuditError naming the target."""
+    if path not in PATHS:
+        raise AuditError(f"--path must be one of {', '.join(PATHS)}, not {path!r}")
+    roots: tuple[str, ...] = ()
+    if callable(target) and not isinstance(target, str):
+        factory = target
+        name = getattr(target, "__name__", type(target).__name__)
+        label = f"{getattr(target, '__module__', '?')}.{name}"
+    elif isinstance(target, str) and target.startswith("dsv4:"):
+        preset = target[5:]
+        from dsv4.config import PRESETS
+
+        if preset not in PRESETS:
+            raise AuditError(f"--target {target!r}: unknown preset {preset!r} (choose one of {', '.join(PRESETS)})")
+        factory, name, label = _dsv4(preset, path), f"{preset}-{path}", f"dsv4:{preset} ({path} path)"
+    elif isinstance(target, str):
+        factory, name, label, roots = _load_file(target)
+    else:
+        raise AuditError(f"target must be a factory, 'FILE.py:FACTORY' or 'dsv4:<preset>', not {type(target).__name__}")
+    try:
+        obj = factory(device)
+    except AuditError:
+        raise
+    except Exception as e:
+        raise AuditError(f"target {label}: the factory raised {describe_error(e)}") from None
+    missing = [m for m in ("prepare", "step") if not callable(getattr(obj, m, None))]
+    if missing:
+        raise AuditError(f"target {label}: the factory returned a {type(obj).__name__} without "
+                         f"{' and '.join(m + '()' for m in missing)} (an AuditTarget needs prepare(i) and step())")
+    return Resolved(obj, name, label, roots)

@@ -1,0 +1,398 @@
+"""One tracer for the audited step; every detector reads the trace it leaves.
+
+What would a CUDA graph see? Every aten op with its non-tensor arguments (baked into the graph),
+its tensors' shapes and addresses (baked too), where their storage came from (this step, an
+earlier step, outside), plus the host reads that never reach the dispatcher on a CPU tensor
+(`.tolist()`, `bool(t)`, ...) and explicit CUDA synchronizations. Each event is attributed to the
+innermost frame of user code and to the module path that was running.
+
+Hot path rule: no string formatting and no per-op allocation beyond the record itself; user-code
+classification is cached per code object. Every hook, patch and mode is installed per audited step
+and removed in `finally`, so prepare() and the caller run untouched, also when the step raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import math
+import os
+import site
+import sys
+import sysconfig
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.nn.modules.module import (
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from audit import hooks, state
+
+__all__ = ["OpRecord", "TensorMeta", "Trace", "Tracer", "is_user_file"]
+
+TENSOR = "<T>"  # placeholder for a tensor inside normalized arguments
+_LIFT = {"lift_fresh", "lift_fresh_copy"}  # torch.tensor(data) inside the step: host data
+_ATOMS = (type(None), bool, int, str)
+_ATOMS_OBJ = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+_ATOM_TYPES = frozenset({type(None), bool, int, str, torch.dtype, torch.device, torch.layout, torch.memory_format})
+
+
+class TensorMeta(NamedTuple):  # a tuple: cheap to build once per tensor per op
+    shape: tuple
+    stride: tuple
+    dtype: torch.dtype
+    device: torch.device
+    ptr: int      # data_ptr(): what a graph bakes
+    sid: int      # StorageImpl address; unique for the whole scan (we hold a weak ref)
+    tid: int      # TensorImpl address: "produced earlier in this step" check
+    pinned: bool | None = None  # CPU tensors in a CUDA scan
+
+
+@dataclass(slots=True)
+class OpRecord:
+    step: int
+    index: int
+    kind: str        # "aten" | "host" (Tensor.item, ...) | "sync" (torch.cuda.synchronize, ...) | "setattr" | "warn"
+    op: str          # "aten.add", "Tensor.tolist", "torch.cuda.synchronize", "setattr"
+    args: tuple      # normalized non-tensor args (tensors -> "<T>"), kwargs appended as (name, value)
+    inputs: tuple = ()
+    outputs: tuple = ()
+    in_step: tuple = ()   # per input: produced by an earlier op of this step
+    new: tuple = ()       # per output: its storage was created by this op
+    module: str = ""
+    stack: tuple = ()     # user frames, outermost first: ((code, lineno), ...)
+    func: object = None   # the OpOverload (kind "aten")
+    nested: bool = False  # dispatched inside a host read (bool(t) -> _local_scalar_dense)
+    note: str = ""
+
+    @property
+    def frame(self) -> tuple[str, int, str] | None:
+        """(file, line, function) of the innermost user frame."""
+        if not self.stack:
+            return None
+        code, line = self.stack[-1]
+        return code.co_filename, line, code.co_name
+
+
+@dataclass
+class Trace:
+    device: str
+    steps: list = field(default_factory=list)          # per audited step: list[OpRecord]
+    complete: list = field(default_factory=list)       # per audited step: finished without raising
+    born: dict = field(default_factory=dict)           # sid -> (step, index) of the op that created it
+    changes: list = field(default_factory=list)        # per audited step: list[state.StateChange]
+    objects: list = field(default_factory=list)        # state.reachable(target)
+    held: list = field(default_factory=list)           # per audited step: sids held by reachable objects before it
+    seconds: float = 0.0                               # wall time inside audited steps
+    warnings: list = field(default_factory=list)       # sync-debug warnings (CUDA)
+
+    @property
+    def n_ops(self) -> int:
+        return sum(len(s) for s in self.steps)
+
+    def complete_steps(self) -> list[int]:
+        return [i for i, ok in enumerate(self.complete) if ok]
+
+
+# ---------------------------------------------------------------------- user code
+def _norm_dir(p: str) -> str:
+    return os.path.join(os.path.realpath(p), "")
+
+
+def _skip_dirs() -> list[str]:
+    import audit
+
+    dirs = {os.path.dirname(torch.__file__), os.path.dirname(audit.__file__)}
+    paths = sysconfig.get_paths()
+    dirs.update(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)
+    with contextlib.suppress(Exception):
+        dirs.update(site.getsitepackages())
+        dirs.add(site.getusersitepackages())
+    return sorted({_norm_dir(d) for d in dirs if d})
+
+
+def _user_dirs() -> list[str]:
+    """Always user code even if installed into site-packages: the model package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("dsv4")
+    return [_norm_dir(os.path.dirname(spec.origin))] if spec and spec.origin else []
+
+
+_SKIP: list[str] | None = None
+_KEEP: list[str] | None = None
+
+
+def is_user_file(filename: str, extra: tuple[str, ...] = ()) -> bool:
+    """True for source a person would edit: not torch, the audit, the stdlib or site-packages."""
+    global _SKIP, _KEEP
+    if _SKIP is None:
+        _SKIP, _KEEP = _skip_dirs(), _user_dirs()
+    if not filename or (filename.startswith("<") and not filename.startswith("<ipython-input")):
+        return False
+    f = os.path.realpath(filename)
+    if any(f.startswith(d) for d in _KEEP) or any(f.startswith(d) for d in extra):
+        return True
+    return not any(f.startswith(d) for d in _SKIP)
+
+
+# ---------------------------------------------------------------------- the tracer
+class Tracer:
+    """Owns the trace of one scan. `with tracer.step(k): obj.step()` audits one step."""
+
+    def __init__(self, target, device: str, user_roots: tuple[str, ...] = (), gpu_trace: bool = False):
+        self.target = target
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.gpu_trace = gpu_trace and self.cuda
+        self.trace = Trace(device=str(self.device))
+        importlib.import_module("torch._dynamo")  # the first dispatch-mode call imports it: not the step's cost
+        self._roots = tuple(_norm_dir(r) for r in user_roots)
+        self._user_code: dict = {}
+        self._stop_code = Tracer.call.__code__
+        self._pins: list = []            # StorageWeakRefs: keep StorageImpl addresses unique
+        self._seen: dict[int, object] = {}
+        self._names: dict = {}
+        self._paths: dict = {}
+        self._modules_state: list = []
+        # per-step
+        self._records: list = []
+        self._produced: set = set()
+        self._modstack: list = []
+        self._step = -1
+        self.host_depth = 0
+        self._wlog: list | None = None
+        self._wseen = 0
+
+    # ------------------------------------------------------------ helpers
+    def is_user(self, filename: str) -> bool:
+        return is_user_file(filename, self._roots)
+
+    def stack(self, frame) -> tuple:
+        """User frames from `frame` outwards to the scan loop, outermost first."""
+        out = []
+        cache, stop = self._user_code, self._stop_code
+        while frame is not None:
+            code = frame.f_code
+            if code is stop:
+                break
+            ent = cache.get(id(code))  # id, not the code object: hashing a code object hashes its bytecode
+            if ent is None or ent[0] is not code:
+                ent = cache[id(code)] = (code, self.is_user(code.co_filename))
+            if ent[1]:
+                out.append((code, frame.f_lineno))
+            frame = frame.f_back
+        out.reverse()
+        return tuple(out)
+
+    def _discover(self) -> None:
+        """What the step can reach, looked up right before the first audited step (after warmup,
+        so caches and buffers created lazily by the first steps are included)."""
+        self.trace.objects = state.reachable(self.target)
+        self._names = state.module_names(self.trace.objects)
+        self._paths = {id(o): p for p, o in self.trace.objects}
+        self._modules_state = state.user_modules(self.is_user)
+
+    def path_of(self, obj) -> str:
+        return self._paths.get(id(obj), type(obj).__name__)
+
+    def call(self, fn):
+        """Runs the audited callable; its frame bounds every recorded stack."""
+        return fn()
+
+    def _meta(self, t: torch.Tensor) -> TensorMeta:
+        """Metadata of one tensor; sets self._fresh when its storage is seen for the first time."""
+        try:
+            st = t.untyped_storage()
+            sid, ptr = st._cdata, t.data_ptr()
+        except Exception:  # tensors without storage (sparse, meta, wrapper subclasses)
+            sid = ptr = 0
+        self._fresh = fresh = sid not in self._seen
+        if fresh and sid:
+            self._seen[sid] = None
+            self._pins.append(StorageWeakRef(st))
+        pinned = None
+        if self.cuda and t.device.type == "cpu":
+            with contextlib.suppress(Exception):
+                pinned = t.is_pinned()
+        return _tuple_new(TensorMeta, (t.shape, t.stride(), t.dtype, t.device, ptr, sid, t._cdata, pinned))
+
+    # ------------------------------------------------------------ recording
+    def record_op(self, func, args, kwargs, out, failed: bool = False) -> None:
+        tensors: list = []
+        norm = _walk(args, tensors)
+        if kwargs:
+            norm = norm + tuple([(k, _walk(v, tensors)) for k, v in kwargs.items()])
+        meta = self._meta
+        inputs = tuple([meta(t) for t in tensors])
+        produced = self._produced
+        in_step = tuple([m.tid in produced for m in inputs])
+        name = _OPNAMES.get(func)
+        if name is None:
+            name = _OPNAMES[func] = f"{func.namespace}.{func._opname}"
+        idx = len(self._records)
+        if func._opname in _LIFT and tensors:  # torch.tensor(data) in the step: host data baked into it
+            norm = ("value", self._small_values(tensors[0]))
+            self.trace.born.setdefault(inputs[0].sid, (self._step, idx))
+        outs: list = []
+        if out is not None:
+            _walk(out, outs)
+        out_metas, new = [], []
+        if outs:
+            in_sids = {m.sid for m in inputs}
+            born = self.trace.born
+            for t in outs:
+                m = meta(t)
+                fresh = self._fresh and m.sid not in in_sids
+                if fresh:
+                    born[m.sid] = (self._step, idx)
+                produced.add(m.tid)
+                out_metas.append(m)
+                new.append(fresh)
+        mods = self._modstack
+        self._records.append(OpRecord(
+            self._step, idx, "aten", name, norm, inputs, tuple(out_metas), in_step, tuple(new),
+            mods[-1] if mods else "", self.stack(sys._getframe(2)), func, self.host_depth > 0,
+            "failed" if failed else ""))
+        if self._wlog is not None and len(self._wlog) > self._wseen:
+            self._drain_warnings()
+
+    def _small_values(self, t: torch.Tensor):
+        """The data of a small tensor built from Python values (to diff it across steps)."""
+        if t.numel() > 16:
+            return ("numel", t.numel())
+        if t.device.type == "cpu":
+            return tuple(hooks.ORIG["tolist"](t.flatten()))
+        self.host_depth += 1  # our own read: not a finding, not a sync-debug warning
+        try:
+            with hooks.sync_debug_off():
+                return tuple(hooks.ORIG["tolist"](t.flatten()))
+        except Exception:
+            return ("unreadable",)
+        finally:
+            self.host_depth -= 1
+
+    def record_event(self, kind: str, op: str, tensor=None, note: str = "", depth: int = 2) -> None:
+        """A host read, a CUDA synchronization or a module setattr, at the caller's user frame."""
+        if self._step < 0:
+            return
+        mods = self._modstack
+        inputs = (self._meta(tensor),) if isinstance(tensor, torch.Tensor) else ()
+        self._records.append(OpRecord(
+            self._step, len(self._records), kind, op, (), inputs, (), (False,) * len(inputs), (),
+            mods[-1] if mods else "", self.stack(sys._getframe(depth)), note=note))
+
+    def _drain_warnings(self) -> None:
+        for w in self._wlog[self._wseen:]:
+            msg = str(w.message)
+            if "synchroniz" in msg.lower() and self._records:
+                self.trace.warnings.append((self._step, self._records[-1].index, msg))
+        self._wseen = len(self._wlog)
+
+    # ------------------------------------------------------------ module attribution
+    def _pre_hook(self, mod, args):
+        self._modstack.append(self._names.get(id(mod)) or type(mod).__name__)
+
+    def _post_hook(self, mod, args, out):
+        if self._modstack:
+            self._modstack.pop()
+
+    # ------------------------------------------------------------ one audited step
+    @contextlib.contextmanager
+    def step(self, k: int):
+        """Audits everything run inside: dispatch mode, host-read patches, module hooks, setattr."""
+        if not self.trace.objects:
+            self._discover()
+        before = state.snapshot(self.trace.objects, self._modules_state)
+        self.trace.held.append({self._meta(t).sid for _, t in state.tensor_attrs(self.trace.objects)})
+        self._step, self._records, self._produced, self._modstack = k, [], set(), []
+        self.trace.steps.append(self._records)
+        self.trace.complete.append(False)
+        t0 = time.perf_counter()
+        gc_was = gc.isenabled()
+        gc.disable()  # the trace is ~10 tracked objects per op: cyclic GC passes over it cost 3x the tracing
+        try:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(hooks.active(self))
+                stack.callback(register_module_forward_pre_hook(self._pre_hook).remove)
+                stack.callback(register_module_forward_hook(self._post_hook, always_call=True).remove)
+                if self.cuda:
+                    stack.callback(self._replay_warnings)  # runs after catch_warnings is gone
+                    self._wlog = stack.enter_context(warnings.catch_warnings(record=True))
+                    warnings.simplefilter("always")
+                    self._wseen = 0
+                    stack.enter_context(hooks.sync_debug_warn())
+                    if self.gpu_trace:
+                        hooks.install_gpu_trace()
+                stack.enter_context(_Mode(self))
+                yield
+            self.trace.complete[-1] = True
+        finally:
+            if gc_was:
+                gc.enable()
+            self.trace.seconds += time.perf_counter() - t0
+            self._step = -1
+            self._wlog = None
+            self.trace.changes.append(state.diff(before, state.snapshot(self.trace.objects, self._modules_state)))
+
+    def _replay_warnings(self) -> None:
+        """Warnings the program emitted during the step that are not ours: show them as usual."""
+        log, self._wlog = self._wlog or [], None
+        for w in log:
+            if "synchroniz" not in str(w.message).lower():
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+    def close(self) -> None:
+        """Drops the storage weak refs (frees the pinned StorageImpl shells)."""
+        self._pins.clear()
+        self._seen.clear()
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, tracer: Tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        try:
+            out = func(*args, **(kwargs or {}))
+        except BaseException:
+            self.tracer.record_op(func, args, kwargs, None, failed=True)  # the op the step died in
+            raise
+        self.tracer.record_op(func, args, kwargs, out)
+        return out
+
+
+_OPNAMES: dict = {}
+_tuple_new = tuple.__new__
+
+
+def _walk(a, tensors: list):
+    """Normalized, hashable copy of a (nested) argument; tensors are appended to `tensors`."""
+    if isinstance(a, torch.Tensor):
+        tensors.append(a)
+        return TENSOR
+    t = type(a)
+    if t in _ATOM_TYPES:
+        return a
+    if t is float:
+        return "nan" if math.isnan(a) else a
+    if t is tuple or t is list or isinstance(a, (list, tuple)):
+        return tuple([x if type(x) in _ATOM_TYPES else _walk(x, tensors) for x in a])
+    if isinstance(a, _ATOMS):
+        return a
+    if isinstance(a, float):
+        return "nan" if math.isnan(a) else a
+    if isinstance(a, _ATOMS_OBJ):
+        return a
+    if isinstance(a, torch.Generator):
+        return ("generator", str(a.device), hooks.is_default_generator(a))
+    return type(a).__name__

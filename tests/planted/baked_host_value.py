@@ -1,0 +1,61 @@
+"""Planted baked-host-value hazards (and a graph-safe twin): Python values that change per step.
+
+prepare(i) sets the decode position as a Python int (host-side staging is fine); the hazard is
+that the step turns it into kernel arguments, which a graph would freeze at capture.
+"""
+
+import torch
+
+
+class Baked:
+    def __init__(self, device):
+        self.table = torch.zeros(4, 8, device=device)
+        self.x = torch.zeros(8, device=device)
+        self.pos = 0
+
+    def prepare(self, i):
+        self.table.copy_(torch.randn(4, 8))
+        self.x.copy_(torch.randn(8))
+        self.pos = 5 + i
+
+    def step(self):
+        pos = self.pos
+        a = torch.arange(pos, pos + 2)  # HAZARD: baked-host-value
+        col = self.table[:, pos % 8]  # HAZARD: baked-host-value
+        sel = torch.index_select(self.table, 1, torch.tensor([pos % 8]))  # HAZARD: baked-host-value
+        scaled = self.x * (1.0 / (pos + 1))  # HAZARD: baked-host-value
+        filled = torch.full((2,), float(pos))  # HAZARD: baked-host-value
+        window = self.x.narrow(0, pos % 4, 4)  # HAZARD: baked-host-value
+        return a.sum() + col.sum() + sel.sum() + scaled.sum() + filled.sum() + window.sum()
+
+
+class BakedClean:
+    """The position lives in a device tensor that prepare() updates in place."""
+
+    def __init__(self, device):
+        self.table = torch.zeros(4, 8, device=device)
+        self.x = torch.zeros(8, device=device)
+        self.pos = torch.zeros((), dtype=torch.long, device=device)
+        self.offsets = torch.arange(4, device=device)
+
+    def prepare(self, i):
+        self.table.copy_(torch.randn(4, 8))
+        self.x.copy_(torch.randn(8))
+        self.pos.fill_(5 + i)
+
+    def step(self):
+        pos = self.pos
+        a = pos + self.offsets[:2]
+        col = torch.index_select(self.table, 1, (pos % 8).reshape(1))
+        scaled = self.x / (pos + 1)
+        filled = pos.float().expand(2)
+        window = self.x.gather(0, pos % 4 + self.offsets)
+        return a.sum() + col.sum() + scaled.sum() + filled.sum() + window.sum()
+
+
+def make(device):
+    return Baked(device)
+
+
+def make_clean(device):
+    return BakedClean(device)

@@ -23,3 +23,21 @@ def rng() -> torch.Generator:
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"rng seed {seed}")
     return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """The tiny model's ops are too small to gain from threads; on a shared, loaded CPU the OpenMP
+    hand-offs cost milliseconds per op, so the suite runs single-threaded."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_global_rng():
+    """Inputs drawn from torch's global RNG are fresh every run; the seed is shown on failure."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"global torch seed {seed}")
+    torch.manual_seed(seed)

@@ -32,21 +32,8 @@ from dsv4.layers.rope import (
 D = 256  # tiny hidden size
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small ops: single-threaded is faster and steadier on a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_global_rng():
-    """Inputs drawn from torch's global RNG are fresh every run; the seed is shown on failure."""
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"global torch seed {seed}")
-    torch.manual_seed(seed)
 
 
 def _seed() -> int:

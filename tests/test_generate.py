@@ -22,22 +22,8 @@ from dsv4.generate import check_room, generate, load_tokenizer, parse_ids
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The tiny model's ops are too small to gain from threads; on a shared, loaded CPU the
-    OpenMP hand-offs cost milliseconds per op, so these tests run single-threaded."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_global_rng():
-    """Inputs drawn from torch's global RNG are fresh every run; the seed is shown on failure."""
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"global torch seed {seed}")
-    torch.manual_seed(seed)
 
 
 def _seed() -> int:

@@ -20,22 +20,8 @@ from dsv4.ops import kvquant, quantize
 VOCAB = 1024
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny-model ops are too small to gain from threads; on a shared CPU the OpenMP hand-offs
-    cost milliseconds per op, so the model tests run single-threaded."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_global_rng():
-    """Inputs drawn from torch's global RNG are fresh every run; the seed is shown on failure."""
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"global torch seed {seed}")
-    torch.manual_seed(seed)
 
 
 def _gen() -> tuple[torch.Generator, int]:

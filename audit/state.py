@@ -102,7 +102,7 @@ def tensor_attrs(objects: list[tuple[str, object]]):
 def storage_id(t: torch.Tensor) -> int:
     try:
         return t.untyped_storage()._cdata
-    except Exception:  # no storage (sparse, meta, wrapper subclasses)
+    except Exception:  # noqa: BLE001 - no storage (sparse, meta, wrapper subclasses)
         return 0
 
 

@@ -129,7 +129,7 @@ def _load_file(spec: str) -> tuple[Callable, str, str, tuple[str, ...]]:
         module = importlib.util.module_from_spec(spec_obj)
         sys.modules[mod_name] = module
         spec_obj.loader.exec_module(module)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - whatever the file raises on import is the user's one-line error
         sys.modules.pop(mod_name, None)
         raise AuditError(f"--target {spec!r}: importing {file} raised {describe_error(e)}") from None
     fn = getattr(module, factory, None)
@@ -144,10 +144,16 @@ def _load_file(spec: str) -> tuple[Callable, str, str, tuple[str, ...]]:
 
 
 def resolve(target, device: str, path: str = "reference") -> Resolved:
-    """Builds the target object; every failure is an AuditError naming the target."""
+    """Builds the target object; every failure is an AuditError naming the target.
+
+    target: a factory `make(device)`, 'file.py:factory', 'dsv4:<preset>', or an object that
+    already has prepare(i) and step()."""
     if path not in PATHS:
         raise AuditError(f"--path must be one of {', '.join(PATHS)}, not {path!r}")
     roots: tuple[str, ...] = ()
+    if not isinstance(target, (str, type)) and callable(getattr(target, "step", None)) \
+            and callable(getattr(target, "prepare", None)):  # already a built target object
+        return Resolved(target, type(target).__name__, type(target).__name__)
     if callable(target) and not isinstance(target, str):
         factory = target
         name = getattr(target, "__name__", type(target).__name__)
@@ -167,7 +173,7 @@ def resolve(target, device: str, path: str = "reference") -> Resolved:
         obj = factory(device)
     except AuditError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - a factory may raise anything; report it as one line
         raise AuditError(f"target {label}: the factory raised {describe_error(e)}") from None
     missing = [m for m in ("prepare", "step") if not callable(getattr(obj, m, None))]
     if missing:

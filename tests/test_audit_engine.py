@@ -75,6 +75,7 @@ def test_scan_changes_nothing_it_should_not():
     before = _global_state()
     inv = audit.scan(lambda device: scanned, steps=4, warmup=2)
     assert _global_state() == before
+    assert audit.scan(Toy(seed), steps=2, warmup=0).meta["audited_steps"] == 2  # an object works too
     assert _fingerprint(scanned.lin) == weights_before          # weights untouched
     assert _fingerprint(scanned) == _fingerprint(plain)         # state exactly as without the audit
     assert scanned.calls == plain.calls == 6
@@ -321,14 +322,45 @@ def test_cuda_scan_plumbing_without_a_gpu(monkeypatch):
 
     t = T()
     tracer = Tracer(t, "cuda")
-    with pytest.warns(UserWarning, match="program's own"):
+    seen_modes = []
+
+    def two_steps():
         for k in range(2):
             with tracer.step(k):
-                assert mode["now"] == "warn"
+                seen_modes.append(mode["now"])
                 tracer.call(t.step)
-    assert mode["now"] == 0
+
+    with pytest.warns(UserWarning, match="program's own"):
+        two_steps()
+    assert seen_modes == ["warn", "warn"] and mode["now"] == 0
     inv = Inventory.from_findings(detectors.run(tracer.trace, t, cuda=True))
     sync = inv.where("host-sync")
     line = T.step.__code__.co_firstlineno + 3
     assert list(sync.line) == [line] and "sync-debug mode" in sync.message.iloc[0]
     tracer.close()
+
+
+def test_event_and_stream_waits_are_reported_and_still_run(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda self: calls.append("event"))
+    monkeypatch.setattr(torch.cuda.Stream, "synchronize", lambda self: calls.append("stream"))
+    monkeypatch.setattr(torch.cuda.Event, "query", lambda self: True)
+    patched = (torch.cuda.Event.synchronize, torch.cuda.Stream.synchronize, torch.cuda.Event.query)
+
+    class Waits:
+        def prepare(self, i):
+            pass
+
+        def step(self):
+            y = torch.ones(2) * 2
+            torch.cuda.Event.synchronize(self)
+            torch.cuda.Stream.synchronize(self)
+            assert torch.cuda.Event.query(self)
+            return y
+
+    inv = audit.scan(lambda device: Waits(), steps=2, warmup=1)
+    sync = inv.where("host-sync")
+    assert set(sync.op) == {"Event.synchronize", "Stream.synchronize", "Event.query"}
+    assert sorted(sync.line - Waits.step.__code__.co_firstlineno) == [2, 3, 4]
+    assert calls == ["event", "stream"] * 3  # the program's calls still happen
+    assert (torch.cuda.Event.synchronize, torch.cuda.Stream.synchronize, torch.cuda.Event.query) == patched

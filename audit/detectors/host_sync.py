@@ -153,6 +153,9 @@ def host_reads(ctx):
             shape = tuple(r.inputs[0].shape) if r.inputs else ()
             msg = f"`{op}` on a {list(shape)} tensor copies it to the host and waits for the device"
             fix = _HOST_FIX.get(op, _DEVICE_FIX)
+        elif op.endswith(".query"):
+            msg = f"`{op}()` polls device progress from the host (not allowed while capturing)"
+            fix = "Remove it from the step; poll outside the captured region."
         else:
             msg = f"`{op}()` blocks the host until the device is idle (capture cannot contain it)"
             fix = "Remove it from the step; gate profiling syncs behind a flag that is off during capture."

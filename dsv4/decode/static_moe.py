@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dsv4 import kernels
 from dsv4.layers.linear import Linear
 from dsv4.layers.moe import MoE
 from dsv4.ops import quantize as Q
@@ -63,9 +64,12 @@ class StaticMoE:
     def expert_linear(self, which: str, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """x [n, in] through expert idx[i]'s projection `which` -> fp32 [n, out]."""
         lin: Linear = getattr(self.template, which)
-        xq = lin.quantize_input(x.to(lin.act_dtype)).float()
+        xq = lin.quantize_input(x.to(lin.act_dtype))
+        y = kernels.expert_gemv(self.fmt, xq, self.banks[which], idx)  # None: switch off, CPU, ...
+        if y is not None:
+            return y
         w = dequantize_bank(self.fmt, self.banks[which], idx)
-        return torch.bmm(w, xq.unsqueeze(-1)).squeeze(-1)
+        return torch.bmm(w, xq.float().unsqueeze(-1)).squeeze(-1)
 
     def __call__(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         moe, ex = self.moe, self.template

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dsv4 import kernels
 from dsv4.config import ModelConfig
 from dsv4.ops import quantize as Q
 
@@ -86,6 +87,10 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         x = self.quantize_input(x.to(self.act_dtype))
+        if self.fmt == "fp8":  # the CuTe GEMV when switched on and applicable (CUDA, bf16), else None
+            y = kernels.dense_gemv(x, self.weight, self.scale)
+            if y is not None:
+                return y.to(out_dtype or self.act_dtype)
         y = torch.matmul(x.float(), self.dequantized(torch.float32).t())
         return y.to(out_dtype or self.act_dtype)
 

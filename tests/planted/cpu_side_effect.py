@@ -32,7 +32,7 @@ class SideEffects(nn.Module):
         self.counter += 1  # HAZARD: cpu-side-effect
         self.history.append(y)  # HAZARD: cpu-side-effect
         self.stats["steps"] = self.stats["steps"] + 1  # HAZARD: cpu-side-effect
-        setattr(self, "phase", self.phase + 1)  # noqa: B010  HAZARD: cpu-side-effect
+        setattr(self, "phase", self.phase + 1)  # HAZARD: cpu-side-effect  # noqa: B010
         self.meta.tokens += 1  # HAZARD: cpu-side-effect
         _CALLS += 1  # HAZARD: cpu-side-effect
         return torch.relu(y)

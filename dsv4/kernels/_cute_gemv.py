@@ -1,0 +1,277 @@
+"""The CuTe DSL kernels: weight-only GEMV over FP4 / NVFP4 expert banks and FP8 dense weights.
+
+Imports cutlass at module import, so only `launch.py` imports this, lazily, right before a GPU
+kernel runs.
+
+Shape of the work (decode: memory-bound, the weights are read once):
+- One warp owns NW consecutive output rows n of one input row r. Its 32 lanes split K into
+  chunks: a chunk is 16 bytes of weights (32 e2m1 or 16 e4m3), one 128-bit load per lane, so a
+  warp reads 512 contiguous bytes per step (coalesced). A chunk of e2m1 is exactly one UE8M0
+  block (1x32), of NVFP4 two e4m3-scale blocks (1x16), of FP8 one eighth of a 128x128 block.
+- The x chunk is loaded once per step and reused for the warp's NW weight rows.
+- Weights are decoded in registers (see _ptx.py), products are fp32 FMAs, each block's dot is
+  scaled once, and a warp shuffle reduction finishes each output; lane 0 stores it.
+- Grouped kernels (FP4, NVFP4): grid = (N / (WARPS*NW), rows); the expert of row r is read
+  from device memory (`idx[r]`) inside the kernel: no host sync, capture-safe.
+- FP8 dense: grid = (N / (WARPS*NW), ceil(M / MB)); the MB input rows of a CTA share each
+  decoded weight chunk.
+A K tail (K/32 chunks not a multiple of 32) is handled by clamping the chunk index and zeroing
+that chunk's scale; an N tail by clamping the row and skipping the store.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32
+
+from dsv4.kernels._ptx import (bf16x2_to_f32, e2m1x8_to_f32, e4m3x2_to_f32, e4m3x4_to_f32,
+                               e8m0_to_f32_x64, ffma)
+
+Constexpr = cutlass.Constexpr
+
+
+def _imin(a, b):
+    return cutlass.min(a, b)
+
+
+def _load(tensor_row, width: int, cc):
+    """`width` 32-bit words of chunk cc of a 1-D row view: one or two 128-bit loads."""
+    tile = cute.zipped_divide(tensor_row, (width,))
+    frag = cute.make_rmem_tensor((width,), Int32)
+    cute.autovec_copy(tile[None, cc], frag)
+    return frag
+
+
+def _chunk(lane, j: int, KC: int):
+    """Chunk index of lane at step j, clamped into range, and whether it is a real chunk."""
+    c = lane + 32 * j
+    if KC % 32 == 0:
+        return c, Int32(1)
+    return _imin(c, KC - 1), Int32(c < KC)
+
+
+def _bf16_words(frag, n: int):
+    xs = []
+    for q in range(n):
+        lo, hi = bf16x2_to_f32(frag[q])
+        xs.append(lo)
+        xs.append(hi)
+    return xs
+
+
+def _dot_e2m1_words(words, xs):
+    """Two partial sums (ILP) over the words' 8 elements each -> fp32 dot (weights * 2^-6)."""
+    s0 = Float32(0.0)
+    s1 = Float32(0.0)
+    for q in range(len(words)):
+        v = e2m1x8_to_f32(words[q])
+        for t in range(8):
+            if t % 2 == 0:
+                s0 = ffma(v[t], xs[8 * q + t], s0)
+            else:
+                s1 = ffma(v[t], xs[8 * q + t], s1)
+    return s0 + s1
+
+
+def _warp_sum(v):
+    return cute.arch.warp_reduction_sum(v)
+
+
+def _grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j: int, KC: int):
+    """Issue every load of step j (x chunk, NW weight chunks, NW scales) before any math."""
+    cc, valid = _chunk(lane, j, KC)
+    xf = _load(xrow, 16, cc)
+    ws = [_load(w, 4, cc) for w in wrows]
+    ss = [Int32(mS[e, n, cc]) for n in nrows]
+    return valid, xf, ws, ss
+
+
+# ---------------------------------------------------------------- FP4 e2m1 + UE8M0 1x32, grouped
+# (PD = how many chunk steps of loads are in flight ahead of the math)
+
+
+@cute.kernel
+def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mIdx: cute.Tensor,
+                       mY: cute.Tensor, N: Constexpr, KC: Constexpr, NW: Constexpr,
+                       WARPS: Constexpr, CPL: Constexpr, PD: Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    bx, by, _ = cute.arch.block_idx()
+    lane = tidx % 32
+    warp = tidx // 32
+    r = by
+    e = Int32(mIdx[r])
+    nbase = (bx * WARPS + warp) * NW
+    nrows = [_imin(nbase + i, N - 1) for i in range(NW)]
+    wrows = [mW[e, n, None] for n in nrows]
+    xrow = mX[r, None]
+    acc = [Float32(0.0) for _ in range(NW)]
+    stages = [_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j, KC) for j in range(min(PD, CPL))]
+    for j in cutlass.range_constexpr(CPL):
+        if cutlass.const_expr(j + PD < CPL):
+            stages.append(_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j + PD, KC))
+        valid, xf, ws, ss = stages[j]
+        xs = _bf16_words(xf, 16)
+        for i in cutlass.range_constexpr(NW):
+            s = e8m0_to_f32_x64(ss[i], valid)
+            acc[i] = ffma(_dot_e2m1_words([ws[i][q] for q in range(4)], xs), s, acc[i])
+    for i in cutlass.range_constexpr(NW):
+        tot = _warp_sum(acc[i])
+        if lane == 0:
+            if nbase + i < N:
+                mY[r, nbase + i] = tot
+
+
+@cute.jit
+def fp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mIdx: cute.Tensor,
+                mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr, KC: Constexpr, NW: Constexpr,
+                WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr):
+    grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
+    fp4_grouped_kernel(mX, mW, mS, mIdx, mY, N, KC, NW, WARPS, CPL, PD).launch(
+        grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream)
+
+
+# ---------------------------------------------------------------- NVFP4: e2m1 + e4m3 1x16 + fp32 global
+
+
+@cute.kernel
+def nvfp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
+                         mIdx: cute.Tensor, mY: cute.Tensor, N: Constexpr, KC: Constexpr,
+                         NW: Constexpr, WARPS: Constexpr, CPL: Constexpr, PD: Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    bx, by, _ = cute.arch.block_idx()
+    lane = tidx % 32
+    warp = tidx // 32
+    r = by
+    e = Int32(mIdx[r])
+    nbase = (bx * WARPS + warp) * NW
+    nrows = [_imin(nbase + i, N - 1) for i in range(NW)]
+    wrows = [mW[e, n, None] for n in nrows]
+    xrow = mX[r, None]
+    acc = [Float32(0.0) for _ in range(NW)]
+    stages = [_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j, KC) for j in range(min(PD, CPL))]
+    for j in cutlass.range_constexpr(CPL):
+        if cutlass.const_expr(j + PD < CPL):
+            stages.append(_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j + PD, KC))
+        valid, xf, ws, ss = stages[j]
+        xs = _bf16_words(xf, 16)
+        vf = Float32(valid)
+        for i in cutlass.range_constexpr(NW):
+            s0, s1 = e4m3x2_to_f32(ss[i])
+            d0 = _dot_e2m1_words([ws[i][0], ws[i][1]], xs[0:16])
+            d1 = _dot_e2m1_words([ws[i][2], ws[i][3]], xs[16:32])
+            acc[i] = ffma(d0, s0 * vf, acc[i])
+            acc[i] = ffma(d1, s1 * vf, acc[i])
+    g = Float32(mG[e]) * 64.0
+    for i in cutlass.range_constexpr(NW):
+        tot = _warp_sum(acc[i])
+        if lane == 0:
+            if nbase + i < N:
+                mY[r, nbase + i] = tot * g
+
+
+@cute.jit
+def nvfp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
+                  mIdx: cute.Tensor, mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr,
+                  KC: Constexpr, NW: Constexpr, WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr,
+                  PD: Constexpr):
+    grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
+    nvfp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD).launch(
+        grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream)
+
+
+# ---------------------------------------------------------------- FP8 e4m3 + UE8M0 128x128, dense
+
+
+def _fp8_issue(mS, wrows, nrows, lane, j: int, KC: int):
+    """Weight chunk (16 e4m3) and 128x128 scale of each of the warp's rows for step j."""
+    cc, valid = _chunk(lane, j, KC)
+    ws = [_load(w, 4, cc) for w in wrows]
+    ss = [Int32(mS[n // 128, cc // 8]) for n in nrows]
+    return cc, valid, ws, ss
+
+
+@cute.kernel
+def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
+               M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr, WARPS: Constexpr,
+               CPL: Constexpr, MB: Constexpr, PD: Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    bx, by, _ = cute.arch.block_idx()
+    lane = tidx % 32
+    warp = tidx // 32
+    m0 = by * MB
+    nbase = (bx * WARPS + warp) * NW
+    nrows = [_imin(nbase + i, N - 1) for i in range(NW)]
+    wrows = [mW[n, None] for n in nrows]
+    xrows = [mX[_imin(m0 + mm, M - 1), None] for mm in range(MB)]
+    acc = [[Float32(0.0) for _ in range(NW)] for _ in range(MB)]
+    stages = [_fp8_issue(mS, wrows, nrows, lane, j, KC) for j in range(min(PD, CPL))]
+    for j in cutlass.range_constexpr(CPL):
+        if cutlass.const_expr(j + PD < CPL):
+            stages.append(_fp8_issue(mS, wrows, nrows, lane, j + PD, KC))
+        cc, valid, ws, ss = stages[j]
+        wv = []
+        sc = []
+        for i in cutlass.range_constexpr(NW):
+            vals = []
+            for q in cutlass.range_constexpr(4):
+                vals.extend(e4m3x4_to_f32(ws[i][q]))
+            wv.append(vals)
+            sc.append(e8m0_to_f32_x64(ss[i], valid))
+        for mm in cutlass.range_constexpr(MB):
+            xs = _bf16_words(_load(xrows[mm], 8, cc), 8)
+            for i in cutlass.range_constexpr(NW):
+                s0 = Float32(0.0)
+                s1 = Float32(0.0)
+                for t in cutlass.range_constexpr(16):
+                    if cutlass.const_expr(t % 2 == 0):
+                        s0 = ffma(wv[i][t], xs[t], s0)
+                    else:
+                        s1 = ffma(wv[i][t], xs[t], s1)
+                acc[mm][i] = ffma(s0 + s1, sc[i], acc[mm][i])
+    for mm in cutlass.range_constexpr(MB):
+        for i in cutlass.range_constexpr(NW):
+            tot = _warp_sum(acc[mm][i])
+            if lane == 0:
+                if nbase + i < N:
+                    if m0 + mm < M:
+                        mY[m0 + mm, nbase + i] = tot * 0.015625
+
+
+@cute.jit
+def fp8_dense(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
+              stream: cuda.CUstream, M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr,
+              WARPS: Constexpr, CPL: Constexpr, MB: Constexpr, PD: Constexpr):
+    grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
+    grid_y = (M + MB - 1) // MB
+    fp8_kernel(mX, mW, mS, mY, M, N, KC, NW, WARPS, CPL, MB, PD).launch(
+        grid=(grid_x, grid_y, 1), block=(32 * WARPS, 1, 1), stream=stream)
+
+
+# ---------------------------------------------------------------- probe (tests only)
+
+
+@cute.kernel
+def probe_kernel(mW: cute.Tensor, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor,
+                 mD: cute.Tensor):
+    """Thread t runs each PTX decode helper on word t: lets a GPU test pin the element order."""
+    t, _, _ = cute.arch.thread_idx()
+    w = Int32(mW[t])
+    a = e2m1x8_to_f32(w)
+    b = e4m3x4_to_f32(w)
+    c = bf16x2_to_f32(w)
+    d = e4m3x2_to_f32(w)
+    for k in cutlass.range_constexpr(8):
+        mA[t, k] = a[k]
+    for k in cutlass.range_constexpr(4):
+        mB[t, k] = b[k]
+    for k in cutlass.range_constexpr(2):
+        mC[t, k] = c[k]
+        mD[t, k] = d[k]
+
+
+@cute.jit
+def probe(mW: cute.Tensor, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, mD: cute.Tensor,
+          stream: cuda.CUstream, T: Constexpr):
+    probe_kernel(mW, mA, mB, mC, mD).launch(grid=(1, 1, 1), block=(T, 1, 1), stream=stream)

@@ -1,0 +1,150 @@
+"""Inline-PTX helpers for the weight-only GEMV kernels (imports cutlass: load lazily).
+
+Why PTX and not DSL arithmetic: Hopper has no e2m1 conversion instruction, and the cheapest exact
+decode we know is a bit trick plus the sm_89+ `cvt.rn.f16x2.e4m3x2`:
+
+    e2m1 nibble s.e1.e0.m  ->  e4m3 byte s.000.e1.e0.m.00  (value exactly e2m1 * 2^-6)
+
+e4m3 has bias 7 and e2m1 bias 1, so shifting the exponent/mantissa bits into the e4m3 fields
+divides every normal value by 2^6, and the e2m1 subnormal (0.5 = 0.1 * 2^0) lands on the e4m3
+subnormal 0.100 * 2^-6 = 0.5 * 2^-6: the same factor. The hardware then turns the e4m3 pair into
+an f16 pair (exact) and `cvt.f32.f16` into fp32 (exact). The 2^6 goes back into the block scale.
+Five integer ops, two pair conversions and eight f16->f32 conversions per 8 weights, all in
+registers: no lookup table, nothing in shared memory.
+
+Element order is fixed and tested: byte b of a 32-bit word holds elements 2b (low nibble) and
+2b+1 (high nibble); `cvt.rn.f16x2.e4m3x2` puts the low byte in the low half.
+"""
+
+from __future__ import annotations
+
+from cutlass import Float32, Int32
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+__all__ = ["e2m1x8_to_f32", "e4m3x4_to_f32", "bf16x2_to_f32", "ffma", "e8m0_to_f32_x64",
+           "e4m3x2_to_f32"]
+
+
+def _asm(n_out: int, args: list, body: str, constraints: str):
+    ty = llvm.StructType.get_literal([T.f32()] * n_out) if n_out > 1 else T.f32()
+    res = llvm.inline_asm(ty, args, body, constraints, has_side_effects=False,
+                          is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+    if n_out == 1:
+        return Float32(res)
+    return tuple(Float32(llvm.extractvalue(T.f32(), res, [i])) for i in range(n_out))
+
+
+def _i32(v, loc, ip) -> ir.Value:
+    return Int32(v).ir_value(loc=loc, ip=ip)
+
+
+@dsl_user_op
+def e2m1x8_to_f32(w, *, loc=None, ip=None):
+    """8 packed e2m1 (one 32-bit word) -> 8 fp32 = value * 2^-6, elements 0..7 in order."""
+    body = """{
+    .reg .b32 t, u, lo, hi, f0, f1, f2, f3;
+    .reg .b16 l0, l1, h0, h1, a0, a1, a2, a3, a4, a5, a6, a7;
+    shl.b32 t, $8, 2;
+    and.b32 t, t, 0x1C1C1C1C;
+    shl.b32 u, $8, 4;
+    and.b32 u, u, 0x80808080;
+    or.b32 lo, t, u;
+    shr.u32 t, $8, 2;
+    and.b32 t, t, 0x1C1C1C1C;
+    and.b32 u, $8, 0x80808080;
+    or.b32 hi, t, u;
+    mov.b32 {l0, l1}, lo;
+    mov.b32 {h0, h1}, hi;
+    cvt.rn.f16x2.e4m3x2 f0, l0;
+    cvt.rn.f16x2.e4m3x2 f1, l1;
+    cvt.rn.f16x2.e4m3x2 f2, h0;
+    cvt.rn.f16x2.e4m3x2 f3, h1;
+    mov.b32 {a0, a2}, f0;
+    mov.b32 {a4, a6}, f1;
+    mov.b32 {a1, a3}, f2;
+    mov.b32 {a5, a7}, f3;
+    cvt.f32.f16 $0, a0;
+    cvt.f32.f16 $1, a1;
+    cvt.f32.f16 $2, a2;
+    cvt.f32.f16 $3, a3;
+    cvt.f32.f16 $4, a4;
+    cvt.f32.f16 $5, a5;
+    cvt.f32.f16 $6, a6;
+    cvt.f32.f16 $7, a7;
+}"""
+    return _asm(8, [_i32(w, loc, ip)], body, "=f,=f,=f,=f,=f,=f,=f,=f,r")
+
+
+@dsl_user_op
+def e4m3x4_to_f32(w, *, loc=None, ip=None):
+    """4 e4m3 bytes (one 32-bit word, byte b = element b) -> 4 fp32, exact."""
+    body = """{
+    .reg .b32 f0, f1;
+    .reg .b16 l0, l1, a0, a1, a2, a3;
+    mov.b32 {l0, l1}, $4;
+    cvt.rn.f16x2.e4m3x2 f0, l0;
+    cvt.rn.f16x2.e4m3x2 f1, l1;
+    mov.b32 {a0, a1}, f0;
+    mov.b32 {a2, a3}, f1;
+    cvt.f32.f16 $0, a0;
+    cvt.f32.f16 $1, a1;
+    cvt.f32.f16 $2, a2;
+    cvt.f32.f16 $3, a3;
+}"""
+    return _asm(4, [_i32(w, loc, ip)], body, "=f,=f,=f,=f,r")
+
+
+@dsl_user_op
+def e4m3x2_to_f32(w, *, loc=None, ip=None):
+    """The two e4m3 bytes in the low 16 bits of w -> 2 fp32 (NVFP4 block scales)."""
+    body = """{
+    .reg .b32 f0;
+    .reg .b16 l0, l1, a0, a1;
+    mov.b32 {l0, l1}, $2;
+    cvt.rn.f16x2.e4m3x2 f0, l0;
+    mov.b32 {a0, a1}, f0;
+    cvt.f32.f16 $0, a0;
+    cvt.f32.f16 $1, a1;
+}"""
+    return _asm(2, [_i32(w, loc, ip)], body, "=f,=f,r")
+
+
+@dsl_user_op
+def bf16x2_to_f32(w, *, loc=None, ip=None):
+    """A word of two bf16 (element 2j low, 2j+1 high) -> 2 fp32, exact (a shift and a mask)."""
+    body = """{
+    .reg .b32 t;
+    shl.b32 t, $2, 16;
+    mov.b32 $0, t;
+    and.b32 t, $2, 0xFFFF0000;
+    mov.b32 $1, t;
+}"""
+    return _asm(2, [_i32(w, loc, ip)], body, "=f,=f,r")
+
+
+@dsl_user_op
+def ffma(a, b, c, *, loc=None, ip=None):
+    """fma.rn.f32 (denormals kept, no ftz): a * b + c."""
+    args = [Float32(v).ir_value(loc=loc, ip=ip) for v in (a, b, c)]
+    return _asm(1, args, "fma.rn.f32 $0, $1, $2, $3;", "=f,f,f,f")
+
+
+@dsl_user_op
+def e8m0_to_f32_x64(b, valid, *, loc=None, ip=None):
+    """UE8M0 byte b -> 2^(b-127) * 2^6 as fp32 bits ((b+6) << 23), or 0 where valid == 0.
+
+    Exact for b <= 248 (b = 0 included: 2^-121 is normal), which covers every scale the
+    released quantizer produces; the 2^6 undoes the e2m1 -> e4m3 decode factor. `valid`
+    zeroes the contribution of a clamped tail chunk without a branch.
+    """
+    body = """{
+    .reg .b32 t;
+    .reg .pred p;
+    add.u32 t, $1, 6;
+    shl.b32 t, t, 23;
+    setp.ne.s32 p, $2, 0;
+    selp.b32 $0, t, 0, p;
+}"""
+    return _asm(1, [_i32(b, loc, ip), _i32(valid, loc, ip)], body, "=f,r,r")

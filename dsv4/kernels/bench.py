@@ -1,0 +1,262 @@
+"""Microbenchmark of the decode GEMV kernels: achieved weight bandwidth vs the copy bandwidth of
+the same run, next to torch baselines. Run `python -m dsv4.kernels.bench [--quick]` on a GPU (not a test).
+
+Method (shared/.library METHOD.md): weights are random (never zeros); each timed unit is a CUDA
+graph of S calls that rotate over different experts / weight copies (so L2, 60 MB on an H200,
+does not serve the weights), replayed several times; the median replay over S is one call's
+time, launch overhead amortized as in a captured decode step. Bandwidth counts the weight and
+scale bytes of the DISTINCT experts a call reads (the least any implementation must read).
+Baselines that cannot be captured are timed eagerly; ones that do not run are reported as
+'unsupported' with the error. Prints a rich table last; writes JSON to $OUT if set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+from dsv4 import kernels
+from dsv4.kernels import launch
+from dsv4.ops import gemv
+from dsv4.ops import quantize as Q
+
+MODELS = {"flash": (4096, 2048, 256), "pro": (7168, 3072, 384)}  # d, inter, routed experts
+TOPK = 6
+S = 24      # calls per timed graph
+REPS = 7
+
+
+def _rand_x(R, K):
+    x = torch.randn(R, K, device="cuda")
+    return Q.fp8_fake_quant(x.to(torch.bfloat16), 128)
+
+
+def time_calls(fns, graph: bool = True) -> float:
+    """Seconds per call: median over REPS of (one replay of a graph holding all fns) / len(fns)."""
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    run = None
+    if graph:
+        try:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for f in fns:
+                    f()
+            run = g.replay
+        except Exception:  # noqa: BLE001 - not capturable: time eagerly
+            torch.cuda.synchronize()
+            run = None
+    if run is None:
+        def run():
+            for f in fns:
+                f()
+    run()
+    times = []
+    for _ in range(REPS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3 / len(fns))
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy, bytes read + written per second (the ceiling)."""
+    n = 1 << 30
+    src = torch.randint(-128, 128, (n,), dtype=torch.int8, device="cuda")
+    dst = torch.empty_like(src)
+    t = time_calls([lambda: dst.copy_(src)] * 4, graph=False)
+    return 2 * n / t
+
+
+def _routing(E, batch, calls):
+    """Per call: top-6 distinct experts per token (like the router), rows = batch x 6."""
+    idx = [torch.stack([torch.randperm(E)[:TOPK] for _ in range(batch)]).flatten().cuda() for _ in range(calls)]
+    uniq = statistics.mean(len(set(i.tolist())) for i in idx)
+    return idx, uniq
+
+
+def _row(results, copy_bw, op, impl, secs, nbytes, note=""):
+    r = {"op": op, "impl": impl, "us": None if secs is None else secs * 1e6,
+         "TBps": None if secs is None else nbytes / secs / 1e12,
+         "pct_copy": None if secs is None else 100 * nbytes / secs / copy_bw, "note": note}
+    results.append(r)
+    print(json.dumps(r), flush=True)
+
+
+def _try(results, copy_bw, op, impl, nbytes, make_fns, graph=True):
+    try:
+        fns = make_fns()
+        _row(results, copy_bw, op, impl, time_calls(fns, graph), nbytes)
+    except Exception as e:  # noqa: BLE001 - a baseline that does not run is a result
+        _row(results, copy_bw, op, impl, None, nbytes, f"unsupported: {type(e).__name__}: {str(e)[:160]}")
+
+
+def bench_grouped(results, copy_bw, model, proj, batch, fmt="fp4"):
+    d, inter, E = MODELS[model]
+    N, K = (inter, d) if proj == "w1" else (d, inter)
+    R = batch * TOPK
+    if fmt == "fp4":
+        w = torch.randint(-128, 128, (E, N, K // 2), dtype=torch.int8, device="cuda")
+        s = torch.randint(112, 132, (E, N, K // 32), dtype=torch.uint8, device="cuda").view(Q.E8M0)
+        per_expert = N * K // 2 + N * K // 32
+    else:
+        w = torch.randint(-128, 128, (E, N, K // 2), dtype=torch.int8, device="cuda")
+        s = (torch.rand(E, N, K // 16, device="cuda") * 400 + 0.01).to(Q.E4M3)
+        g = torch.rand(E, device="cuda") * 1e-3 + 1e-4
+        per_expert = N * K // 2 + N * K // 16
+    idx, uniq = _routing(E, batch, S)
+    xs = [_rand_x(R, K) for _ in range(S)]
+    outs = [torch.empty(R, N, device="cuda") for _ in range(S)]
+    op = f"{fmt} grouped {model} {proj} N={N} K={K} batch={batch} rows={R}"
+    nbytes = uniq * per_expert
+    if fmt == "fp4":
+        kern = [lambda i=i: kernels.fp4_grouped_gemv(xs[i], w, s, idx[i], outs[i]) for i in range(S)]
+        twin = [lambda i=i: gemv.fp4_grouped_gemv_ref(xs[i], w, s, idx[i]) for i in range(4)]
+    else:
+        kern = [lambda i=i: kernels.nvfp4_grouped_gemv(xs[i], w, s, g, idx[i], outs[i]) for i in range(S)]
+        twin = [lambda i=i: gemv.nvfp4_grouped_gemv_ref(xs[i], w, s, g, idx[i]) for i in range(4)]
+    _try(results, copy_bw, op, "cute kernel", nbytes, lambda: kern)
+    _try(results, copy_bw, op, "twin (dequant+bmm)", nbytes, lambda: twin)
+    if fmt == "fp4":
+        _try(results, copy_bw, op, "_scaled_grouped_mm fp8 rowwise (fp8 weights!)", uniq * N * K,
+             lambda: _grouped_mm_fns(N, K, R, idx[:4]), graph=False)
+
+
+def _grouped_mm_fns(N, K, R, idx_list):
+    """torch._scaled_grouped_mm with FP8 rowwise weights of the used experts, rows pre-grouped."""
+    fns = []
+    for idx in idx_list:
+        ids = sorted(set(idx.tolist()))
+        G = len(ids)
+        wb = torch.randn(G, N, K, device="cuda").to(Q.E4M3)            # [G, N, K]
+        counts = torch.bincount(idx, minlength=max(ids) + 1)[ids].to(torch.int32)
+        offs = torch.cumsum(counts, 0).to(torch.int32)
+        a = torch.randn(R, K, device="cuda").to(Q.E4M3)
+        sa = torch.rand(R, device="cuda") + 0.5
+        sb = torch.rand(G, N, device="cuda") + 0.5
+        fn = (lambda a=a, wb=wb, sa=sa, sb=sb, offs=offs:
+              torch._scaled_grouped_mm(a, wb.transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16))
+        fn()
+        fns.append(fn)
+    return fns
+
+
+def bench_dense(results, copy_bw, model, proj, M):
+    d, inter, _ = MODELS[model]
+    N, K = (inter, d) if proj == "w1" else (d, inter)
+    copies = max(4, -(-(256 << 20) // (N * K)))  # rotate over > 4x L2 of weights
+    ws = [(torch.randn(N, K, device="cuda") * 50).clamp(-448, 448).to(Q.E4M3) for _ in range(copies)]
+    ss = [torch.randint(112, 132, (-(-N // 128), -(-K // 128)), dtype=torch.uint8, device="cuda").view(Q.E8M0)
+          for _ in range(copies)]
+    x = _rand_x(M, K)
+    outs = [torch.empty(M, N, device="cuda") for _ in range(copies)]
+    op = f"fp8 dense {model} {proj} N={N} K={K} M={M}"
+    nbytes = N * K + ss[0].numel()
+    _try(results, copy_bw, op, "cute kernel", nbytes,
+         lambda: [lambda i=i: kernels.fp8_gemv(x, ws[i], ss[i], outs[i]) for i in range(copies)])
+    _try(results, copy_bw, op, "twin (dequant+matmul)", nbytes,
+         lambda: [lambda i=i: gemv.fp8_gemv_ref(x, ws[i], ss[i]) for i in range(min(copies, 4))])
+    _try(results, copy_bw, op, "_scaled_mm blockwise 1x128/128x128", nbytes,
+         lambda: _scaled_mm_fns(x, ws, ss))
+    wb = [w.to(torch.bfloat16) for w in ws[: max(2, copies // 2)]]
+    _try(results, copy_bw, op, "bf16 cuBLAS (2 B/param)", 2 * N * K,
+         lambda: [lambda i=i: x @ wb[i].t() for i in range(len(wb))])
+
+
+def _scaled_mm_fns(x, ws, ss):
+    M, K = x.shape
+    Mp = -(-M // 4) * 4  # cuBLASLt wants M % 4 == 0
+    xq = torch.zeros(Mp, K, device="cuda", dtype=torch.bfloat16)
+    xq[:M] = x.clamp(-448, 448)
+    a = xq.to(Q.E4M3)
+    sa = torch.ones(K // 128, Mp, device="cuda").t()  # [Mp, K/128], outer-dim major
+    fns = []
+    for w, s in zip(ws, ss):
+        sb = Q.e8m0_to_float(s).t().contiguous()  # [K/128, N/128]
+        fn = (lambda w=w, sb=sb: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16))
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - the other documented scale orientation
+            sb2 = Q.e8m0_to_float(s).contiguous().t()
+            fn = (lambda w=w, sb=sb2: torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16))
+            fn()
+        fns.append(fn)
+    return fns
+
+
+def sweep(results, copy_bw):
+    """Tile choices for the headline case (FP4 grouped, Flash w1, batch 1)."""
+    for nw, pd in ((1, 2), (2, 2), (4, 1), (4, 2), (4, 3), (2, 3)):
+        launch.TUNE.update(nw=nw, pd=pd)
+        d, inter, E = MODELS["flash"]
+        N, K, R = inter, d, TOPK
+        w = torch.randint(-128, 128, (E, N, K // 2), dtype=torch.int8, device="cuda")
+        s = torch.randint(112, 132, (E, N, K // 32), dtype=torch.uint8, device="cuda").view(Q.E8M0)
+        idx, uniq = _routing(E, 1, S)
+        xs = [_rand_x(R, K) for _ in range(S)]
+        outs = [torch.empty(R, N, device="cuda") for _ in range(S)]
+        _try(results, copy_bw, f"sweep fp4 flash w1 batch=1 nw={nw} pd={pd}", "cute kernel",
+             uniq * (N * K // 2 + N * K // 32),
+             lambda: [lambda i=i: kernels.fp4_grouped_gemv(xs[i], w, s, idx[i], outs[i]) for i in range(S)])
+    launch.TUNE.update(nw=None, pd=2)
+
+
+def main(argv=None) -> int:
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU")
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    quick = "--quick" in (argv or sys.argv[1:])
+    dev = torch.cuda.get_device_name()
+    copy_bw = copy_bandwidth()
+    print(f"device {dev}; copy bandwidth {copy_bw / 1e12:.2f} TB/s (read + write)", flush=True)
+    results: list[dict] = []
+    if quick:  # the headline cases only (a short device lease)
+        for batch in (1, 8):
+            bench_grouped(results, copy_bw, "flash", "w1", batch, "fp4")
+        bench_grouped(results, copy_bw, "pro", "w1", 1, "fp4")
+        bench_grouped(results, copy_bw, "flash", "w1", 1, "nvfp4")
+        bench_dense(results, copy_bw, "flash", "w1", 1)
+    else:
+        for model in MODELS:
+            for batch in (1, 8):
+                for proj in ("w1", "w2"):
+                    bench_grouped(results, copy_bw, model, proj, batch, "fp4")
+                bench_grouped(results, copy_bw, model, "w1", batch, "nvfp4")
+                for proj in ("w1", "w2"):
+                    bench_dense(results, copy_bw, model, proj, batch)
+                torch.cuda.empty_cache()
+        sweep(results, copy_bw)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "kernel_bench.json"), "w") as f:
+            json.dump({"device": dev, "copy_TBps": copy_bw / 1e12, "results": results}, f, indent=1)
+    _table(results, copy_bw, dev)
+    return 0
+
+
+def _table(results, copy_bw, dev):
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{dev}: weight bandwidth vs copy {copy_bw / 1e12:.2f} TB/s")
+    for c in ("op", "impl", "us", "TB/s", "% copy"):
+        t.add_column(c)
+    for r in results:
+        if r["us"] is None:
+            t.add_row(r["op"], r["impl"], "-", "-", r["note"][:40])
+        else:
+            t.add_row(r["op"], r["impl"], f"{r['us']:.1f}", f"{r['TBps']:.2f}", f"{r['pct_copy']:.0f}")
+    Console(width=200).print(t)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,230 @@
+"""Host side of the CuTe kernels: checks, tensor views, the compile cache, graph-safe launches.
+
+Graph safety (shared/design/KERNELS.md):
+- compile once per (kernel, shapes, strides, dtypes, device, tile choice) and cache the compiled
+  function, never a stream; a first use inside CUDA-graph capture raises instead of compiling;
+- every call passes `cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)`, so inside
+  capture the launch lands on the capturing stream and becomes a graph node;
+- conversions (`from_dlpack`) and the launch run with the tensors' device current;
+- outputs are torch allocations (static under capture: the graph's private pool) or the
+  caller's buffer; expert ids stay on the device (read by the kernel, never by the host).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from dsv4.errors import DSV4Error
+
+__all__ = ["fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "try_expert", "try_dense", "probe",
+           "CompileError", "WARPS", "MAX_DENSE_ROWS", "TUNE"]
+
+WARPS = 4            # warps per CTA (128 threads)
+MAX_DENSE_ROWS = 64  # decode sizes; prefill-sized inputs go to the twin
+TUNE: dict[str, int | None] = {"nw": None, "pd": 2}  # bench overrides: rows per warp, prefetch depth
+_CACHE: dict[tuple, object] = {}
+_SMS: dict[int, int] = {}
+_AVAILABLE: list[bool] = []
+
+
+def _available() -> bool:
+    if not _AVAILABLE:
+        from dsv4.kernels import available
+
+        _AVAILABLE.append(available())
+    return _AVAILABLE[0]
+
+
+def _sms(device: torch.device) -> int:
+    i = device.index if device.index is not None else torch.cuda.current_device()
+    if i not in _SMS:
+        _SMS[i] = torch.cuda.get_device_properties(i).multi_processor_count
+    return _SMS[i]
+
+
+def pick_nw(groups: int, n: int, sms: int, cap: int = 4) -> int:
+    """Output rows per warp: the most (x reuse) that still gives >= 4 CTAs per SM, else 1."""
+    if TUNE["nw"]:
+        return min(int(TUNE["nw"]), cap)
+    for nw in (4, 2):
+        if nw <= cap and groups * -(-n // (WARPS * nw)) >= 4 * sms:
+            return nw
+    return 1
+
+
+def _sig(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), tuple(t.stride()), str(t.dtype)
+
+
+def _aligned(*ts: torch.Tensor) -> bool:
+    return all(t.data_ptr() % 16 == 0 and t.stride(-1) == 1 for t in ts)
+
+
+def _stream(device: torch.device):
+    import cuda.bindings.driver as cuda
+
+    return cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
+
+
+class CompileError(DSV4Error):
+    """The CuTe compiler rejected a shape; the integration points fall back to the twin."""
+
+
+def _run(key: tuple, entry: str, tensors: list, align: list[int], consts: tuple, device):
+    """Compile (once, outside capture) and launch `entry` on the current stream of `device`."""
+    from cutlass.cute.runtime import from_dlpack
+
+    with torch.cuda.device(device):
+        args = [from_dlpack(t, assumed_align=a) for t, a in zip(tensors, align)]
+        stream = _stream(device)
+        if key not in _CACHE:
+            if torch.cuda.is_current_stream_capturing():
+                raise DSV4Error(f"CuTe kernel {entry} first called inside CUDA-graph capture; run the "
+                                "step once eagerly first (compilation is not capturable)")
+            import cutlass.cute as cute
+
+            from dsv4.kernels import _cute_gemv
+
+            try:
+                _CACHE[key] = cute.compile(getattr(_cute_gemv, entry), *args, stream, *consts)
+            except Exception as e:  # noqa: BLE001 - remembered: never retried, reported once
+                _CACHE[key] = None
+                warnings.warn(f"CuTe kernel {entry} does not compile for {key[1:]}: {e}", stacklevel=3)
+                raise CompileError(f"{entry}: {e}") from e
+        fn = _CACHE[key]
+        if fn is None:
+            raise CompileError(f"{entry} did not compile for this shape earlier")
+        fn(*args, stream)
+
+
+def _check_rows(x: torch.Tensor, k: int) -> None:
+    if x.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[1] != k or not x.is_contiguous():
+        raise DSV4Error(f"x must be contiguous bf16 [rows, {k}], got {x.dtype} {tuple(x.shape)}")
+
+
+def _out(out, rows: int, n: int, device) -> torch.Tensor:
+    if out is None:
+        return torch.empty(rows, n, dtype=torch.float32, device=device)
+    if out.shape != (rows, n) or out.dtype != torch.float32 or not out.is_contiguous():
+        raise DSV4Error(f"out must be contiguous fp32 [{rows}, {n}]")
+    return out
+
+
+def _u8(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype != torch.uint8 else t
+
+
+def fp4_grouped_gemv(x, weight, scale, idx, out=None) -> torch.Tensor:
+    """x [R, K] bf16, weight [E, N, K/2] int8 (e2m1 pairs), scale [E, N, K/32] e8m0, idx [R]."""
+    E, N, Kh = weight.shape
+    K = 2 * Kh
+    _check_rows(x, K)
+    R = x.shape[0]
+    if K % 32 or scale.shape != (E, N, K // 32) or idx.shape != (R,):
+        raise DSV4Error("fp4_grouped_gemv: inconsistent shapes")
+    y = _out(out, R, N, x.device)
+    if R == 0:
+        return y
+    xw, ww, sw = x.view(torch.int32), weight.view(torch.int32), _u8(scale)
+    if not _aligned(xw, ww):
+        raise DSV4Error("fp4_grouped_gemv: x and weight need 16-byte aligned rows")
+    KC = K // 32
+    nw = pick_nw(R, N, _sms(x.device))
+    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]))
+    key = ("fp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(idx), x.device, consts)
+    _run(key, "fp4_grouped", [xw, ww, sw, idx, y], [16, 16, 1, idx.element_size(), 4], consts, x.device)
+    return y
+
+
+def nvfp4_grouped_gemv(x, weight, scale, global_scale, idx, out=None) -> torch.Tensor:
+    """As fp4_grouped_gemv with scale [E, N, K/16] e4m3 and global_scale [E] fp32."""
+    E, N, Kh = weight.shape
+    K = 2 * Kh
+    _check_rows(x, K)
+    R = x.shape[0]
+    g = global_scale.reshape(E).float().contiguous()
+    if K % 32 or scale.shape != (E, N, K // 16) or idx.shape != (R,):
+        raise DSV4Error("nvfp4_grouped_gemv: inconsistent shapes")
+    y = _out(out, R, N, x.device)
+    if R == 0:
+        return y
+    xw, ww, sw = x.view(torch.int32), weight.view(torch.int32), scale.view(torch.int16)
+    if not _aligned(xw, ww):
+        raise DSV4Error("nvfp4_grouped_gemv: x and weight need 16-byte aligned rows")
+    KC = K // 32
+    nw = pick_nw(R, N, _sms(x.device))
+    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]))
+    key = ("nvfp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(g), _sig(idx), x.device, consts)
+    _run(key, "nvfp4_grouped", [xw, ww, sw, g, idx, y], [16, 16, 2, 4, idx.element_size(), 4],
+         consts, x.device)
+    return y
+
+
+def fp8_gemv(x, weight, scale, out=None) -> torch.Tensor:
+    """x [M, K] bf16, weight [N, K] e4m3, scale [ceil(N/128), ceil(K/128)] e8m0 -> fp32 [M, N]."""
+    N, K = weight.shape
+    _check_rows(x, K)
+    M = x.shape[0]
+    if K % 16 or scale.shape != (-(-N // 128), -(-K // 128)):
+        raise DSV4Error("fp8_gemv: K must be a multiple of 16 and scale [ceil(N/128), ceil(K/128)]")
+    y = _out(out, M, N, x.device)
+    if M == 0:
+        return y
+    xw, ww, sw = x.view(torch.int32), weight.view(torch.int32), _u8(scale)
+    if not _aligned(xw, ww):
+        raise DSV4Error("fp8_gemv: x and weight need 16-byte aligned rows")
+    KC = K // 16
+    mb = min(M, 8)
+    nw = pick_nw(-(-M // mb), N, _sms(x.device), cap=4 if M == 1 else 2)
+    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, int(TUNE["pd"]))
+    key = ("fp8_dense", _sig(xw), _sig(ww), _sig(sw), x.device, consts)
+    _run(key, "fp8_dense", [xw, ww, sw, y], [16, 16, 1, 4], consts, x.device)
+    return y
+
+
+# ------------------------------------------------------------------ integration (None = use the twin)
+
+
+def try_expert(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor) -> torch.Tensor | None:
+    w = bank["weight"]
+    if x.dtype != torch.bfloat16 or x.dim() != 2 or w.shape[-1] * 2 != x.shape[1] or x.shape[1] % 32:
+        return None
+    if not _available() or idx.dtype not in (torch.int32, torch.int64):
+        return None
+    x, idx = x.contiguous(), idx.contiguous()
+    if not _aligned(x, w) or (w.stride(1) * w.element_size()) % 16 or (w.stride(0) * w.element_size()) % 16:
+        return None
+    try:
+        if fmt == "fp4":
+            return fp4_grouped_gemv(x, w, bank["scale"], idx)
+        return nvfp4_grouped_gemv(x, w, bank["scale"], bank["global_scale"], idx)
+    except CompileError:
+        return None
+
+
+def try_dense(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
+    K = weight.shape[1]
+    if x.dtype != torch.bfloat16 or x.shape[-1] != K or K % 16 or weight.dtype != torch.float8_e4m3fn:
+        return None
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, K).contiguous()
+    if not 0 < x2.shape[0] <= MAX_DENSE_ROWS or not _available():
+        return None
+    if not weight.is_contiguous() or not _aligned(x2, weight):
+        return None
+    try:
+        return fp8_gemv(x2, weight, scale).view(*lead, weight.shape[0])
+    except CompileError:
+        return None
+
+
+def probe(words: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Run the PTX decode helpers on int32 words [T <= 1024] (GPU tests pin the element order)."""
+    T = words.numel()
+    dev = words.device
+    outs = [torch.full((T, k), float("nan"), device=dev) for k in (8, 4, 2, 2)]
+    key = ("probe", T, dev)
+    _run(key, "probe", [words.contiguous()] + outs, [4, 4, 4, 4, 4], (T,), dev)
+    return tuple(outs)

@@ -33,14 +33,8 @@ MODES = ("eager", "ab", "full")
 class _Piece:
     """One unit of a segment's step: a captured graph (replayed) or an eager callable."""
 
-    def __init__(self, fn: Callable[[], object], graph: torch.cuda.CUDAGraph | None = None):
-        self.fn, self.graph = fn, graph
-
-    def run(self) -> None:
-        if self.graph is None:
-            self.fn()
-        else:
-            self.graph.replay()
+    def __init__(self, fn: Callable[[], object] | None = None, graph: torch.cuda.CUDAGraph | None = None):
+        self.run = graph.replay if graph is not None else fn
 
 
 class _Segment:
@@ -100,22 +94,18 @@ class CUDAGraphDecoder:
             seg.x_in = torch.zeros(prev.shape, dtype=prev.dtype, device=seg.device)
         if self.mode == "eager":
             seg.pieces = [_Piece(lambda seg=seg: setattr(seg, "out", seg.forward()))]
-            seg.out = self._dry_run(seg)
+            seg.out = seg.forward()  # shapes for the next segment's input; prefill resets the state
         elif self.mode == "full":
             graph, seg.out = self._capture(seg.device, seg.forward)
-            seg.pieces = [_Piece(seg.forward, graph)]
+            seg.pieces = [_Piece(graph=graph)]
         else:
             self._build_ab(seg)
-
-    def _dry_run(self, seg: _Segment) -> torch.Tensor:
-        """Shapes for the next segment's static input (state is overwritten by prefill)."""
-        return seg.forward()
 
     def _build_ab(self, seg: _Segment) -> None:
         pieces = []
         if seg.first:
             g, X = self._capture(seg.device, seg.streams_in)
-            pieces.append(_Piece(seg.streams_in, g))
+            pieces.append(_Piece(graph=g))
         else:
             X = seg.x_in
         for layer in seg.layers:
@@ -128,9 +118,9 @@ class CUDAGraphDecoder:
 
             gb, X = self._capture(seg.device, lambda L=layer, Xl=X_layer, o=o_buf, p=post, c=comb:
                                   L.part_b(o, Xl, p, c, seg.ids[:, None], seg.pos))
-            pieces += [_Piece(None, ga), _Piece(attend), _Piece(None, gb)]
+            pieces += [_Piece(graph=ga), _Piece(attend), _Piece(graph=gb)]
         gf, seg.out = self._capture(seg.device, lambda Xf=X: seg.finish(Xf))
-        pieces.append(_Piece(None, gf))
+        pieces.append(_Piece(graph=gf))
         seg.pieces = pieces
 
     def _capture(self, device: torch.device, fn: Callable[[], object]):

@@ -142,12 +142,14 @@ def scan_cmd(
     steps: int = typer.Option(4, "--steps", help="audited steady-state steps (>= 2)"),
     warmup: int = typer.Option(2, "--warmup", help="plain steps run before auditing"),
     out: Path = typer.Option(None, "--out", help="output directory (default reports/scan-<target>-<path>/)"),
+    tp: int = typer.Option(None, "--tp", help="under torchrun: shard a dsv4 target over this many ranks "
+                           "(default WORLD_SIZE); each rank writes OUT/rank<r>/, rank 0 the merge"),
 ) -> None:
     """Audit a decode step for CUDA-graph hazards; writes inventory.md/.json/.csv."""
     with user_errors():
         from audit.ui import scan_command
 
-        code = scan_command(target, path, device, steps, warmup, out, console, err_console)
+        code = scan_command(target, path, device, steps, warmup, out, console, err_console, tp=tp)
     raise typer.Exit(code)
 
 

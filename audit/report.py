@@ -94,7 +94,7 @@ def _loc(r) -> str:
 def _summary(inv: Inventory) -> list[str]:
     m = inv.meta
     lines = [f"# CUDA-graph readiness inventory: {m.get('target', '?')}", ""]
-    facts = [("device", m.get("device")), ("path", m.get("path")),
+    facts = [("device", m.get("device")), ("path", m.get("path")), ("ranks", _ranks_fact(m)),
              ("steps audited", f"{m.get('audited_steps', '?')} after {m.get('warmup', '?')} warmup"),
              ("ops traced", f"{m.get('traced_ops', '?')} ({m.get('ops_per_second', '?')} ops/s)"),
              ("torch", m.get("torch")), ("generated", m.get("created"))]
@@ -114,11 +114,22 @@ def _summary(inv: Inventory) -> list[str]:
     return lines + [""]
 
 
-def _section(cat: str, df: pd.DataFrame) -> list[str]:
+def _ranks_fact(m: dict) -> str | None:
+    """Merged inventories (audit/ranks.py) list their ranks; a rank's own one says which it is."""
+    if m.get("ranks"):
+        return f"{m['ranks']} (merged; each finding names the rank(s) that have it; per rank: rank<r>/inventory.md)"
+    if m.get("world_size"):
+        return f"this is rank {m.get('rank')} of {m['world_size']}"
+    return None
+
+
+def _section(cat: str, df: pd.DataFrame, by_rank: bool = False) -> list[str]:
     c = CATEGORIES.get(cat)
     title = c.title if c else cat
     lines = [f"## {cat}", "", f"**{title}.** {c.why if c else ''}", ""]
-    lines += ["| file:line | op | count/step | severity | why it matters | fix |", "|---|---|---:|---|---|---|"]
+    rank_col = ("rank(s) | ", "---|") if by_rank else ("", "")
+    lines += [f"| file:line | op | count/step | severity | {rank_col[0]}why it matters | fix |",
+              f"|---|---|---:|---|{rank_col[1]}---|---|"]
     rows = df.to_dict("records")
     only_info = all(r["severity"] == "info" for r in rows)
     if only_info:
@@ -126,8 +137,9 @@ def _section(cat: str, df: pd.DataFrame) -> list[str]:
     shown = rows[:INFO_ROWS] if only_info else rows
     for r in shown:
         fix = r["fix"] if not c or r["fix"] != c.fix else "usual fix (below)"
+        rank = f"{_cell(r.get('rank'))} | " if by_rank else ""
         lines.append(f"| {_loc(r)} {_cell(r.get('function') and '(' + r['function'] + ')')} | `{_cell(r['op'])}` | "
-                     f"{_count(r['count_per_step'])} | {r['severity']} | {_cell(r['message'])} | {_cell(fix)} |")
+                     f"{_count(r['count_per_step'])} | {r['severity']} | {rank}{_cell(r['message'])} | {_cell(fix)} |")
     if len(rows) > len(shown):
         lines.append(f"| ... | | | | {len(rows) - len(shown)} more rows in inventory.csv | |")
     if c:
@@ -140,8 +152,9 @@ def markdown(inv: Inventory) -> str:
     if not inv.df.empty:
         order = sorted(inv.df.category.unique(),
                        key=lambda k: (inv.df[inv.df.category == k].severity.map(SEVERITY_RANK).min(), k))
+        by_rank = bool(inv.meta.get("ranks")) and "rank" in inv.df.columns
         for cat in order:
-            lines += _section(cat, inv.df[inv.df.category == cat])
+            lines += _section(cat, inv.df[inv.df.category == cat], by_rank)
     return "\n".join(lines).rstrip() + "\n"
 
 

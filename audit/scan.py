@@ -44,14 +44,16 @@ def _check(device: str, steps: int, warmup: int) -> str:
 
 
 def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str = "reference", *,
-         progress: Progress | None = None, gpu_trace: bool = False) -> Inventory:
+         progress: Progress | None = None, gpu_trace: bool = False, tp: int = 1) -> Inventory:
     """Audits `target` (a factory, 'file.py:factory' or 'dsv4:<preset>') and returns its Inventory.
 
     gpu_trace: also register torch.cuda._gpu_trace sync callbacks (CUDA only). They cannot be
-    removed again, so only a process that will not capture afterwards should ask for them."""
+    removed again, so only a process that will not capture afterwards should ask for them.
+    tp: shard a dsv4 target over the default process group (this process scans its own rank;
+    audit/ranks.py tags and merges the ranks' inventories)."""
     device = _check(device, steps, warmup)
     t_start = time.perf_counter()
-    res = resolve(target, device, path)
+    res = resolve(target, device, path, tp=tp)
     obj, total = res.obj, warmup + steps
     tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
     failure = None
@@ -87,6 +89,8 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "name": res.name, "error": failure,
     }
+    if tp > 1:
+        meta["tp"] = tp
     inv = Inventory.from_findings(findings, meta)
     inv.meta["findings"] = {s: int((inv.df.severity == s).sum()) for s in SEVERITIES} if len(inv) else \
         {s: 0 for s in SEVERITIES}

@@ -21,7 +21,7 @@ import torch
 
 from audit.errors import AuditError
 
-__all__ = ["PATHS", "AuditTarget", "Dsv4Reference", "Dsv4Static", "Resolved", "resolve"]
+__all__ = ["PATHS", "AuditTarget", "Dsv4Reference", "Dsv4Static", "Resolved", "check_tp", "resolve"]
 
 PATHS = ("reference", "static")
 
@@ -42,14 +42,43 @@ class Resolved:
 
 
 # ---------------------------------------------------------------------- built-in: DeepSeek-V4
+def _load_dsv4(preset: str, device: str, seed: int, tp: int):
+    """The seeded model; with tp > 1 this rank's shard of it (the process group must be up: every
+    rank loads the same seed, so the shards fit together)."""
+    import dsv4
+
+    model = dsv4.load(preset, device=device, dtype="bfloat16", seed=seed)
+    if tp > 1:
+        import torch.distributed as dist
+
+        from dsv4.decode.parallel import shard_
+
+        if not dist.is_initialized() or dist.get_world_size() != tp:
+            raise AuditError(f"tp={tp} needs a process group of {tp} ranks: launch with torchrun --nproc-per-node {tp}")
+        shard_(model, dist.get_rank(), tp)
+    return model
+
+
+def check_tp(target: str, tp: int) -> None:
+    """Before any rendezvous: can dsv4:<preset> be split over tp ranks? (one line, every rank alike)"""
+    from dsv4.config import PRESETS, preset
+    from dsv4.decode.parallel import check_world
+    from dsv4.errors import DSV4Error
+
+    name = target[5:]
+    if name in PRESETS:
+        try:
+            check_world(preset(name), tp)
+        except DSV4Error as e:
+            raise AuditError(f"--target {target} --tp {tp}: {e}") from None
+
+
 class Dsv4Reference:
     """The eager reference decode: prefill a short random prompt, then decode one token per step."""
 
-    def __init__(self, preset: str, device: str, batch: int = 1, prompt_len: int = 8, seed: int = 0):
-        import dsv4
-
+    def __init__(self, preset: str, device: str, batch: int = 1, prompt_len: int = 8, seed: int = 0, tp: int = 1):
         self.device = torch.device(device)
-        self.model = dsv4.load(preset, device=device, dtype="bfloat16", seed=seed)
+        self.model = _load_dsv4(preset, device, seed, tp)
         self.vocab = self.model.cfg.vocab_size
         self.batch = batch
         self.gen = torch.Generator().manual_seed(seed)
@@ -68,16 +97,14 @@ class Dsv4Reference:
 class Dsv4Static(Dsv4Reference):
     """The graph-ready decode (dsv4.decode.static.StaticDecoder): static buffers, device positions."""
 
-    def __init__(self, preset: str, device: str, batch: int = 1, prompt_len: int = 8, seed: int = 0):
+    def __init__(self, preset: str, device: str, batch: int = 1, prompt_len: int = 8, seed: int = 0, tp: int = 1):
         try:
             from dsv4.decode.static import StaticDecoder
         except ImportError as e:
             raise AuditError(f"the static decode path is not available ({e}); "
                              "dsv4.decode.static.StaticDecoder is needed for --path static") from None
-        import dsv4
-
         self.device = torch.device(device)
-        self.model = dsv4.load(preset, device=device, dtype="bfloat16", seed=seed)
+        self.model = _load_dsv4(preset, device, seed, tp)  # sharded before the decoder stacks its expert banks
         self.vocab, self.batch = self.model.cfg.vocab_size, batch
         self.gen = torch.Generator().manual_seed(seed)
         self.dec = StaticDecoder(self.model, batch_size=batch)
@@ -91,9 +118,9 @@ class Dsv4Static(Dsv4Reference):
         return self.dec.step()
 
 
-def _dsv4(preset: str, path: str) -> Callable[[str], Any]:
+def _dsv4(preset: str, path: str, tp: int = 1) -> Callable[[str], Any]:
     cls = Dsv4Reference if path == "reference" else Dsv4Static
-    return lambda device: cls(preset, device)
+    return lambda device: cls(preset, device, tp=tp)
 
 
 # ---------------------------------------------------------------------- resolution
@@ -143,13 +170,17 @@ def _load_file(spec: str) -> tuple[Callable, str, str, tuple[str, ...]]:
     return fn, f"{p.stem}-{factory}", f"{file}:{factory}", (str(p.resolve().parent),)
 
 
-def resolve(target, device: str, path: str = "reference") -> Resolved:
+def resolve(target, device: str, path: str = "reference", tp: int = 1) -> Resolved:
     """Builds the target object; every failure is an AuditError naming the target.
 
     target: a factory `make(device)`, 'file.py:factory', 'dsv4:<preset>', or an object that
-    already has prepare(i) and step()."""
+    already has prepare(i) and step(). tp > 1 shards a dsv4:<preset> model over the ranks of the
+    default process group (other targets shard themselves, if at all)."""
     if path not in PATHS:
         raise AuditError(f"--path must be one of {', '.join(PATHS)}, not {path!r}")
+    if tp > 1 and not (isinstance(target, str) and target.startswith("dsv4:")):
+        raise AuditError(f"--tp {tp} shards dsv4:<preset> targets; a FILE.py:FACTORY target under torchrun is "
+                         "scanned per rank as it is (leave --tp out)")
     roots: tuple[str, ...] = ()
     if not isinstance(target, (str, type)) and callable(getattr(target, "step", None)) \
             and callable(getattr(target, "prepare", None)):  # already a built target object
@@ -164,7 +195,9 @@ def resolve(target, device: str, path: str = "reference") -> Resolved:
 
         if preset not in PRESETS:
             raise AuditError(f"--target {target!r}: unknown preset {preset!r} (choose one of {', '.join(PRESETS)})")
-        factory, name, label = _dsv4(preset, path), f"{preset}-{path}", f"dsv4:{preset} ({path} path)"
+        factory, name, label = _dsv4(preset, path, tp), f"{preset}-{path}", f"dsv4:{preset} ({path} path)"
+        if tp > 1:
+            name, label = f"{name}-tp{tp}", f"dsv4:{preset} ({path} path, tensor parallel over {tp} ranks)"
     elif isinstance(target, str):
         factory, name, label, roots = _load_file(target)
     else:

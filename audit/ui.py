@@ -18,10 +18,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from audit import report
+from audit import ranks, report
 from audit.errors import AuditError, TargetFailed
 from audit.inventory import SEVERITIES, Inventory
 from audit.scan import scan
+from audit.target import check_tp
 
 __all__ = ["default_out", "report_command", "scan_command", "summary_table"]
 
@@ -74,35 +75,81 @@ def _print_summary(console: Console, inv: Inventory, paths: dict | None) -> None
 
 
 def scan_command(target: str | None, path: str, device: str | None, steps: int, warmup: int,
-                 out: Path | None, console: Console, err_console: Console) -> int:
+                 out: Path | None, console: Console, err_console: Console, tp: int | None = None) -> int:
     """Runs a scan with a progress bar, writes the inventory, prints the summary; returns the exit code.
 
     Bad input raises AuditError (the CLI turns it into exit 2). A target that raises mid-run still
-    gets its partial inventory written, then one error line and exit code 1."""
+    gets its partial inventory written, then one error line and exit code 1. Under torchrun every
+    rank scans its own step (see audit/ranks.py); tp shards a dsv4 target over the ranks."""
     target = target or "dsv4:tiny"
+    run = ranks.launch()
+    tp = ranks.resolve_tp(tp, run, target)
     device = device or default_device()
     if out is None and target.startswith("dsv4:"):
-        out = default_out(f"{target[5:]}-{path}")
+        out = default_out(f"{target[5:]}-{path}" + (f"-tp{tp}" if tp > 1 else ""))
+    if run is not None and run.world > 1:
+        return _scan_ranks(run, target, path, device, steps, warmup, out, tp, console, err_console)
+    inv, failed = _scan_with_bar(target, path, device, steps, warmup, tp, err_console)
+    out = out or default_out(inv.meta.get("name", "target"))
+    paths = report.write(inv, out)
+    _print_summary(console, inv, paths)
+    return _failed(failed, err_console)
+
+
+def _scan_with_bar(target, path, device, steps, warmup, tp, err_console, show: bool = True):
+    """(inventory, failure message or None); the progress bar only where `show`."""
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-    with Progress(*columns, console=err_console, transient=True) as bar:
+    with Progress(*columns, console=err_console, transient=True, disable=not show) as bar:
         task = bar.add_task(f"scanning {target}", total=warmup + steps)
 
         def tick(done: int, total: int, phase: str) -> None:
             bar.update(task, completed=done, description=f"scanning {target} ({phase})")
 
-        failed = None
         try:
-            inv = scan(target, device=device, steps=steps, warmup=warmup, path=path, progress=tick, gpu_trace=True)
+            inv = scan(target, device=device, steps=steps, warmup=warmup, path=path, progress=tick, gpu_trace=True,
+                       tp=tp)
         except TargetFailed as e:
-            inv, failed = e.inventory, str(e)
-    out = out or default_out(inv.meta.get("name", "target"))
-    paths = report.write(inv, out)
-    _print_summary(console, inv, paths)
+            return e.inventory, str(e)
+    return inv, None
+
+
+def _failed(failed: str | None, err_console: Console) -> int:
     if failed:
         err_console.print(f"[bold red]error:[/] {failed}", highlight=False, soft_wrap=True)
         err_console.print("(the inventory above is partial: it covers what ran before the error)")
         return 1
     return 0
+
+
+def _scan_ranks(run: ranks.Launch, target: str, path: str, device: str, steps: int, warmup: int,
+                out: Path | None, tp: int, console: Console, err_console: Console) -> int:
+    """One rank of a torchrun launch: scan, write OUT/rank{r}/, send to rank 0, which writes the merge."""
+    import torch.distributed as dist
+
+    device = ranks.rank_device(device, run)
+    if tp > 1:
+        check_tp(target, tp)  # before the rendezvous, so a bad world size fails alike everywhere
+    started = ranks.init(run, device)
+    try:
+        inv, failed = _scan_with_bar(target, path, device, steps, warmup, tp, err_console, show=run.rank == 0)
+        inv = ranks.tag(inv, run.rank, run.world)
+        out = out or default_out(inv.meta.get("name", "target"))
+        report.write(inv, out / f"rank{run.rank}")
+        everyone = ranks.gather(inv, run)
+        if started:
+            ranks.shutdown()
+    finally:
+        if started and dist.is_initialized():  # an error on the way: no barrier, the peers may be gone
+            dist.destroy_process_group()
+    if everyone is None:  # not rank 0: its own failure is its exit code; rank 0 prints the merge
+        if failed:
+            err_console.print(f"[bold red]error (rank {run.rank}):[/] {failed}", highlight=False, soft_wrap=True)
+        return 1 if failed else 0
+    merged = ranks.merge(everyone)
+    paths = report.write(merged, out)
+    _print_summary(console, merged, paths)
+    console.print(f"per-rank inventories: {out}/rank0 .. rank{run.world - 1}", highlight=False)
+    return _failed(merged.meta.get("error"), err_console)
 
 
 def report_command(inventory: Path, baseline: Path | None, out: Path | None, console: Console) -> int:

@@ -97,6 +97,7 @@ class Transformer(nn.Module):
         self.head.weight.requires_grad_(False)
         self.mtp = nn.ModuleList(MTPLayer(cfg, cfg.n_layers + i, device) for i in range(cfg.n_mtp_layers))
         self.pos: int | None = None  # next decode position; None before prefill
+        self.tp = None  # the tensor-parallel Shard this rank holds (dsv4/decode/parallel.py); None: whole model
 
     @property
     def device(self) -> torch.device:

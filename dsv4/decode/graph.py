@@ -14,6 +14,13 @@ later sequence. Each device segment captures on a stream created ON that device 
 `torch.cuda.device(dev)` (set_device alone gives empty graphs or stale replays on other devices)
 and replays under the same device context. Inputs are staged through pinned host memory and
 copies between segments happen between graph launches, never inside one.
+
+Tensor parallel (dsv4/decode/parallel.py, one process and one GPU per rank): build the decoder on
+the sharded model. The all-reduces after wo_b and after the MoE sum are issued on the current
+stream, so under NCCL they are captured inside the graph like kernels: in `full` mode each rank's
+one graph holds all of its layers' collectives, in `ab` mode they sit in graph B. The warmup runs
+on the capture stream create the NCCL communicator before capture; every rank must then stage the
+same ids and replay the same graphs in the same order (dsv4/decode/tp_run.py broadcasts the token).
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ The reference dispatch asks the host how many tokens each expert got; here the s
 at tokens x top-k whatever the routing: expert weights are stacked once into [E, ...] banks (the
 experts' parameters become views into the banks, so memory is not duplicated), each pair's
 weights are gathered by its expert id, dequantized and applied with a batched matmul.
+
+On a tensor-parallel rank (dsv4/decode/parallel.py) the banks hold only the local experts. A
+device table maps global expert ids to bank rows; a pair routed to another rank's expert gathers
+bank row 0 and gets routing weight 0 (applied before w2, so it adds exactly zero). Shapes stay
+tokens x top-k, so the step stays graph-ready; the waste is (world-1)/world of the routed GEMVs.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ class StaticMoE:
         self.fmt = experts[0].w1.fmt
         self.template = experts[0]
         self.banks = {w: stack_bank([getattr(e, w) for e in experts]) for w in ("w1", "w3", "w2")}
+        self.local_of = _local_table(moe, self.banks["w1"]["weight"].device)
 
     def expert_linear(self, which: str, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """x [n, in] through expert idx[i]'s projection `which` -> fp32 [n, out]."""
@@ -78,12 +84,27 @@ class StaticMoE:
         weights, idx = moe.gate(x, ids)
         N, k = idx.shape
         xr = x.unsqueeze(1).expand(N, k, x.shape[-1]).reshape(N * k, -1)
-        flat = idx.flatten()
+        flat, w = idx.flatten(), weights.reshape(-1, 1)
+        if self.local_of is not None:  # expert parallel: another rank's expert -> row 0, weight 0
+            local = self.local_of[flat]
+            w = w * (local >= 0).unsqueeze(-1)
+            flat = local.clamp(min=0)
         g = self.expert_linear("w1", xr, flat)
         u = self.expert_linear("w3", xr, flat)
         if ex.limit:
             u, g = u.clamp(-ex.limit, ex.limit), g.clamp(max=ex.limit)
-        a = F.silu(g) * u * weights.reshape(-1, 1)
+        a = F.silu(g) * u * w
         y = self.expert_linear("w2", a.to(ex.act_dtype), flat).view(N, k, -1).sum(1)
-        y = y + moe.shared_experts(x)
-        return y.to(moe.act_dtype).view(shape)
+        if moe.shared_experts is not None:
+            y = y + moe.shared_experts(x)
+        return moe.reduce(y).to(moe.act_dtype).view(shape)
+
+
+def _local_table(moe: MoE, device) -> torch.Tensor | None:
+    """global expert id -> bank row (-1: held by another rank); None when this rank holds them all."""
+    ids = list(moe.expert_ids)
+    if len(ids) == moe.n_experts:
+        return None
+    table = torch.full((moe.n_experts,), -1, dtype=torch.int64)
+    table[torch.tensor(ids)] = torch.arange(len(ids))
+    return table.to(device)

@@ -18,7 +18,7 @@ from dsv4.cache import AttentionCache
 from dsv4.config import ModelConfig
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.indexer import Indexer
-from dsv4.layers.linear import Linear
+from dsv4.layers.linear import Linear, no_reduce
 from dsv4.layers.norm import RMSNorm, rms
 from dsv4.layers.rope import apply_rope, rope_angles, rope_frequencies
 from dsv4.ops.kvquant import round_kv
@@ -62,6 +62,8 @@ class Attention(nn.Module):
         self.compressor = Compressor(cfg, self.ratio, D, freqs, "kv", device) if self.ratio else None
         self.indexer = Indexer(cfg, freqs, device) if self.ratio == 4 else None
         self.cache: AttentionCache | None = None
+        # Sums the ranks' partial wo_b outputs when the heads are split (dsv4/decode/parallel.py).
+        self.reduce = no_reduce
 
     # ------------------------------------------------------------ shared pieces
     def project(self, x: torch.Tensor, pos: torch.Tensor):
@@ -77,13 +79,17 @@ class Attention(nn.Module):
         return q, kv, qr
 
     def output(self, o: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Inverse RoPE at the query position, block-diagonal wo_a per group, then wo_b."""
+        """Inverse RoPE at the query position, block-diagonal wo_a per group, then wo_b.
+
+        wo_b's fp32 result goes through `reduce` before the cast, so a tensor-parallel rank's
+        partial sum over its groups is summed with the others' and rounded once, like the
+        unsharded product."""
         cos, sin = rope_angles(pos, self.freqs)
         o = apply_rope(o, cos.unsqueeze(-2), sin.unsqueeze(-2), inverse=True)
         o = self.wo_a.quantize_input(o.flatten(2).unflatten(-1, (self.groups, -1)))
         wa = self.wo_a.dequantized().unflatten(0, (self.groups, -1))  # [G, o_lora, H/G*D]
         y = torch.einsum("btgk,gok->btgo", o.float(), wa).to(self.cfg.act_dtype)
-        return self.wo_b(y.flatten(2))
+        return self.reduce(self.wo_b(y.flatten(2), out_dtype=torch.float32)).to(self.cfg.act_dtype)
 
     def attend(self, q, keys, mask):
         return sparse_attention(q, keys, mask, self.attn_sink, self.scale, self.cfg.act_dtype)

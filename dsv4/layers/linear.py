@@ -15,9 +15,14 @@ from dsv4 import kernels
 from dsv4.config import ModelConfig
 from dsv4.ops import quantize as Q
 
-__all__ = ["Linear", "FORMATS"]
+__all__ = ["FORMATS", "Linear", "no_reduce"]
 
 FORMATS = ("bf16", "fp8", "fp4", "nvfp4")
+
+
+def no_reduce(t: torch.Tensor) -> torch.Tensor:
+    """The default `reduce` hook of Attention and MoE: with one rank the partial sum is the sum."""
+    return t
 
 
 def _frozen(t: torch.Tensor) -> nn.Parameter:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dsv4.config import ModelConfig
-from dsv4.layers.linear import Linear
+from dsv4.layers.linear import Linear, no_reduce
 
 
 class Gate(nn.Module):
@@ -70,6 +70,11 @@ class MoE(nn.Module):
         self.experts = nn.ModuleList(Expert(cfg, cfg.moe_inter_dim, cfg.expert_fmt, device)
                                      for _ in range(cfg.n_routed_experts))
         self.shared_experts = Expert(cfg, cfg.moe_inter_dim * cfg.n_shared_experts, cfg.weight_fmt, device)
+        # Tensor parallel (dsv4/decode/parallel.py) changes three things: expert_ids are the global
+        # ids this rank holds (self.experts[e] takes a global id), shared_experts is this rank's
+        # slice of it or None, and reduce sums the ranks' partial outputs.
+        self.expert_ids = range(cfg.n_routed_experts)
+        self.reduce = no_reduce
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         shape = x.shape
@@ -77,10 +82,11 @@ class MoE(nn.Module):
         weights, idx = self.gate(x, ids)
         y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
         counts = torch.bincount(idx.flatten(), minlength=self.n_experts).tolist()
-        for e, n in enumerate(counts):
-            if n == 0:
+        for e in self.expert_ids:
+            if counts[e] == 0:
                 continue
             rows, slot = torch.where(idx == e)
             y.index_add_(0, rows, self.experts[e](x[rows], weights[rows, slot]))
-        y += self.shared_experts(x)
-        return y.to(self.act_dtype).view(shape)
+        if self.shared_experts is not None:
+            y += self.shared_experts(x)
+        return self.reduce(y).to(self.act_dtype).view(shape)

@@ -14,7 +14,6 @@ file:// store) on NCCL for CUDA scans and gloo for CPU scans.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -22,31 +21,23 @@ import torch
 from audit.errors import AuditError
 from audit.inventory import KEY, SEVERITIES, SEVERITY_RANK, Inventory
 
-__all__ = ["Launch", "gather", "init", "launch", "merge", "rank_device", "resolve_tp", "shutdown", "tag"]
+__all__ = ["gather", "init", "launch", "merge", "rank_device", "resolve_tp", "shutdown", "tag"]
 
 
-@dataclass(frozen=True)
-class Launch:
-    rank: int
-    world: int
-    local_rank: int
-
-
-def launch() -> Launch | None:
-    """This process's place in a torchrun launch, or None outside one (RANK/WORLD_SIZE unset)."""
+def launch():
+    """This process's place in a torchrun launch (rank, world, local_rank), or None outside one."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return None
+    from dsv4.decode.parallel import dist_env
+    from dsv4.errors import DSV4Error
+
     try:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local = int(os.environ.get("LOCAL_RANK", rank))
-    except ValueError:
-        raise AuditError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (torchrun sets them)") from None
-    if not 0 <= rank < world:
-        raise AuditError(f"RANK={rank} is outside [0, WORLD_SIZE={world})")
-    return Launch(rank, world, local)
+        return dist_env()
+    except DSV4Error as e:
+        raise AuditError(str(e)) from None
 
 
-def resolve_tp(tp: int | None, run: Launch | None, target: str) -> int:
+def resolve_tp(tp: int | None, run, target: str) -> int:
     """--tp, defaulting to the launch's world size for dsv4 targets; must match the launch."""
     world = run.world if run else 1
     if tp is None:
@@ -61,7 +52,7 @@ def resolve_tp(tp: int | None, run: Launch | None, target: str) -> int:
     return tp
 
 
-def rank_device(device: str, run: Launch) -> str:
+def rank_device(device: str, run) -> str:
     """A bare `cuda` means this rank's GPU, cuda:LOCAL_RANK (made current for NCCL)."""
     if device == "cuda" and torch.cuda.is_available():
         device = f"cuda:{run.local_rank}"
@@ -70,7 +61,7 @@ def rank_device(device: str, run: Launch) -> str:
     return device
 
 
-def init(run: Launch, device: str, timeout_s: float = 300.0) -> bool:
+def init(run, device: str, timeout_s: float = 300.0) -> bool:
     """Starts the default process group unless one is up; True when this call started it."""
     import torch.distributed as dist
 
@@ -99,7 +90,7 @@ def tag(inv: Inventory, rank: int, world: int) -> Inventory:
     return Inventory(df, dict(inv.meta, rank=rank, world_size=world))
 
 
-def gather(inv: Inventory, run: Launch) -> list[Inventory] | None:
+def gather(inv: Inventory, run) -> list[Inventory] | None:
     """Every rank's inventory on rank 0 (None on the others)."""
     import torch.distributed as dist
 

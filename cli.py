@@ -172,12 +172,17 @@ def bench_cmd(
     modes: str = typer.Option("eager,ab,full,compile", "--modes", help="comma list of eager, ab, full, compile"),
     steps: int = typer.Option(64, "--steps", help="timed decode steps per row"),
     batch: str = typer.Option("1", "--batch", help="comma list of batch sizes, e.g. 1,4,16"),
-    context: str = typer.Option("16", "--context", help="comma list of prompt lengths, e.g. 1024,16384"),
+    context: str = typer.Option("", "--context", help="comma list of context lengths, e.g. 1024,16384 "
+                                "(default 1024, or the longest the preset holds)"),
     layers: int = typer.Option(None, "--layers", help="first N layers only (default: all)"),
     device: str = typer.Option(None, "--device", help="cuda | cpu (default: cuda if available)"),
     dtype: str = typer.Option("bfloat16", "--dtype", help="bfloat16 | float32"),
     verify_steps: int = typer.Option(8, "--verify-steps", help="bitwise graph-vs-eager steps before timing"),
     out: Path = typer.Option(Path("reports"), "--out", help="directory for bench-<preset>.md/.json/.png"),
+    kernels: bool = typer.Option(True, "--kernels/--no-kernels", help="weight-only decode kernels (CUDA)"),
+    fuse: bool = typer.Option(True, "--fuse/--no-fuse", help="inductor-fused layers inside the ab/full graphs"),
+    append: bool = typer.Option(False, "--append", help="merge into the saved bench-<preset>.json in --out "
+                                "(rows measured again replace the old ones)"),
 ) -> None:
     """Decode latency: eager vs A/B graph vs full graph vs torch.compile, against the bandwidth floor."""
     with user_errors():
@@ -185,22 +190,30 @@ def bench_cmd(
         from rich.progress import Progress
 
         from audit.bench import bench
-        from audit.bench_report import rich_table, write_reports
+        from audit.bench_report import json_path, read_json, rich_table, write_json, write_reports
         from audit.errors import AuditError
 
         try:
             mode_list = [m.strip() for m in modes.split(",") if m.strip()]
             batches = [int(b) for b in batch.split(",")]
-            contexts = [int(c) for c in context.split(",")]
+            contexts = [int(c) for c in context.split(",")] if context.strip() else None
         except ValueError:
             raise AuditError("--batch and --context take comma-separated integers") from None
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if device == "cpu" and any(m != "eager" for m in mode_list):
             console.print("[yellow]no CUDA: graph modes (ab, full, compile) need CUDA; running eager only[/]")
         with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("decode bench", total=len(mode_list) * len(batches) * len(contexts))
+            task = bar.add_task("decode bench", total=len(mode_list) * len(batches) * len(contexts or [0]))
+            earlier = read_json(json_path(out, preset)) if append else None
+
+            def save(partial):  # after every row: a run cut short keeps what it measured
+                write_json(earlier.merged(partial) if earlier else partial, out)
+
             res = bench(preset, mode_list, steps, batches, contexts, device, layers, dtype, verify_steps,
-                        progress=lambda: bar.advance(task))
+                        progress=lambda: bar.advance(task), kernels=kernels and device != "cpu", fuse=fuse,
+                        on_row=save)
+        if earlier:
+            res = earlier.merged(res)
         console.print(rich_table(res))
         files = write_reports(res, out)
     console.print("wrote " + ", ".join(str(f) for f in files))

@@ -4,52 +4,23 @@ Decode at small batch is memory-bound: a step cannot be faster than the weight b
 over the copy bandwidth. The bench measures that ceiling in the same run (a device-to-device
 copy), counts the weight bytes one decode step reads (dense weights once, the experts actually
 routed to), times each mode per step with CUDA events, and checks every graph mode bitwise
-against eager before timing it. The report is written by audit/bench_report.py.
+against eager before timing it (audit/bench_modes.py builds and times one row). The kernels
+switch is on for the whole run where CUDA is, so every mode reads the weights the same way.
+The report is written by audit/bench_report.py.
 """
 
 from __future__ import annotations
 
-import logging
-import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
 
 import torch
 
+from audit.bench_modes import run_mode, summarize
+from audit.bench_result import BenchResult, ModeResult
 from audit.errors import AuditError
 
 MODES = ("eager", "ab", "full", "compile")
-
-
-@dataclass
-class ModeResult:
-    mode: str
-    batch: int
-    context: int
-    ms_median: float | None = None
-    ms_p10: float | None = None
-    ms_p90: float | None = None
-    tokens_per_s: float | None = None
-    bitwise_ok: bool | None = None
-    note: str = ""
-    skip_reasons: list[str] = field(default_factory=list)
-
-
-@dataclass
-class BenchResult:
-    preset: str
-    device: str
-    n_layers: int
-    dtype: str
-    steps: int
-    copy_tb_s: float | None
-    weight_bytes: dict = field(default_factory=dict)  # batch -> bytes read per decode step
-    rows: list[ModeResult] = field(default_factory=list)
-    per_layer: list[dict] = field(default_factory=list)
-    torch_version: str = torch.__version__
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 # ------------------------------------------------------------------ measurements
@@ -94,105 +65,6 @@ def weight_bytes_per_step(model, batch: int) -> int:
     return int(total)
 
 
-def _timed(step, steps: int, device) -> list[float]:
-    times = []
-    for _ in range(steps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        step()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return times
-
-
-def _summarize(row: ModeResult, times: list[float]) -> None:
-    q = statistics.quantiles(times, n=10) if len(times) >= 10 else [min(times), max(times)]
-    row.ms_median = statistics.median(times)
-    row.ms_p10, row.ms_p90 = q[0], q[-1]
-    row.tokens_per_s = row.batch * 1e3 / row.ms_median
-
-
-class _SkipReasons(logging.Handler):
-    """Collects inductor's 'skipping cudagraphs due to ...' log lines."""
-
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.reasons: list[str] = []
-
-    def emit(self, record):
-        msg = record.getMessage()
-        if "skipping cudagraphs" in msg.lower():
-            self.reasons.append(msg.strip())
-
-
-# ------------------------------------------------------------------ one configuration
-
-
-def run_mode(model, mode: str, batch: int, context: int, steps: int, verify_steps: int, rng) -> ModeResult:
-    """Builds the decoder for `mode`, prefills `context` tokens, verifies, and times `steps` steps."""
-    from dsv4.decode.graph import CUDAGraphDecoder
-    from dsv4.decode.verify import verify_replay
-
-    row = ModeResult(mode, batch, context)
-    V = model.cfg.vocab_size
-    prompt = torch.randint(0, V, (batch, context), generator=rng)
-    ids = torch.randint(0, V, (batch,), generator=rng)
-    dev = model.device
-    if mode == "compile":
-        return _run_compile(model, row, prompt, ids, steps)
-    dec = CUDAGraphDecoder(model, mode=mode, batch_size=batch)
-    if mode != "eager" and verify_steps:
-        res = verify_replay(dec, steps=verify_steps, prompt_len=min(context, 16), seed=int(ids[0]))
-        row.bitwise_ok = res.ok
-        if not res.ok:
-            row.note = res.first_mismatch or "replay differs from eager"
-    dec.prefill(prompt)
-    dec.stage(ids)
-    times = _timed(lambda: dec.step(), steps + 3, dev)[3:]
-    _summarize(row, times)
-    return row
-
-
-def _run_compile(model, row: ModeResult, prompt, ids, steps: int) -> ModeResult:
-    """torch.compile(mode="reduce-overhead") over the static path: the peer a user would pick."""
-    from dsv4.decode.static import StaticDecoder
-
-    dec = StaticDecoder(model, batch_size=row.batch)
-    compiled = torch.compile(dec.net, mode="reduce-overhead")
-    handler = _SkipReasons()
-    loggers = [logging.getLogger(n) for n in ("torch._inductor", "torch._inductor.cudagraph_trees",
-                                                 "torch._inductor.perf_hints")]
-    old = [(lg, lg.level) for lg in loggers]
-    for lg in loggers:
-        lg.addHandler(handler)
-        lg.setLevel(logging.DEBUG)
-    try:
-        dec.prefill(prompt)
-        dec.stage(ids)
-
-        def step():
-            out = compiled(dec.ids, dec.pos)
-            dec.pos.add_(1)
-            return out
-
-        t0 = time.perf_counter()
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
-        row.note = f"compile+warmup {time.perf_counter() - t0:.0f} s"
-        _summarize(row, _timed(step, len(range(steps)), model.device))
-    except Exception as e:  # report, don't hide: the peer failing is a result too
-        row.note = f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
-    finally:
-        for lg, lvl in old:
-            lg.removeHandler(handler)
-            lg.setLevel(lvl)
-        torch._dynamo.reset()
-    row.skip_reasons = sorted(set(handler.reasons))
-    return row
-
-
 def per_layer_profile(model, batch: int, steps: int = 5) -> list[dict]:
     """Eager static step timed per layer with CUDA events; tagged by compress ratio and routing."""
     from dsv4.decode.static import StaticDecoder
@@ -219,41 +91,83 @@ def per_layer_profile(model, batch: int, steps: int = 5) -> list[dict]:
     return out
 
 
-def bench(preset: str = "flash-h200", modes=("eager", "ab", "full", "compile"), steps: int = 64,
-          batches=(1,), contexts=(16,), device: str = "cuda", n_layers: int | None = None,
-          dtype: str = "bfloat16", verify_steps: int = 8, seed: int = 0, progress=None) -> BenchResult:
+def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,), contexts=None,
+          device: str = "cuda", n_layers: int | None = None, dtype: str = "bfloat16", verify_steps: int = 8,
+          seed: int = 0, progress=None, kernels: bool | None = None, fuse: bool = True,
+          on_row=None) -> BenchResult:
+    """Every (batch, context, mode) row; `kernels` None = on where CUDA is (the dsv4 switch otherwise);
+    `contexts` None = 1024, or the longest the preset holds when that is less. `on_row(result)` is
+    called after each row (the CLI saves the JSON there, so a run cut short keeps what it measured);
+    a row that raises is recorded with the error as its note and the run goes on."""
     import dsv4
+
+    limit = dsv4.preset(preset).max_position_embeddings
+    contexts = contexts or [min(1024, limit - _capacity(0, steps))]
 
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise AuditError(f"unknown bench mode {bad[0]!r}; choose from {', '.join(MODES)}")
+    if any(b < 1 for b in batches) or any(c < 1 for c in contexts) or steps < 1:
+        raise AuditError("--batch, --context and --steps must be positive")
     dev = torch.device(device)
     cuda = dev.type == "cuda"
     if cuda and not torch.cuda.is_available():
         raise AuditError("--device cuda requested but CUDA is not available; use --device cpu (eager only)")
-    runtime = {"max_seq_len": max(contexts) + steps + 3 * 16 + 64, "max_batch_size": max(batches)}
+    runtime = {"max_seq_len": _capacity(max(contexts), steps), "max_batch_size": max(batches)}
     if n_layers:
         runtime["n_layers"] = n_layers
+    if runtime["max_seq_len"] > limit:
+        raise AuditError(f"context {max(contexts)} + {steps} steps does not fit {preset}'s "
+                         f"{limit} positions; the longest context it takes is {limit - _capacity(0, steps)}")
     model = dsv4.load(preset, device=dev, dtype=dtype, seed=seed, **runtime)
+    use_kernels = cuda if kernels is None else kernels
     res = BenchResult(preset, str(torch.cuda.get_device_name(dev) if cuda else "cpu"), model.cfg.n_layers,
-                      dtype, steps, copy_bandwidth(dev) if cuda else None)
+                      dtype, steps, copy_bandwidth(dev) if cuda else None, kernels=use_kernels)
     rng = torch.Generator().manual_seed(seed)
     for b in batches:
         res.weight_bytes[str(b)] = weight_bytes_per_step(model, b)
-    for b in batches:
+    with _kernels(use_kernels):
+        if cuda:
+            res.per_layer = per_layer_profile(model, batches[0])
         for ctx in contexts:
-            for mode in modes:
-                if not cuda and mode != "eager":
-                    res.rows.append(ModeResult(mode, b, ctx, note="graph modes need CUDA"))
-                elif not cuda:
-                    res.rows.append(_cpu_eager(model, b, ctx, steps, rng))
-                else:
-                    res.rows.append(run_mode(model, mode, b, ctx, steps, verify_steps, rng))
-                if progress:
-                    progress()
-    if cuda:
-        res.per_layer = per_layer_profile(model, batches[0])
+            model.cfg.max_seq_len = _capacity(ctx, steps)  # each context gets a decoder sized for it
+            for b in batches:
+                for mode in modes:
+                    res.rows.append(_row(model, mode, b, ctx, steps, verify_steps, rng, cuda, fuse))
+                    if cuda:
+                        torch.cuda.empty_cache()  # the row's graphs and pools are gone
+                    if on_row:
+                        on_row(res)
+                    if progress:
+                        progress()
     return res
+
+
+def _capacity(context: int, steps: int) -> int:
+    """max_seq_len for a row: the context, the timed and warmup steps, the verify prompt, slack."""
+    return context + steps + 64 + 64
+
+
+def _row(model, mode, batch, ctx, steps, verify_steps, rng, cuda, fuse) -> ModeResult:
+    if not cuda:
+        if mode != "eager":
+            return ModeResult(mode, batch, ctx, note="graph modes need CUDA")
+        return _cpu_eager(model, batch, ctx, steps, rng)
+    try:
+        return run_mode(model, mode, batch, ctx, steps, verify_steps, rng, fuse)
+    except Exception as e:  # noqa: BLE001 - one row failing is a result: reported in its note, the run goes on
+        return ModeResult(mode, batch, ctx, note=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+
+
+@contextmanager
+def _kernels(flag: bool):
+    from dsv4 import kernels
+
+    before = kernels.use(flag)
+    try:
+        yield
+    finally:
+        kernels.use(before)
 
 
 def _cpu_eager(model, batch: int, context: int, steps: int, rng) -> ModeResult:
@@ -262,7 +176,7 @@ def _cpu_eager(model, batch: int, context: int, steps: int, rng) -> ModeResult:
 
     row = ModeResult("eager", batch, context, note="CPU, host clock")
     dec = StaticDecoder(model, batch_size=batch)
-    dec.prefill(torch.randint(0, model.cfg.vocab_size, (batch, context), generator=rng))
+    dec.start_at(context, rng)
     dec.stage(torch.randint(0, model.cfg.vocab_size, (batch,), generator=rng))
     dec.step()
     times = []
@@ -270,5 +184,5 @@ def _cpu_eager(model, batch: int, context: int, steps: int, rng) -> ModeResult:
         t0 = time.perf_counter()
         dec.step()
         times.append((time.perf_counter() - t0) * 1e3)
-    _summarize(row, times)
+    summarize(row, times)
     return row

@@ -13,7 +13,8 @@ from pathlib import Path
 import pandas as pd
 from rich.table import Table
 
-from audit.bench import BenchResult
+from audit.bench_result import BenchResult
+from audit.errors import AuditError
 
 
 def frame(res: BenchResult) -> pd.DataFrame:
@@ -35,6 +36,8 @@ def frame(res: BenchResult) -> pd.DataFrame:
 
 
 def _fmt(v, spec: str = ".2f") -> str:
+    if spec == "yn":
+        return "yes" if v is not None and v == v and bool(v) else "-"
     if v is None or (isinstance(v, float) and v != v):
         return "-"
     if isinstance(v, bool):
@@ -42,17 +45,20 @@ def _fmt(v, spec: str = ".2f") -> str:
     return format(v, spec) if isinstance(v, (int, float)) else str(v)
 
 
-COLUMNS = [("mode", "mode", "s"), ("batch", "batch", "d"), ("context", "ctx", "d"), ("ms_median", "ms/token", ".2f"),
+COLUMNS = [("mode", "mode", "s"), ("batch", "batch", "d"), ("context", "ctx", "d"), ("steps", "steps", "d"),
+           ("ms_median", "ms/token", ".2f"),
            ("ms_p10", "p10", ".2f"), ("ms_p90", "p90", ".2f"), ("tokens_per_s", "tok/s", ".1f"),
            ("speedup_vs_eager", "x eager", ".2f"), ("achieved_TB_s", "TB/s", ".2f"), ("x_floor", "x floor", ".2f"),
-           ("bitwise_ok", "bitwise", "s"), ("note", "note", "s")]
+           ("bitwise_ok", "bitwise", "s"), ("fused", "fused", "yn"), ("drift", "drift vs unfused", ".1e"),
+           ("build_s", "build s", ".0f"), ("note", "note", "s")]
 
 
 def rich_table(res: BenchResult) -> Table:
     """Compact terminal table; notes go under it so the numbers stay readable at 80 columns."""
     df = frame(res)
     floor = f", floor {df['floor_ms'].dropna().iloc[0]:.2f} ms" if df["floor_ms"].notna().any() else ""
-    t = Table(title=f"{res.preset}: {res.n_layers} layers, {res.dtype}, {res.device}{floor}")
+    kern = "kernels on" if res.kernels else "kernels off"
+    t = Table(title=f"{res.preset}: {res.n_layers} layers, {res.dtype}, {res.device}, {kern}{floor}")
     cols = [("mode", "mode", "s"), ("batch", "B", "d"), ("context", "ctx", "d"), ("ms_median", "ms/tok", ".2f"),
             ("tokens_per_s", "tok/s", ".1f"), ("speedup_vs_eager", "x eager", ".2f"),
             ("achieved_TB_s", "TB/s", ".2f"), ("x_floor", "x floor", ".1f"), ("bitwise_ok", "bitwise", "s")]
@@ -71,12 +77,17 @@ def markdown(res: BenchResult, plot_name: str | None) -> str:
     df = frame(res)
     lines = [f"# Decode bench: `{res.preset}`", "",
              f"- device: {res.device}; torch {res.torch_version}; {res.n_layers} layers; {res.dtype}; "
-             f"{res.steps} timed steps per row (CUDA events; median, p10, p90)",
+             "timed steps per row in `steps` (CUDA events, host clock on CPU; median, p10, p90)",
              f"- copy ceiling measured in this run: {_fmt(res.copy_tb_s)} TB/s (device-to-device, read + write)",
              "- weight bytes read per decode step: " + ", ".join(
                  f"batch {b}: {v / 1e9:.2f} GB" for b, v in res.weight_bytes.items()),
+             f"- weight-only decode kernels (dsv4/kernels): {'on' if res.kernels else 'off'}; `fused`: the layers' "
+             "pointwise work compiled by inductor inside our graphs (dsv4/decode/fuse.py)",
              "- floor = weight bytes / copy ceiling; `x floor` = measured / floor; graph rows are checked "
-             "bitwise against eager before timing", "",
+             "bitwise against the eager run of the same functions before timing; `drift vs unfused` = max "
+             "relative logit difference of a fused step vs the unfused static path from the same state",
+             "- contexts are reached with random cache entries at that position (`start_at`): the static "
+             "step's work depends on max_seq_len and batch, not on the cached values", "",
              "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
              "|" + "---|" * len(COLUMNS)]
     for _, r in df.iterrows():
@@ -84,6 +95,11 @@ def markdown(res: BenchResult, plot_name: str | None) -> str:
     reasons = [(r.mode, x) for r in res.rows for x in r.skip_reasons]
     if reasons:
         lines += ["", "## torch.compile cudagraph skip reasons", ""] + [f"- {x}" for _, x in reasons]
+    for r in [r for r in res.rows if r.kernels][:1]:
+        if r.kernels:
+            lines += ["", f"## GPU kernels of one full-graph replay (B{r.batch}, ctx {r.context}; torch.profiler)", "",
+                      "| kernel | launches / step | us / step |", "|---|---|---|"]
+            lines += [f"| `{k['kernel']}` | {k['per_step']:.0f} | {k['us_per_step']:.1f} |" for k in r.kernels]
     if res.per_layer:
         pl = pd.DataFrame(res.per_layer)
         g = pl.groupby(["ratio", "routing"])["ms"].agg(["count", "mean", "sum"]).reset_index()
@@ -111,6 +127,11 @@ def plot(res: BenchResult, path: Path) -> bool:
     ax.bar(range(len(df)), df["ms_median"], yerr=[(df["ms_median"] - df["ms_p10"]).clip(lower=0), (df["ms_p90"] - df["ms_median"]).clip(lower=0)])
     ax.set_xticks(range(len(df)), labels, fontsize=7)
     ax.set_ylabel("ms / decode step")
+    if df["ms_median"].max() > 20 * df["ms_median"].min():  # eager and graphs differ by orders of magnitude
+        ax.set_yscale("log")
+        ax.set_ylabel("ms / decode step (log)")
+    for i, m in enumerate(df["ms_median"]):
+        ax.annotate(f"{m:.3g}", (i, m), ha="center", va="bottom", fontsize=7)
     floors = df["floor_ms"].dropna()
     if len(floors):
         ax.axhline(floors.iloc[0], color="r", ls="--", label="bandwidth floor (batch of first row)")
@@ -143,11 +164,30 @@ def _atomic(path: Path, write, binary: bool = False) -> None:
         raise
 
 
+def json_path(out_dir: Path, preset: str) -> Path:
+    return out_dir / f"bench-{preset}.json"
+
+
+def write_json(res: BenchResult, out_dir: Path) -> Path:
+    path = json_path(out_dir, res.preset)
+    _atomic(path, lambda f: json.dump(res.to_json(), f, indent=1))
+    return path
+
+
+def read_json(path: Path) -> BenchResult | None:
+    """A saved result, or None when there is none (a bad file is an error, not silently replaced)."""
+    if not path.exists():
+        return None
+    try:
+        return BenchResult.from_json(json.loads(path.read_text()))
+    except (ValueError, TypeError) as e:
+        raise AuditError(f"{path}: not a bench result ({e})") from None
+
+
 def write_reports(res: BenchResult, out_dir: Path) -> list[Path]:
     stem = f"bench-{res.preset}"
     png = out_dir / f"{stem}.png"
     has_plot = plot(res, png)
-    md, js = out_dir / f"{stem}.md", out_dir / f"{stem}.json"
+    md = out_dir / f"{stem}.md"
     _atomic(md, lambda f: f.write(markdown(res, png.name if has_plot else None)))
-    _atomic(js, lambda f: json.dump(res.to_json(), f, indent=1))
-    return [md, js] + ([png] if has_plot else [])
+    return [md, write_json(res, out_dir)] + ([png] if has_plot else [])

@@ -45,11 +45,13 @@ class AttentionCache:
     comp_state: CompressorState | None = None
     index_keys: torch.Tensor | None = None    # [B, max_seq // 4, index_head_dim]
     index_state: CompressorState | None = None
+    capacity: int = 0                         # the max_seq_len it was sized for
 
     @classmethod
     def allocate(cls, cfg: ModelConfig, ratio: int, batch: int, device) -> "AttentionCache":
         dt = cfg.act_dtype
-        cache = cls(window=torch.zeros(batch, cfg.window_size, cfg.head_dim, dtype=dt, device=device))
+        cache = cls(window=torch.zeros(batch, cfg.window_size, cfg.head_dim, dtype=dt, device=device),
+                    capacity=cfg.max_seq_len)
         if ratio:
             cache.comp = torch.zeros(batch, -(-cfg.max_seq_len // ratio), cfg.head_dim, dtype=dt, device=device)
             cache.comp_state = CompressorState.allocate(batch, ratio, cfg.head_dim, device)

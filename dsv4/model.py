@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from dsv4 import kernels
 from dsv4.cache import AttentionCache
 from dsv4.config import ModelConfig, preset
 from dsv4.errors import DSV4Error
@@ -111,7 +112,9 @@ class Transformer(nn.Module):
     def logits(self, X: torch.Tensor) -> torch.Tensor:
         """Streams of the last position [B,hc,d] -> fp32 logits [B,vocab]."""
         X = X.to(self.head.weight.device)
-        return final_collapse(self, X).float() @ self.head.weight.float().t()
+        x = final_collapse(self, X).float()
+        y = kernels.bf16_dense_gemv(x, self.head.weight)
+        return y if y is not None else x @ self.head.weight.float().t()
 
     # ------------------------------------------------------------ public API
     @torch.no_grad()
@@ -147,11 +150,22 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------ caches and checks
     def allocate_caches(self, batch: int) -> None:
-        """(Re)allocates every layer's cache for `batch` sequences; reuses them when the batch matches."""
+        """(Re)allocates every layer's cache for `batch` sequences and cfg.max_seq_len; reuses matching ones."""
         for layer in self.layers:
             c = layer.attn.cache
-            if c is None or c.batch != batch or c.window.device != layer.device:
+            if c is None or c.batch != batch or c.window.device != layer.device or c.capacity != self.cfg.max_seq_len:
                 layer.attn.cache = AttentionCache.allocate(self.cfg, layer.attn.ratio, batch, layer.device)
+
+    def cache_tensors(self) -> list[torch.Tensor]:
+        """Every decode-state tensor of every layer: windows, compressed entries, compressor states."""
+        out = []
+        for layer in self.layers:
+            c = layer.attn.cache
+            if c is None:
+                continue
+            out += [t for t in (c.window, c.comp, c.index_keys) if t is not None]
+            out += [t for st in (c.comp_state, c.index_state) if st is not None for t in (st.kv, st.score)]
+        return out
 
     @property
     def batch_size(self) -> int | None:

@@ -15,6 +15,10 @@ later sequence. Each device segment captures on a stream created ON that device 
 and replays under the same device context. Inputs are staged through pinned host memory and
 copies between segments happen between graph launches, never inside one.
 
+`fuse=True` first compiles each layer's step functions with inductor (dsv4/decode/fuse.py), so
+the graphs hold a few fused kernels per layer instead of hundreds of small ones; the static path
+this decoder is verified against (`self.static.step`) then runs the same fused functions.
+
 Tensor parallel (dsv4/decode/parallel.py, one process and one GPU per rank): build the decoder on
 the sharded model. The all-reduces after wo_b and after the MoE sum are issued on the current
 stream, so under NCCL they are captured inside the graph like kernels: in `full` mode each rank's
@@ -29,6 +33,7 @@ from typing import Callable
 
 import torch
 
+from dsv4.decode.fuse import fuse_ends, fuse_layers
 from dsv4.decode.placement import current_placement, place
 from dsv4.decode.static import StaticDecoder, StaticLayer
 from dsv4.errors import DSV4Error
@@ -76,7 +81,7 @@ class _Segment:
 
 class CUDAGraphDecoder:
     def __init__(self, model: Transformer, mode: str = "full", batch_size: int = 1, devices=None,
-                 warmup: int = 2, capture_error_mode: str = "global"):
+                 warmup: int = 2, capture_error_mode: str = "global", fuse: bool = False):
         if mode not in MODES:
             raise DSV4Error(f"unknown decode mode {mode!r}; choose one of {', '.join(MODES)}")
         if mode != "eager" and not torch.cuda.is_available():
@@ -86,6 +91,10 @@ class CUDAGraphDecoder:
         self.model = model
         self.static = StaticDecoder(model, batch_size)
         layers = list(self.static.net.layers)
+        self.fused = fuse
+        if fuse:  # the eager reference (self.static.step) runs the same fused functions
+            fuse_layers(layers, mode)
+            fuse_ends(self.static.net)
         n = len(placement)
         self.segments = [_Segment(self, p.device, [layers[i] for i in p.layers], s == 0, s == n - 1)
                          for s, p in enumerate(placement)]
@@ -158,6 +167,13 @@ class CUDAGraphDecoder:
                 seg.pos.copy_(self.static.pos)
         return logits
 
+    def start_at(self, position: int, generator: torch.Generator | None = None) -> None:
+        """StaticDecoder.start_at for every segment (benchmarks at long contexts)."""
+        self.static.start_at(position, generator)
+        for seg in self.segments:
+            if seg.pos is not self.static.pos:
+                seg.pos.copy_(self.static.pos)
+
     def stage(self, ids) -> None:
         """Host side of a step (outside every graph): pinned staging, then per-device copies."""
         self.static.stage(ids)
@@ -190,9 +206,4 @@ class CUDAGraphDecoder:
             self.cache_tensors()
 
     def cache_tensors(self) -> list[torch.Tensor]:
-        out = []
-        for layer in self.model.layers:
-            c = layer.attn.cache
-            out += [t for t in (c.window, c.comp, c.index_keys) if t is not None]
-            out += [t for st in (c.comp_state, c.index_state) if st is not None for t in (st.kv, st.score)]
-        return out
+        return self.model.cache_tensors()

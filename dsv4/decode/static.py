@@ -105,6 +105,26 @@ class StaticDecoder:
         self.host_pos = tokens.shape[1]
         return logits
 
+    @torch.no_grad()
+    def start_at(self, position: int, generator: torch.Generator | None = None) -> None:
+        """A sequence already `position` tokens long, its caches holding random entries: for benchmarks
+        at long contexts, where prefilling would cost more than the measurement (the static step's
+        work depends on max_seq_len and batch, never on the cached values)."""
+        if not 0 < position < self.cfg.max_seq_len:
+            raise DSV4Error(f"start position {position} outside (0, max_seq_len={self.cfg.max_seq_len})")
+        self.model.allocate_caches(self.batch_size)
+        for layer in self.model.layers:
+            c = layer.attn.cache
+            for t in (c.window, c.comp, c.index_keys):
+                if t is not None:
+                    t.copy_(torch.randn(t.shape, generator=generator).to(t.dtype))
+            for st in (c.comp_state, c.index_state):
+                if st is not None:
+                    st.reset()
+        self.model.pos = position
+        self.pos.fill_(position)
+        self.host_pos = position
+
     def stage(self, ids) -> None:
         """Host side of a step: validate, then copy ids into the static input (outside any graph)."""
         if self.host_pos is None:

@@ -1,13 +1,16 @@
-"""Weight-only quantized decode kernels (CuTe DSL, Hopper), behind a switch that defaults to OFF.
+"""Weight-only decode kernels (CuTe DSL FP8/FP4/NVFP4, Triton bf16), behind a switch that defaults to OFF.
 
 `enabled()` is true when `use(True)` was called or the environment has DSV4_KERNELS=1. The
-model's integration points (Linear.forward for FP8 weights, StaticMoE.expert_linear for FP4 and
-NVFP4 expert banks) ask `dense_gemv` / `expert_gemv`, which return None whenever the kernels do
-not apply (switch off, CPU tensors, float32 activations, unsupported shape or alignment, no
-CuTe DSL installed): the caller then runs its pure-torch twin, so CPU behaviour never changes.
+model's integration points (Linear.forward for FP8 and bf16 weights, the grouped wo_a, the LM
+head, the MoE gate, StaticMoE.expert_linear for FP4 and NVFP4 expert banks) ask `dense_gemv`,
+`bf16_dense_gemv` and `expert_gemv`, which return None when the kernels do not apply (switch off,
+CPU tensors, float32 activations for the FP8 path, prefill-sized inputs): the caller then runs its
+pure-torch twin, so CPU behaviour never changes. When they apply they call the custom ops in
+`ops.py`, which torch.compile sees as single opaque ops, and which themselves fall back to the
+twin for what only real tensors can tell (alignment, a shape the compiler rejects, no CuTe DSL).
 
-Nothing here imports cutlass: `launch` imports the CuTe modules only when a GPU kernel is about
-to run, so the package imports and every CPU test passes without CUDA or the CuTe native libs.
+Nothing here imports cutlass or triton: they are imported only when a GPU kernel is about to
+run, so the package imports and every CPU test passes without CUDA or the native libraries.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 
 import torch
 
-__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv",
+__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "bf16_dense_gemv",
            "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
@@ -29,9 +32,12 @@ def enabled() -> bool:
     return os.environ.get("DSV4_KERNELS", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
-def use(flag: bool | None) -> None:
-    """Turn the kernels on or off for this process; None goes back to the environment variable."""
+def use(flag: bool | None) -> bool | None:
+    """Turn the kernels on or off for this process; None goes back to the environment variable.
+    Returns the previous setting, so a caller can put it back."""
+    before = _STATE["forced"]
     _STATE["forced"] = None if flag is None else bool(flag)
+    return before
 
 
 def available() -> bool:
@@ -66,19 +72,45 @@ def fp8_gemv(x, weight, scale, out=None):
     return launch.fp8_gemv(x, weight, scale, out)
 
 
+def _applies(x: torch.Tensor) -> bool:
+    return enabled() and x.is_cuda
+
+
 def expert_gemv(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor) -> torch.Tensor | None:
     """The routed-expert kernel for StaticMoE, or None when the caller should use its twin."""
-    if not enabled() or not x.is_cuda or fmt not in ("fp4", "nvfp4"):
+    if not _applies(x) or fmt not in ("fp4", "nvfp4") or x.dtype != torch.bfloat16 or x.dim() != 2:
         return None
-    from dsv4.kernels import launch
+    from dsv4.kernels import ops
 
-    return launch.try_expert(fmt, x, bank, idx)
+    if fmt == "fp4":
+        return ops.fp4_grouped_gemv(x, bank["weight"], bank["scale"], idx)
+    return ops.nvfp4_grouped_gemv(x, bank["weight"], bank["scale"], bank["global_scale"], idx)
 
 
 def dense_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
-    """The FP8 dense kernel for Linear.forward (any leading dims), or None to use the twin."""
-    if not enabled() or not x.is_cuda:
+    """The FP8 dense kernel for Linear.forward (any leading dims, fp32 out), or None to use the twin."""
+    K = weight.shape[-1]
+    if not _applies(x) or x.dtype != torch.bfloat16 or weight.dtype != torch.float8_e4m3fn or x.shape[-1] != K:
         return None
-    from dsv4.kernels import launch
+    x2 = x.reshape(-1, K)
+    if x2.shape[0] > _MAX_DENSE_ROWS:  # prefill-sized inputs: the twin's matmul
+        return None
+    from dsv4.kernels import ops
 
-    return launch.try_dense(x, weight, scale)
+    return ops.fp8_gemv(x2, weight, scale).view(*x.shape[:-1], weight.shape[0])
+
+
+def bf16_dense_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
+    """x (any leading dims) in fp32 times a bf16 weight [N, K]^T, fp32 out; None to use the twin."""
+    K = weight.shape[-1]
+    if not _applies(x) or weight.dtype != torch.bfloat16 or x.shape[-1] != K:
+        return None
+    x2 = x.reshape(-1, K).float()
+    if x2.shape[0] > _MAX_DENSE_ROWS:
+        return None
+    from dsv4.kernels import ops
+
+    return ops.bf16_gemv(x2, weight).view(*x.shape[:-1], weight.shape[0])
+
+
+_MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM

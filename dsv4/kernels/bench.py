@@ -56,15 +56,20 @@ def time_calls(fns, graph: bool = True) -> float:
             for f in fns:
                 f()
     run()
+    return statistics.median(event_times(run, REPS)) / 1e3 / len(fns)
+
+
+def event_times(run, reps: int) -> list[float]:
+    """Milliseconds of each of `reps` calls of run(), by CUDA events, each synchronized before the next."""
     times = []
-    for _ in range(REPS):
+    for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         run()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3 / len(fns))
-    return statistics.median(times)
+        times.append(a.elapsed_time(b))
+    return times
 
 
 def copy_bandwidth() -> float:

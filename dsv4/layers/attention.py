@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dsv4 import kernels
 from dsv4.cache import AttentionCache
 from dsv4.config import ModelConfig
 from dsv4.layers.compressor import Compressor
@@ -87,9 +88,20 @@ class Attention(nn.Module):
         cos, sin = rope_angles(pos, self.freqs)
         o = apply_rope(o, cos.unsqueeze(-2), sin.unsqueeze(-2), inverse=True)
         o = self.wo_a.quantize_input(o.flatten(2).unflatten(-1, (self.groups, -1)))
-        wa = self.wo_a.dequantized().unflatten(0, (self.groups, -1))  # [G, o_lora, H/G*D]
-        y = torch.einsum("btgk,gok->btgo", o.float(), wa).to(self.cfg.act_dtype)
+        y = self.grouped_wo_a(o).to(self.cfg.act_dtype)
         return self.reduce(self.wo_b(y.flatten(2), out_dtype=torch.float32)).to(self.cfg.act_dtype)
+
+    def grouped_wo_a(self, o: torch.Tensor) -> torch.Tensor:
+        """o [B,T,G,H/G*D] -> fp32 [B,T,G,o_lora]: group g through rows g*o_lora.. of wo_a."""
+        lin, G = self.wo_a, self.groups
+        R = lin.out_features // G
+        if lin.fmt == "fp8" and R % 128 == 0:  # each group's rows are whole 128-row scale blocks
+            parts = [kernels.dense_gemv(o[..., g, :], lin.weight[g * R:(g + 1) * R],
+                                        lin.scale[g * R // 128:(g + 1) * R // 128]) for g in range(G)]
+            if parts[0] is not None:
+                return torch.stack(parts, dim=-2)
+        wa = lin.dequantized().unflatten(0, (G, -1))  # [G, o_lora, H/G*D]
+        return torch.einsum("btgk,gok->btgo", o.float(), wa)
 
     def attend(self, q, keys, mask):
         return sparse_attention(q, keys, mask, self.attn_sink, self.scale, self.cfg.act_dtype)

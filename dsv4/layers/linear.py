@@ -92,12 +92,18 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         x = self.quantize_input(x.to(self.act_dtype))
-        if self.fmt == "fp8":  # the CuTe GEMV when switched on and applicable (CUDA, bf16), else None
-            y = kernels.dense_gemv(x, self.weight, self.scale)
-            if y is not None:
-                return y.to(out_dtype or self.act_dtype)
+        y = self.kernel(x)  # the decode kernel when switched on and applicable (CUDA), else None
+        if y is not None:
+            return y.to(out_dtype or self.act_dtype)
         y = torch.matmul(x.float(), self.dequantized(torch.float32).t())
         return y.to(out_dtype or self.act_dtype)
+
+    def kernel(self, x: torch.Tensor) -> torch.Tensor | None:
+        if self.fmt == "fp8":
+            return kernels.dense_gemv(x, self.weight, self.scale)
+        if self.fmt == "bf16":
+            return kernels.bf16_dense_gemv(x.float(), self.weight)
+        return None
 
     def extra_repr(self) -> str:
         return f"{self.in_features} -> {self.out_features}, {self.fmt}"

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dsv4 import kernels
 from dsv4.config import ModelConfig
 from dsv4.layers.linear import Linear, no_reduce
 
@@ -32,7 +33,10 @@ class Gate(nn.Module):
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N,d], ids [N] -> routing weights [N,k] fp32, expert indices [N,k]."""
-        scores = torch.sqrt(F.softplus(x.float() @ self.weight.float().t()))
+        logits = kernels.bf16_dense_gemv(x.float(), self.weight)
+        if logits is None:
+            logits = x.float() @ self.weight.float().t()
+        scores = torch.sqrt(F.softplus(logits))
         if self.hash:
             idx = self.tid2eid[ids]
         else:

@@ -8,6 +8,7 @@ Shapes (R rows = tokens x top-k for the grouped ones, M rows for the dense one):
 - fp4_grouped_gemv_ref(x [R,K], weight [E,N,K/2] int8, scale [E,N,K/32] e8m0, idx [R]) -> [R,N]
 - nvfp4_grouped_gemv_ref(x, weight [E,N,K/2], scale [E,N,K/16] e4m3, global_scale [E], idx)
 - fp8_gemv_ref(x [M,K], weight [N,K] e4m3, scale [ceil(N/128), ceil(K/128)] e8m0) -> [M,N]
+- bf16_gemv_ref(x [M,K] fp32, weight [N,K] bf16) -> [M,N] (the released fp32 math on bf16 weights)
 x is used as given (callers pass the FP8-fake-quantized bf16 activation); the output is fp32.
 """
 
@@ -17,7 +18,7 @@ import torch
 
 from dsv4.ops import quantize as Q
 
-__all__ = ["fp4_grouped_gemv_ref", "nvfp4_grouped_gemv_ref", "fp8_gemv_ref"]
+__all__ = ["fp4_grouped_gemv_ref", "nvfp4_grouped_gemv_ref", "fp8_gemv_ref", "bf16_gemv_ref"]
 
 
 def _rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -40,3 +41,7 @@ def nvfp4_grouped_gemv_ref(x: torch.Tensor, weight: torch.Tensor, scale: torch.T
 
 def fp8_gemv_ref(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return x.float() @ Q.dequantize_fp8_blockwise(weight, scale).t()
+
+
+def bf16_gemv_ref(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return x.float() @ weight.float().t()

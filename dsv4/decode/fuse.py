@@ -1,0 +1,42 @@
+"""Pointwise fusion of the static step by inductor, underneath our own CUDA graphs.
+
+The static step is launch-bound, not bandwidth-bound: a flash-h200 layer issues ~800 small ops
+(Sinkhorn iterations, FP8 activation rounding, norms, RoPE, masks) around a dozen weight GEMVs,
+and even replayed from a graph each op costs a kernel. `fuse_layers` hands each layer's step
+functions to torch.compile (inductor, no cudagraph trees: CUDAGraphDecoder captures the result
+itself), which merges the elementwise chains into a few Triton kernels while the weight-only
+GEMVs stay our own kernels (custom ops in dsv4/kernels/ops.py, opaque to inductor).
+
+Numerics: `emulate_precision_casts` makes inductor round every explicit bf16 cast as eager does
+(without it a fused chain keeps fp32 intermediates and the logits drift by percents in bfloat16
+mode); what remains is fp32 summation order. Layers with the same structure (compress ratio,
+hash or learned routing) share one compiled graph, so flash's 43 layers compile ~5 graphs.
+The replacement is per StaticLayer instance: another decoder over the same model is unaffected.
+"""
+
+from __future__ import annotations
+
+import torch
+
+INDUCTOR_OPTIONS = {"emulate_precision_casts": True}
+STEP_FUNCTIONS = {"full": ("forward",), "eager": ("forward",), "ab": ("part_a", "part_attn", "part_b")}
+
+
+def compiled(fn):
+    """fn under inductor: static shapes, the model's explicit casts kept."""
+    return torch.compile(fn, dynamic=False, options=INDUCTOR_OPTIONS)
+
+
+def fuse_layers(layers, mode: str) -> None:
+    """Replaces each layer's step functions for `mode` by their compiled versions, in place."""
+    if torch._dynamo.config.cache_size_limit < 64:  # one entry per layer structure, plus headroom
+        torch._dynamo.config.cache_size_limit = 64
+    for layer in layers:
+        for name in STEP_FUNCTIONS[mode]:
+            setattr(layer, name, compiled(getattr(layer, name)))
+
+
+def fuse_ends(net) -> None:
+    """The embedding and the head (hc_head collapse, final norm, LM head GEMV) of a StaticModel."""
+    net.embed = compiled(net.embed)
+    net.head = compiled(net.head)

@@ -1,0 +1,103 @@
+"""The decode kernels as torch custom ops, so torch.compile and inductor treat each as one opaque op.
+
+KERNELS.md: "under torch.compile, wrap kernels as custom ops with a fake implementation". Each op
+takes 2-D inputs and returns a fresh fp32 [rows, N]; its real implementation runs the kernel when
+the tensors allow it (CUDA, alignment, the CuTe DSL or Triton importable, the shape compiles) and
+the pure-torch twin otherwise, so the op is correct on any device and the choice made inside it
+never changes the result beyond fp32 summation order. The fake implementations give inductor the
+output shape without running anything.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.library import custom_op
+
+from dsv4.ops import gemv as twins
+
+__all__ = ["fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv"]
+
+_TRITON: list[bool] = []
+
+
+def _rows_out(x: Tensor, n: int) -> Tensor:
+    return x.new_empty((x.shape[0], n), dtype=torch.float32)
+
+
+@custom_op("dsv4::fp8_gemv", mutates_args=())
+def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor) -> Tensor:
+    """x [M, K] bf16 @ dequant(weight [N, K] e4m3, scale UE8M0 128x128)^T -> fp32 [M, N]."""
+    if x.is_cuda:
+        from dsv4.kernels import launch
+
+        y = launch.try_dense(x, weight, scale)
+        if y is not None:
+            return y
+    return twins.fp8_gemv_ref(x, weight, scale)
+
+
+@fp8_gemv.register_fake
+def _(x, weight, scale):
+    return _rows_out(x, weight.shape[0])
+
+
+@custom_op("dsv4::fp4_grouped_gemv", mutates_args=())
+def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor) -> Tensor:
+    """Row r of x [R, K] bf16 through expert idx[r] of the FP4 bank weight [E, N, K/2] -> fp32 [R, N]."""
+    if x.is_cuda:
+        from dsv4.kernels import launch
+
+        y = launch.try_expert("fp4", x, {"weight": weight, "scale": scale}, idx)
+        if y is not None:
+            return y
+    return twins.fp4_grouped_gemv_ref(x, weight, scale, idx)
+
+
+@fp4_grouped_gemv.register_fake
+def _(x, weight, scale, idx):
+    return _rows_out(x, weight.shape[1])
+
+
+@custom_op("dsv4::nvfp4_grouped_gemv", mutates_args=())
+def nvfp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, global_scale: Tensor, idx: Tensor) -> Tensor:
+    """As fp4_grouped_gemv for an NVFP4 bank (e4m3 scale per 16, fp32 global scale per expert)."""
+    if x.is_cuda:
+        from dsv4.kernels import launch
+
+        bank = {"weight": weight, "scale": scale, "global_scale": global_scale}
+        y = launch.try_expert("nvfp4", x, bank, idx)
+        if y is not None:
+            return y
+    return twins.nvfp4_grouped_gemv_ref(x, weight, scale, global_scale, idx)
+
+
+@nvfp4_grouped_gemv.register_fake
+def _(x, weight, scale, global_scale, idx):
+    return _rows_out(x, weight.shape[1])
+
+
+@custom_op("dsv4::bf16_gemv", mutates_args=())
+def bf16_gemv(x: Tensor, weight: Tensor) -> Tensor:
+    """x [M, K] fp32 @ weight [N, K] bf16 ^T in fp32 (the released head and compressor numerics)."""
+    if x.is_cuda and _triton():
+        from dsv4.kernels import _triton_gemv
+
+        return _triton_gemv.bf16_gemv(x, weight)
+    return twins.bf16_gemv_ref(x, weight)
+
+
+@bf16_gemv.register_fake
+def _(x, weight):
+    return _rows_out(x, weight.shape[0])
+
+
+def _triton() -> bool:
+    if not _TRITON:
+        try:
+            import triton  # noqa: F401
+
+            _TRITON.append(True)
+        except Exception:  # not installed (CPU wheels) or broken
+            _TRITON.append(False)
+    return _TRITON[0]

@@ -1,0 +1,71 @@
+"""On a GPU: the Triton bf16 GEMV, fused graphs with the kernels on, and the bench's GPU rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dsv4
+from dsv4 import kernels
+from dsv4.decode.graph import CUDAGraphDecoder
+from dsv4.decode.verify import verify_replay
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def kernels_on():
+    before = kernels.use(True)
+    yield
+    kernels.use(before)
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 129280, 4096), (3, 1024, 4096), (16, 256, 4096), (5, 300, 200)])
+def test_bf16_gemv_matches_float64_and_is_deterministic(M, N, K, rng):
+    from dsv4.kernels import ops
+
+    x = torch.randn(M, K, generator=rng).cuda()
+    w = torch.randn(N, K, generator=rng).bfloat16().cuda()
+    y = ops.bf16_gemv(x, w)
+    ref = x.double() @ w.double().t()
+    scale = (x.double().abs() @ w.double().abs().t()).max()
+    assert ((y.double() - ref).abs().max() / scale).item() < 1e-6
+    assert torch.equal(y, ops.bf16_gemv(x, w))
+
+
+@pytest.mark.parametrize("mode", ["ab", "full"])
+def test_fused_graph_is_bitwise_to_fused_eager_with_kernels(mode, kernels_on, rng):
+    model = dsv4.load("tiny", device="cuda", dtype="bfloat16", seed=int(torch.randint(0, 999, (1,), generator=rng)))
+    dec = CUDAGraphDecoder(model, mode=mode, batch_size=2, fuse=True)
+    res = verify_replay(dec, steps=32, seed=int(torch.randint(0, 2**31, (1,), generator=rng)))
+    assert res.ok, res.first_mismatch
+
+
+def test_fused_full_graph_follows_the_reference_path_float32(kernels_on, rng):
+    model = dsv4.load("tiny", device="cuda", dtype="float32")
+    ids = torch.randint(0, 1024, (1, 150), generator=rng).cuda()
+    model.prefill(ids[:, :4])
+    ref = [model.decode(ids[:, i]) for i in range(4, 150)]
+    dec = CUDAGraphDecoder(model, mode="full", fuse=True)
+    dec.prefill(ids[:, :4])
+    for k, i in enumerate(range(4, 150)):
+        out = dec.decode(ids[:, i].cpu())
+        assert ((out - ref[k]).norm() / ref[k].norm()).item() <= 1e-5, f"step {k}"
+
+
+def test_bench_gpu_rows_on_tiny(tmp_path):
+    from audit.bench import bench
+    from audit.bench_report import write_reports
+
+    res = bench("tiny", steps=8, batches=(2,), contexts=(300,), device="cuda", verify_steps=4)
+    rows = {(r.mode, r.batch, r.context): r for r in res.rows}
+    assert len(rows) == 4
+    for (mode, _, _), r in rows.items():
+        assert r.ms_median and r.ms_median > 0, (mode, r.note)
+        if mode in ("ab", "full"):
+            assert r.bitwise_ok and r.fused and r.drift is not None and r.drift < 0.05, (mode, r.note, r.drift)
+    assert res.kernels and res.copy_tb_s > 0.5
+    full = rows[("full", 2, 300)]
+    assert full.kernels and full.kernels[0]["per_step"] > 10  # the replay's kernels were profiled
+    files = write_reports(res, tmp_path)
+    assert (tmp_path / "bench-tiny.png").stat().st_size > 0 and len(files) == 3

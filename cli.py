@@ -70,6 +70,8 @@ def generate_cmd(
     decoder: str = typer.Option("reference", "--decoder",
                                 help="reference | eager (static path) | ab | full (CUDA graphs)"),
     verify: bool = typer.Option(False, "--verify", help="first check graph replay bitwise against eager (64 steps)"),
+    fuse: bool = typer.Option(False, "--fuse", help="compile the static decoder's layers with inductor first "
+                              "(with DSV4_KERNELS=1 on CUDA: the fastest decode)"),
 ) -> None:
     """Generate tokens; prints the ids and prefill / decode tokens/s."""
     with user_errors():
@@ -81,7 +83,7 @@ def generate_cmd(
         tokenizer = load_tokenizer(checkpoint) if prompt is not None else None
         ids = tokenizer.encode(prompt).ids if tokenizer else parse_ids(prompt_ids or "1,2,3")
         model = load_model(preset, checkpoint, device=device, dtype=dtype, seed=seed, max_seq_len=max_seq_len)
-        runner, graph_dec = decoder_for(model, decoder)
+        runner, graph_dec = decoder_for(model, decoder, fuse=fuse)
         if verify:
             _verify_replay(graph_dec, decoder)
         out = generate(runner, ids, max_new_tokens, temperature=temperature, seed=seed)

@@ -128,15 +128,18 @@ class _GraphDecoding:
         return self.dec.decode(ids.cpu())
 
 
-def decoder_for(model, decoder: str, batch_size: int = 1):
-    """`reference` decodes with the model itself; eager / ab / full go through CUDAGraphDecoder."""
+def decoder_for(model, decoder: str, batch_size: int = 1, fuse: bool = False):
+    """`reference` decodes with the model itself; eager / ab / full go through CUDAGraphDecoder
+    (`fuse`: its layers compiled by inductor first, dsv4/decode/fuse.py)."""
     if decoder not in DECODERS:
         raise DSV4Error(f"unknown --decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
     if decoder == "reference":
+        if fuse:
+            raise DSV4Error("--fuse applies to the static decoders: use --decoder eager, ab or full")
         return model, None
     from dsv4.decode.graph import CUDAGraphDecoder
 
-    dec = CUDAGraphDecoder(model, mode=decoder, batch_size=batch_size)
+    dec = CUDAGraphDecoder(model, mode=decoder, batch_size=batch_size, fuse=fuse)
     return _GraphDecoding(model, dec), dec
 
 

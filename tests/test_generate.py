@@ -136,6 +136,7 @@ BAD_INPUTS = {
     "missing checkpoint dir": (["--checkpoint", "/no/such/dir"], "not a directory"),
     "unknown dtype": (["--dtype", "float16"], "dtype"),
     "zero new tokens": (["--max-new-tokens", "0"], "--max-new-tokens"),
+    "--fuse without a static decoder": (["--fuse"], "--decoder eager, ab or full"),
 }
 
 

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import torch
 
 from audit.bench_modes import run_mode, summarize
+from audit.bench_profile import per_layer_profile
 from audit.bench_result import BenchResult, ModeResult
 from audit.errors import AuditError
 
@@ -63,32 +64,6 @@ def weight_bytes_per_step(model, batch: int) -> int:
     total += head.numel() * head.element_size() + _nbytes(model.norm)
     total += batch * cfg.dim * model.embed.weight.element_size()
     return int(total)
-
-
-def per_layer_profile(model, batch: int, steps: int = 5) -> list[dict]:
-    """Eager static step timed per layer with CUDA events; tagged by compress ratio and routing."""
-    from dsv4.decode.static import StaticDecoder
-
-    dec = StaticDecoder(model, batch_size=batch)
-    dec.prefill(torch.randint(0, model.cfg.vocab_size, (batch, 8)))
-    dec.stage(torch.randint(0, model.cfg.vocab_size, (batch,)))
-    acc = [0.0] * len(dec.net.layers)
-    for s in range(steps + 1):
-        X = dec.net.embed(dec.ids)
-        for i, layer in enumerate(dec.net.layers):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            X = layer(X, dec.ids[:, None], dec.pos)
-            b.record()
-            b.synchronize()
-            if s:
-                acc[i] += a.elapsed_time(b) / steps
-        dec.pos.add_(1)
-    out = []
-    for i, layer in enumerate(model.layers):
-        out.append({"layer": i, "ratio": layer.attn.ratio,
-                    "routing": "hash" if layer.ffn.gate.hash else "learned", "ms": acc[i]})
-    return out
 
 
 def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,), contexts=None,

@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from audit.bench_profile import kernel_profile, layer_graph_profile
 from audit.bench_result import ModeResult
 
 STATE_TIMING_WARMUP = 3
@@ -68,39 +69,10 @@ def run_mode(model, mode: str, batch: int, context: int, steps: int, verify_step
     if mode == "full":
         try:
             row.kernels = kernel_profile(dec.step)
+            row.per_layer = layer_graph_profile(dec)  # last: its replays rewrite the caches
         except Exception as e:  # noqa: BLE001 - the timing stands without the breakdown
-            row.note = f"kernel profile failed: {type(e).__name__}: {e}"
+            row.note = f"profile failed: {type(e).__name__}: {e}"
     return row
-
-
-def kernel_profile(step, steps: int = 3, top: int = 15, cuda: bool = True) -> list[dict]:
-    """What `step` runs, by total time: GPU kernels (a graph replay shows its nodes), or on the CPU the
-    ops by self time. Rows: name, launches per step, microseconds per step; the first row sums them all."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    if cuda:
-        torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
-            step()
-        if cuda:
-            torch.cuda.synchronize()
-    agg: dict[str, list[float]] = {}
-    for ev in prof.events():
-        if cuda:
-            keep, us = ev.device_type == DeviceType.CUDA, ev.time_range.elapsed_us()  # one kernel's duration
-        else:
-            keep, us = ev.device_type == DeviceType.CPU, ev.self_cpu_time_total  # self times partition the step
-        if keep and us > 0:
-            a = agg.setdefault(ev.name, [0, 0.0])
-            a[0] += 1
-            a[1] += us
-    rows = [{"kernel": k[:90], "per_step": n / steps, "us_per_step": t / steps} for k, (n, t) in agg.items()]
-    rows.sort(key=lambda r: -r["us_per_step"])
-    total = {"kernel": "(all)", "per_step": sum(r["per_step"] for r in rows),
-             "us_per_step": sum(r["us_per_step"] for r in rows)}
-    return [total] + rows[:top]
 
 
 @torch.no_grad()

@@ -103,10 +103,12 @@ def markdown(res: BenchResult, plot_name: str | None) -> str:
             lines += ["", f"## GPU kernels of one full-graph replay (B{r.batch}, ctx {r.context}; torch.profiler)", "",
                       "| kernel | launches / step | us / step |", "|---|---|---|"]
             lines += [f"| `{k['kernel']}` | {k['per_step']:.0f} | {k['us_per_step']:.1f} |" for k in r.kernels]
-    if res.per_layer:
-        pl = pd.DataFrame(res.per_layer)
-        g = pl.groupby(["ratio", "routing"])["ms"].agg(["count", "mean", "sum"]).reset_index()
-        lines += ["", "## Per-layer breakdown (eager static step, CUDA events)", "",
+    graph_rows = [r for r in res.rows if r.per_layer]
+    for title, data in ([(f"each layer alone under a graph, full mode B{graph_rows[0].batch} ctx "
+                          f"{graph_rows[0].context}", graph_rows[0].per_layer)] if graph_rows else []) + \
+            ([("eager static step, CUDA events", res.per_layer)] if res.per_layer else []):
+        g = pd.DataFrame(data).groupby(["ratio", "routing"])["ms"].agg(["count", "mean", "sum"]).reset_index()
+        lines += ["", f"## Per-layer breakdown ({title})", "",
                   "| ratio | routing | layers | mean ms/layer | total ms |", "|---|---|---|---|---|"]
         lines += [f"| {r.ratio} | {r.routing} | {r['count']} | {r['mean']:.3f} | {r['sum']:.2f} |"
                   for _, r in g.iterrows()]
@@ -124,7 +126,8 @@ def plot(res: BenchResult, path: Path) -> bool:
     df = frame(res).dropna(subset=["ms_median"])
     if df.empty:
         return False
-    fig, axes = plt.subplots(1, 2 if res.per_layer else 1, figsize=(12 if res.per_layer else 6, 4), squeeze=False)
+    two = bool(res.per_layer or any(r.per_layer for r in res.rows))
+    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(12 if two else 6, 4), squeeze=False)
     ax = axes[0][0]
     labels = [f"{m}\nB{b} ctx{c}" for m, b, c in zip(df["mode"], df["batch"], df["context"])]
     ax.bar(range(len(df)), df["ms_median"], yerr=[(df["ms_median"] - df["ms_p10"]).clip(lower=0), (df["ms_p90"] - df["ms_median"]).clip(lower=0)])
@@ -140,14 +143,16 @@ def plot(res: BenchResult, path: Path) -> bool:
         ax.axhline(floors.iloc[0], color="r", ls="--", label="bandwidth floor (batch of first row)")
         ax.legend(fontsize=7)
     ax.set_title(f"{res.preset}: decode latency per mode")
-    if res.per_layer:
-        pl = pd.DataFrame(res.per_layer)
+    graph_rows = [r for r in res.rows if r.per_layer]
+    layers = graph_rows[0].per_layer if graph_rows else res.per_layer
+    if layers:
+        pl = pd.DataFrame(layers)
         colors = {0: "tab:blue", 4: "tab:orange", 128: "tab:green"}
         ax2 = axes[0][1]
         ax2.bar(pl["layer"], pl["ms"], color=[colors.get(r, "gray") for r in pl["ratio"]],
                 hatch=None, edgecolor=["k" if h == "hash" else "none" for h in pl["routing"]])
         ax2.set_xlabel("layer (blue ratio 0, orange 4, green 128; outlined = hash routing)")
-        ax2.set_ylabel("ms (eager)")
+        ax2.set_ylabel("ms, each layer alone under a graph" if graph_rows else "ms (eager)")
         ax2.set_title("per-layer time")
     fig.tight_layout()
     _atomic(path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True)

@@ -25,6 +25,7 @@ class ModeResult:
     build_s: float | None = None    # decoder construction (compile + capture), or compile + warmup
     note: str = ""
     kernels: list[dict] = field(default_factory=list)  # full rows: the replay's GPU kernels by time
+    per_layer: list[dict] = field(default_factory=list)  # full rows: each layer alone under a graph
     skip_reasons: list[str] = field(default_factory=list)
 
 

@@ -69,7 +69,7 @@ def test_bench_reports_each_row_as_it_lands():
 
 def test_kernel_profile_counts_what_a_step_runs(rng):
     """The breakdown the full rows carry, exercised on the CPU's leaf ops: per-step counts add up."""
-    from audit.bench_modes import kernel_profile
+    from audit.bench_profile import kernel_profile
 
     a, b = torch.randn(64, 64, generator=rng), torch.randn(64, 64, generator=rng)
 
@@ -83,3 +83,32 @@ def test_kernel_profile_counts_what_a_step_runs(rng):
     assert names["aten::mm"]["per_step"] == 3 and names["aten::sigmoid"]["per_step"] == 1
     assert rows[0]["per_step"] == sum(r["per_step"] for r in rows[1:])
     assert rows[0]["us_per_step"] >= names["aten::mm"]["us_per_step"] > 0
+
+
+def test_layer_graph_profile_covers_every_layer_with_its_tags(monkeypatch, tmp_path):
+    """The per-layer graph breakdown's plumbing on the CPU: capture is stood in by the eager call and
+    the event timer by a counter, so each layer must be run `reps` times and tagged right."""
+    import types
+
+    import dsv4
+    from audit import bench_profile
+    from audit.bench_report import markdown
+    from audit.bench_result import BenchResult, ModeResult
+    from dsv4.decode.graph import CUDAGraphDecoder
+    from dsv4.kernels import bench as kbench
+
+    model = dsv4.load("tiny", dtype="float32")
+    dec = CUDAGraphDecoder(model, mode="eager", batch_size=1)
+    dec.prefill(torch.randint(0, 1024, (1, 5)))
+    calls = []
+
+    def fake_capture(device, fn):
+        return types.SimpleNamespace(replay=lambda: calls.append(fn().shape)), fn()
+
+    monkeypatch.setattr(dec, "_capture", fake_capture)
+    monkeypatch.setattr(kbench, "event_times", lambda run, reps: [run() or 0.5 for _ in range(reps)])
+    rows = bench_profile.layer_graph_profile(dec, reps=3)
+    assert [(r["ratio"], r["routing"]) for r in rows] == [(0, "hash"), (4, "hash"), (128, "learned"), (4, "learned")]
+    assert len(calls) == 4 * 3 and all(s == (1, 1, 4, 256) for s in calls) and all(r["ms"] == 0.5 for r in rows)
+    res = BenchResult("tiny", "cpu", 4, "float32", 1, None, rows=[ModeResult("full", 1, 8, per_layer=rows)])
+    assert "| 128 | learned | 1 | 0.500 | 0.50 |" in markdown(res, None)

@@ -1,0 +1,94 @@
+"""Where a decode step's time goes: per layer (eager, and each layer alone under a graph) and per kernel.
+
+- `per_layer_profile`: the eager static step, CUDA events around each layer (host launch cost
+  included: what eager decoding pays per layer).
+- `layer_graph_profile`: each layer of a built decoder captured alone and replayed; its GPU time
+  under a graph, by compress ratio (0 / 4 / 128) and routing (hash / learned).
+- `kernel_profile`: the kernels one step runs (a replay shows its graph's nodes), by total time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+
+import torch
+
+
+def _tags(block) -> dict:
+    return {"ratio": block.attn.ratio, "routing": "hash" if block.ffn.gate.hash else "learned"}
+
+
+def per_layer_profile(model, batch: int, steps: int = 5) -> list[dict]:
+    """Eager static step timed per layer with CUDA events; tagged by compress ratio and routing."""
+    from dsv4.decode.static import StaticDecoder
+
+    dec = StaticDecoder(model, batch_size=batch)
+    dec.prefill(torch.randint(0, model.cfg.vocab_size, (batch, 8)))
+    dec.stage(torch.randint(0, model.cfg.vocab_size, (batch,)))
+    acc = [0.0] * len(dec.net.layers)
+    for s in range(steps + 1):
+        X = dec.net.embed(dec.ids)
+        for i, layer in enumerate(dec.net.layers):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            X = layer(X, dec.ids[:, None], dec.pos)
+            b.record()
+            b.synchronize()
+            if s:
+                acc[i] += a.elapsed_time(b) / steps
+        dec.pos.add_(1)
+    return [{"layer": i, **_tags(block), "ms": acc[i]} for i, block in enumerate(model.layers)]
+
+
+
+@torch.no_grad()
+def layer_graph_profile(dec, reps: int = 7) -> list[dict]:
+    """Each layer of `dec` (a built CUDAGraphDecoder; fused if it was) captured alone and replayed
+    `reps` times; median GPU ms per layer. Replays rewrite the caches: call it after the timing."""
+    from dsv4.kernels.bench import event_times
+
+    static = dec.static
+    X0 = static.net.embed(static.ids)
+    out = []
+    for i, layer in enumerate(static.net.layers):
+        dev = layer.block.device
+        X, ids, pos = X0.to(dev), static.ids[:, None].to(dev), static.pos.to(dev)
+        graph, _ = dec._capture(dev, lambda L=layer, X=X, ids=ids, pos=pos: L(X, ids, pos))
+        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+            ms = statistics.median(event_times(graph.replay, reps))
+        out.append({"layer": i, **_tags(layer.block), "ms": ms})
+        del graph
+    return out
+
+
+def kernel_profile(step, steps: int = 3, top: int = 15, cuda: bool = True) -> list[dict]:
+    """What `step` runs, by total time: GPU kernels (a graph replay shows its nodes), or on the CPU the
+    ops by self time. Rows: name, launches per step, microseconds per step; the first row sums them all."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+        if cuda:
+            torch.cuda.synchronize()
+    agg: dict[str, list[float]] = {}
+    for ev in prof.events():
+        if cuda:
+            keep, us = ev.device_type == DeviceType.CUDA, ev.time_range.elapsed_us()  # one kernel's duration
+        else:
+            keep, us = ev.device_type == DeviceType.CPU, ev.self_cpu_time_total  # self times partition the step
+        if keep and us > 0:
+            a = agg.setdefault(ev.name, [0, 0.0])
+            a[0] += 1
+            a[1] += us
+    rows = [{"kernel": k[:90], "per_step": n / steps, "us_per_step": t / steps} for k, (n, t) in agg.items()]
+    rows.sort(key=lambda r: -r["us_per_step"])
+    total = {"kernel": "(all)", "per_step": sum(r["per_step"] for r in rows),
+             "us_per_step": sum(r["us_per_step"] for r in rows)}
+    return [total] + rows[:top]
+
+

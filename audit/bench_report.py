@@ -98,11 +98,10 @@ def markdown(res: BenchResult, plot_name: str | None) -> str:
     reasons = [(r.mode, x) for r in res.rows for x in r.skip_reasons]
     if reasons:
         lines += ["", "## torch.compile cudagraph skip reasons", ""] + [f"- {x}" for _, x in reasons]
-    for r in [r for r in res.rows if r.kernels][:1]:
-        if r.kernels:
-            lines += ["", f"## GPU kernels of one full-graph replay (B{r.batch}, ctx {r.context}; torch.profiler)", "",
-                      "| kernel | launches / step | us / step |", "|---|---|---|"]
-            lines += [f"| `{k['kernel']}` | {k['per_step']:.0f} | {k['us_per_step']:.1f} |" for k in r.kernels]
+    for r in [r for r in res.rows if r.kernels][:1]:  # the first profiled full row
+        lines += ["", f"## GPU kernels of one full-graph replay (B{r.batch}, ctx {r.context}; torch.profiler)", "",
+                  "| kernel | launches / step | us / step |", "|---|---|---|"]
+        lines += [f"| `{k['kernel']}` | {k['per_step']:.0f} | {k['us_per_step']:.1f} |" for k in r.kernels]
     graph_rows = [r for r in res.rows if r.per_layer]
     for title, data in ([(f"each layer alone under a graph, full mode B{graph_rows[0].batch} ctx "
                           f"{graph_rows[0].context}", graph_rows[0].per_layer)] if graph_rows else []) + \

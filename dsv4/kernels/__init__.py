@@ -23,6 +23,7 @@ __all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "bf16_den
            "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
+MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM
 
 
 def enabled() -> bool:
@@ -93,7 +94,7 @@ def dense_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> to
     if not _applies(x) or x.dtype != torch.bfloat16 or weight.dtype != torch.float8_e4m3fn or x.shape[-1] != K:
         return None
     x2 = x.reshape(-1, K)
-    if x2.shape[0] > _MAX_DENSE_ROWS:  # prefill-sized inputs: the twin's matmul
+    if x2.shape[0] > MAX_DENSE_ROWS:  # prefill-sized inputs: the twin's matmul
         return None
     from dsv4.kernels import ops
 
@@ -106,11 +107,9 @@ def bf16_dense_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | Non
     if not _applies(x) or weight.dtype != torch.bfloat16 or x.shape[-1] != K:
         return None
     x2 = x.reshape(-1, K).float()
-    if x2.shape[0] > _MAX_DENSE_ROWS:
+    if x2.shape[0] > MAX_DENSE_ROWS:
         return None
     from dsv4.kernels import ops
 
     return ops.bf16_gemv(x2, weight).view(*x.shape[:-1], weight.shape[0])
 
-
-_MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM

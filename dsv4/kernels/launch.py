@@ -17,12 +17,12 @@ import warnings
 import torch
 
 from dsv4.errors import DSV4Error
+from dsv4.kernels import MAX_DENSE_ROWS
 
 __all__ = ["fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "try_expert", "try_dense", "probe",
            "CompileError", "WARPS", "MAX_DENSE_ROWS", "TUNE"]
 
 WARPS = 4            # warps per CTA (128 threads)
-MAX_DENSE_ROWS = 64  # decode sizes; prefill-sized inputs go to the twin
 TUNE: dict[str, int | None] = {"nw": None, "pd": 2}  # bench overrides: rows per warp, prefetch depth
 _CACHE: dict[tuple, object] = {}
 _SMS: dict[int, int] = {}

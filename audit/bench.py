@@ -11,8 +11,10 @@ The report is written by audit/bench_report.py.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -99,6 +101,7 @@ def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,)
     res = BenchResult(preset, str(torch.cuda.get_device_name(dev) if cuda else "cpu"), model.cfg.n_layers,
                       dtype, steps, copy_bandwidth(dev) if cuda else None, kernels=use_kernels)
     rng = torch.Generator().manual_seed(seed)
+    commit = source_commit()
     for b in batches:
         res.weight_bytes[str(b)] = weight_bytes_per_step(model, b)
     with _kernels(use_kernels):
@@ -109,6 +112,7 @@ def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,)
             for b in batches:
                 for mode in modes:
                     res.rows.append(_row(model, mode, b, ctx, steps, verify_steps, rng, cuda, fuse))
+                    res.rows[-1].commit, res.rows[-1].copy_tb_s = commit, res.copy_tb_s
                     if cuda:
                         torch.cuda.empty_cache()  # the row's graphs and pools are gone
                     if on_row:
@@ -116,6 +120,19 @@ def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,)
                     if progress:
                         progress()
     return res
+
+
+def source_commit() -> str:
+    """The git HEAD of the measured source tree, "+dirty" when it has local changes; "" outside git."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10, check=False).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return head + ("+dirty" if head and dirty else "")
 
 
 def _capacity(context: int, steps: int) -> int:

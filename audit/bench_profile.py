@@ -62,9 +62,10 @@ def layer_graph_profile(dec, reps: int = 7) -> list[dict]:
     return out
 
 
-def kernel_profile(step, steps: int = 3, top: int = 15, cuda: bool = True) -> list[dict]:
+def kernel_profile(step, steps: int = 3, top: int | None = None, cuda: bool = True) -> list[dict]:
     """What `step` runs, by total time: GPU kernels (a graph replay shows its nodes), or on the CPU the
-    ops by self time. Rows: name, launches per step, microseconds per step; the first row sums them all."""
+    ops by self time. Rows: name, launches per step, microseconds per step; the first row sums them all
+    (every kernel is kept unless `top` is given, so `families` can partition the step)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -90,5 +91,33 @@ def kernel_profile(step, steps: int = 3, top: int = 15, cuda: bool = True) -> li
     total = {"kernel": "(all)", "per_step": sum(r["per_step"] for r in rows),
              "us_per_step": sum(r["us_per_step"] for r in rows)}
     return [total] + rows[:top]
+
+
+# kernel name pattern -> family, first match wins; what matches none is "other (ATen, copies)"
+FAMILIES = (
+    (r"_bf16_gemv", "bf16 GEMV (Triton)"),
+    (r"cutlass_fp8", "FP8 GEMV (CuTe)"),
+    (r"cutlass_(nv)?fp4", "FP4 experts (CuTe)"),
+    (r"^triton_", "inductor-fused pointwise/reductions"),
+    (r"[Tt]op[Kk]|[Ss]ort", "top-k / sort"),
+    (r"gemm|gemv|xmma|splitK|dot_kernel|cublas", "cuBLAS/CUTLASS GEMM"),
+)
+
+
+def families(profile: list[dict]) -> dict[str, dict]:
+    """A kernel profile summed by family: {family: {"per_step", "us_per_step"}}. A profile stored with
+    only its top kernels leaves a remainder, reported as "not itemized"."""
+    import re
+
+    out: dict[str, dict] = {}
+    for k in profile[1:]:
+        fam = next((f for pat, f in FAMILIES if re.search(pat, k["kernel"])), "other (ATen, copies)")
+        acc = out.setdefault(fam, {"per_step": 0.0, "us_per_step": 0.0})
+        acc["per_step"] += k["per_step"]
+        acc["us_per_step"] += k["us_per_step"]
+    rest = {key: profile[0][key] - sum(v[key] for v in out.values()) for key in ("per_step", "us_per_step")}
+    if rest["us_per_step"] > 1e-6 * max(profile[0]["us_per_step"], 1):
+        out["not itemized"] = rest
+    return out
 
 

@@ -13,6 +13,9 @@ from pathlib import Path
 import pandas as pd
 from rich.table import Table
 
+from audit import bench_plot
+from audit.bench_plot import headline, layer_source
+from audit.bench_profile import families
 from audit.bench_result import BenchResult
 from audit.errors import AuditError
 
@@ -29,7 +32,8 @@ def frame(res: BenchResult) -> pd.DataFrame:
     ]
     wb = {int(k): v for k, v in res.weight_bytes.items()}
     df["weight_GB"] = [wb.get(b, 0) / 1e9 for b in df["batch"]]
-    df["floor_ms"] = [(wb.get(b, 0) / (res.copy_tb_s * 1e12) * 1e3) if res.copy_tb_s else None for b in df["batch"]]
+    copy = [c if pd.notna(c) and c else res.copy_tb_s for c in df["copy_tb_s"]]  # the row's own run, else the header's
+    df["floor_ms"] = [(wb.get(b, 0) / (c * 1e12) * 1e3) if c else None for b, c in zip(df["batch"], copy)]
     df["achieved_TB_s"] = [(wb.get(b, 0) / (m * 1e-3) / 1e12) if m else None for b, m in zip(df["batch"], df["ms_median"])]
     df["x_floor"] = [(m / f) if m and f else None for m, f in zip(df["ms_median"], df["floor_ms"])]
     return df
@@ -48,9 +52,9 @@ def _fmt(v, spec: str = ".2f") -> str:
 COLUMNS = [("mode", "mode", "s"), ("batch", "batch", "d"), ("context", "ctx", "d"), ("steps", "steps", "d"),
            ("ms_median", "ms/token", ".2f"),
            ("ms_p10", "p10", ".2f"), ("ms_p90", "p90", ".2f"), ("tokens_per_s", "tok/s", ".1f"),
-           ("speedup_vs_eager", "x eager", ".2f"), ("achieved_TB_s", "TB/s", ".2f"), ("x_floor", "x floor", ".2f"),
-           ("bitwise_ok", "bitwise", "s"), ("fused", "fused", "yn"), ("drift", "drift vs unfused", ".1e"),
-           ("build_s", "build s", ".0f"), ("note", "note", "s")]
+           ("speedup_vs_eager", "x eager", ".2f"), ("achieved_TB_s", "TB/s", ".2f"), ("copy_tb_s", "copy TB/s", ".2f"),
+           ("x_floor", "x floor", ".2f"), ("bitwise_ok", "bitwise", "s"), ("fused", "fused", "yn"), ("drift", "drift vs unfused", ".1e"),
+           ("build_s", "build s", ".0f"), ("commit", "commit", "s"), ("note", "note", "s")]
 
 
 def rich_table(res: BenchResult) -> Table:
@@ -78,7 +82,9 @@ def markdown(res: BenchResult, plot_name: str | None) -> str:
     lines = [f"# Decode bench: `{res.preset}`", "",
              f"- device: {res.device}; torch {res.torch_version}; {res.n_layers} layers; {res.dtype}; "
              "timed steps per row in `steps` (CUDA events, host clock on CPU; median, p10, p90)",
-             f"- copy ceiling measured in this run: {_fmt(res.copy_tb_s)} TB/s (device-to-device, read + write)",
+             (f"- copy ceiling: {_fmt(res.copy_tb_s)} TB/s (device-to-device, read + write, measured by the bench; "
+              "a row measured by a later run uses that run's ceiling, in the `copy TB/s` column)") if res.copy_tb_s
+             else "- copy ceiling: not measured (no CUDA), so no floor",
              "- weight bytes read per decode step: " + ", ".join(
                  f"batch {b}: {v / 1e9:.2f} GB" for b, v in res.weight_bytes.items()),
              f"- weight-only decode kernels (dsv4/kernels): {'on' if res.kernels else 'off'}; `fused`: the layers' "
@@ -87,76 +93,108 @@ def markdown(res: BenchResult, plot_name: str | None) -> str:
              "bitwise against the eager run of the same functions before timing; `drift vs unfused` = max "
              "relative logit difference of a fused step vs the unfused static path from the same state (in "
              "bfloat16 the FP8 activation and bf16 roundings turn fp32 summation-order differences into whole-ulp "
-             "flips that grow with depth; float32 isolates the function: 6 flash-h200 layers on the CPU gave "
-             "9.4e-07 in float32 and 2.3e-02 in bfloat16)",
+             "flips that grow with depth; in float32 tests/test_fuse_gpu.py holds the fused graphs to the "
+             "reference path within 1e-5)",
              "- contexts are reached with random cache entries at that position (`start_at`): the static "
-             "step's work depends on max_seq_len and batch, not on the cached values", "",
-             "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
-             "|" + "---|" * len(COLUMNS)]
+             "step's work depends on max_seq_len and batch, not on the cached values",
+             "- `commit`: the source tree a row was measured at (rows of several runs merge with `--append`)"]
+    lines += _targets(df)
+    lines += ["", "## All rows", "", "| " + " | ".join(h for _, h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for _, r in df.iterrows():
         lines.append("| " + " | ".join(_fmt(r[c], spec) for c, _, spec in COLUMNS) + " |")
+    lines += _scaling(df)
     reasons = [(r.mode, x) for r in res.rows for x in r.skip_reasons]
     if reasons:
         lines += ["", "## torch.compile cudagraph skip reasons", ""] + [f"- {x}" for _, x in reasons]
-    for r in [r for r in res.rows if r.kernels][:1]:  # the first profiled full row
-        lines += ["", f"## GPU kernels of one full-graph replay (B{r.batch}, ctx {r.context}; torch.profiler)", "",
-                  "| kernel | launches / step | us / step |", "|---|---|---|"]
-        lines += [f"| `{k['kernel']}` | {k['per_step']:.0f} | {k['us_per_step']:.1f} |" for k in r.kernels]
-    graph_rows = [r for r in res.rows if r.per_layer]
-    for title, data in ([(f"each layer alone under a graph, full mode B{graph_rows[0].batch} ctx "
-                          f"{graph_rows[0].context}", graph_rows[0].per_layer)] if graph_rows else []) + \
-            ([("eager static step, CUDA events", res.per_layer)] if res.per_layer else []):
+    lines += _time_by_family(res)
+    layers, layer_title = layer_source(res)
+    sources = [(layer_title, layers)] if layers else []
+    if res.per_layer and layers is not res.per_layer:
+        sources.append(("eager static step, CUDA events", res.per_layer))
+    for title, data in sources:
         g = pd.DataFrame(data).groupby(["ratio", "routing"])["ms"].agg(["count", "mean", "sum"]).reset_index()
         lines += ["", f"## Per-layer breakdown ({title})", "",
                   "| ratio | routing | layers | mean ms/layer | total ms |", "|---|---|---|---|---|"]
         lines += [f"| {r.ratio} | {r.routing} | {r['count']} | {r['mean']:.3f} | {r['sum']:.2f} |"
                   for _, r in g.iterrows()]
     if plot_name:
-        lines += ["", f"![latency per mode and per-layer breakdown]({plot_name})"]
+        lines += ["", f"![latency per mode, scaling, per-layer breakdown]({plot_name})"]
     return "\n".join(lines) + "\n"
 
 
+TARGETS = (("graph decode within 2x the bandwidth floor", "full", lambda full, other: full <= 2 * other, "floor"),
+           ("graph decode at least 8x faster than eager", "full", lambda full, other: other >= 8 * full, "eager"),
+           ("graph decode faster than torch.compile reduce-overhead", "full", lambda full, other: full < other,
+            "compile"))
+
+
+def _targets(df: pd.DataFrame) -> list[str]:
+    """The issue's three figures at the headline batch and context, judged from the rows measured."""
+    head = headline(df)
+    full = head[head["mode"] == "full"]["ms_median"]
+    if full.empty:
+        return []
+    f = float(full.iloc[0])
+    b, c = int(head["batch"].iloc[0]), int(head["context"].iloc[0])
+    out = ["", f"## Targets (batch {b}, ctx {c}, full graph {f:.2f} ms/token)", "",
+           "| target | against | met |", "|---|---|---|"]
+    for text, _, ok, against in TARGETS:
+        if against == "floor":
+            other = head["floor_ms"].dropna()
+            label = f"floor {other.iloc[0]:.2f} ms: {f / other.iloc[0]:.1f}x" if len(other) else None
+        else:
+            other = head[head["mode"] == against]["ms_median"].dropna()
+            label = f"{against} {other.iloc[0]:.2f} ms: {other.iloc[0] / f:.2f}x" if len(other) else None
+        if label:
+            out.append(f"| {text} | {label} | {'yes' if ok(f, float(other.iloc[0])) else '**no**'} |")
+    return out
+
+
+def _scaling(df: pd.DataFrame) -> list[str]:
+    """ms/token per mode for every (batch, context), with the fastest mode's throughput and distances."""
+    timed = df.dropna(subset=["ms_median"])
+    if timed.groupby(["batch", "context"]).ngroups < 2:
+        return []
+    modes = [m for m in ("eager", "ab", "full", "compile") if m in set(timed["mode"])]
+    out = ["", "## Scaling (ms/token per mode; the fastest mode's throughput)", "",
+           "| batch | ctx | " + " | ".join(modes) + " | fastest | tok/s | x eager | x floor |",
+           "|" + "---|" * (len(modes) + 6)]
+    for (b, c), g in timed.groupby(["batch", "context"]):
+        ms = g.set_index("mode")["ms_median"]
+        best = g.loc[g["ms_median"].idxmin()]
+        out.append(f"| {b} | {c} | " + " | ".join(_fmt(ms.get(m)) for m in modes) +
+                   f" | {best['mode']} | {_fmt(best['tokens_per_s'], '.1f')} | "
+                   f"{_fmt(best['speedup_vs_eager'])} | {_fmt(best['x_floor'], '.1f')} |")
+    return out
+
+
+def _time_by_family(res: BenchResult) -> list[str]:
+    """GPU time of one full-graph step by kernel family for every profiled row, then the top kernels
+    of the headline one (smallest batch, then smallest context)."""
+    rows = sorted((r for r in res.rows if r.kernels), key=lambda r: (r.batch, r.context))
+    if not rows:
+        return []
+    fams = [families(r.kernels) for r in rows]
+    names = list(dict.fromkeys(n for f in fams for n in sorted(f, key=lambda n: -f[n]["us_per_step"])))
+    names = [n for n in names if n != "not itemized"] + [n for n in names if n == "not itemized"]
+    out = ["", "## Where a full-graph step's GPU time goes (torch.profiler over replays; us per step, kernels per step)", "",
+           "| kernel family | " + " | ".join(f"B{r.batch} ctx {r.context}" for r in rows) + " |",
+           "|" + "---|" * (len(rows) + 1),
+           "| **all kernels** | " + " | ".join(f"**{r.kernels[0]['us_per_step']:.0f}** ({r.kernels[0]['per_step']:.0f})"
+                                             for r in rows) + " |"]
+    for n in names:
+        out.append(f"| {n} | " + " | ".join(f"{f[n]['us_per_step']:.0f} ({f[n]['per_step']:.0f})" if n in f else "-"
+                                            for f in fams) + " |")
+    top = rows[0]
+    out += ["", f"### Top kernels, B{top.batch} ctx {top.context}", "",
+            "| kernel | launches / step | us / step |", "|---|---|---|"]
+    out += [f"| `{k['kernel']}` | {k['per_step']:.0f} | {k['us_per_step']:.1f} |" for k in top.kernels[:16]]
+    return out
+
+
 def plot(res: BenchResult, path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    df = frame(res).dropna(subset=["ms_median"])
-    if df.empty:
-        return False
-    two = bool(res.per_layer or any(r.per_layer for r in res.rows))
-    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(12 if two else 6, 4), squeeze=False)
-    ax = axes[0][0]
-    labels = [f"{m}\nB{b} ctx{c}" for m, b, c in zip(df["mode"], df["batch"], df["context"])]
-    ax.bar(range(len(df)), df["ms_median"], yerr=[(df["ms_median"] - df["ms_p10"]).clip(lower=0), (df["ms_p90"] - df["ms_median"]).clip(lower=0)])
-    ax.set_xticks(range(len(df)), labels, fontsize=7)
-    ax.set_ylabel("ms / decode step")
-    if df["ms_median"].max() > 20 * df["ms_median"].min():  # eager and graphs differ by orders of magnitude
-        ax.set_yscale("log")
-        ax.set_ylabel("ms / decode step (log)")
-    for i, m in enumerate(df["ms_median"]):
-        ax.annotate(f"{m:.3g}", (i, m), ha="center", va="bottom", fontsize=7)
-    floors = df["floor_ms"].dropna()
-    if len(floors):
-        ax.axhline(floors.iloc[0], color="r", ls="--", label="bandwidth floor (batch of first row)")
-        ax.legend(fontsize=7)
-    ax.set_title(f"{res.preset}: decode latency per mode")
-    graph_rows = [r for r in res.rows if r.per_layer]
-    layers = graph_rows[0].per_layer if graph_rows else res.per_layer
-    if layers:
-        pl = pd.DataFrame(layers)
-        colors = {0: "tab:blue", 4: "tab:orange", 128: "tab:green"}
-        ax2 = axes[0][1]
-        ax2.bar(pl["layer"], pl["ms"], color=[colors.get(r, "gray") for r in pl["ratio"]],
-                hatch=None, edgecolor=["k" if h == "hash" else "none" for h in pl["routing"]])
-        ax2.set_xlabel("layer (blue ratio 0, orange 4, green 128; outlined = hash routing)")
-        ax2.set_ylabel("ms, each layer alone under a graph" if graph_rows else "ms (eager)")
-        ax2.set_title("per-layer time")
-    fig.tight_layout()
-    _atomic(path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True)
-    plt.close(fig)
-    return True
+    return bench_plot.plot(res, frame(res), path,
+                           lambda fig: _atomic(path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True))
 
 
 def _atomic(path: Path, write, binary: bool = False) -> None:

@@ -27,6 +27,8 @@ class ModeResult:
     kernels: list[dict] = field(default_factory=list)  # full rows: the replay's GPU kernels by time
     per_layer: list[dict] = field(default_factory=list)  # full rows: each layer alone under a graph
     skip_reasons: list[str] = field(default_factory=list)
+    copy_tb_s: float | None = None  # the copy ceiling measured by the run this row came from
+    commit: str = ""                # the source tree measured (git HEAD, "+dirty" with local changes)
 
 
 @dataclass
@@ -47,12 +49,12 @@ class BenchResult:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict) -> "BenchResult":
+    def from_json(cls, data: dict) -> BenchResult:
         data = dict(data)
         data["rows"] = [ModeResult(**r) for r in data.get("rows", [])]
         return cls(**data)
 
-    def merged(self, other: "BenchResult") -> "BenchResult":
+    def merged(self, other: BenchResult) -> BenchResult:
         """This run's rows, then another run's of the same model (bench calls split by mode or size);
         a row measured again replaces the earlier one."""
         mine, theirs = (self.preset, self.n_layers, self.dtype, self.kernels), \
@@ -61,7 +63,7 @@ class BenchResult:
             raise AuditError(f"cannot merge bench results of different set-ups: {mine} vs {theirs} "
                              "(preset, layers, dtype, kernels)")
         out = BenchResult.from_json(self.to_json())
-        key = lambda r: (r.mode, r.batch, r.context)  # noqa: E731 - a newer measurement replaces an older one
+        key = lambda r: (r.mode, r.batch, r.context)
         newer = {key(r) for r in other.rows}
         out.rows = [r for r in out.rows if key(r) not in newer] + other.rows
         out.weight_bytes = {**other.weight_bytes, **self.weight_bytes}

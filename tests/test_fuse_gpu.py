@@ -41,12 +41,13 @@ def test_fused_graph_is_bitwise_to_fused_eager_with_kernels(mode, kernels_on, rn
     assert res.ok, res.first_mismatch
 
 
-def test_fused_full_graph_follows_the_reference_path_float32(kernels_on, rng):
+@pytest.mark.parametrize("mode", ["ab", "full"])
+def test_fused_graph_follows_the_reference_path_float32(mode, kernels_on, rng):
     model = dsv4.load("tiny", device="cuda", dtype="float32")
     ids = torch.randint(0, 1024, (1, 150), generator=rng).cuda()
     model.prefill(ids[:, :4])
     ref = [model.decode(ids[:, i]) for i in range(4, 150)]
-    dec = CUDAGraphDecoder(model, mode="full", fuse=True)
+    dec = CUDAGraphDecoder(model, mode=mode, fuse=True)
     dec.prefill(ids[:, :4])
     for k, i in enumerate(range(4, 150)):
         out = dec.decode(ids[:, i].cpu())
@@ -57,13 +58,15 @@ def test_bench_gpu_rows_on_tiny(tmp_path):
     from audit.bench import bench
     from audit.bench_report import write_reports
 
-    res = bench("tiny", steps=8, batches=(2,), contexts=(300,), device="cuda", verify_steps=4)
+    # float32: the drift against the unfused path is summation order only (in bfloat16 one flipped
+    # rounding can move a top-k choice, and a tiny random model's logits with it)
+    res = bench("tiny", steps=8, batches=(2,), contexts=(300,), device="cuda", dtype="float32", verify_steps=4)
     rows = {(r.mode, r.batch, r.context): r for r in res.rows}
     assert len(rows) == 4
     for (mode, _, _), r in rows.items():
         assert r.ms_median and r.ms_median > 0, (mode, r.note)
         if mode in ("ab", "full"):
-            assert r.bitwise_ok and r.fused and r.drift is not None and r.drift < 0.05, (mode, r.note, r.drift)
+            assert r.bitwise_ok and r.fused and r.drift is not None and r.drift < 1e-4, (mode, r.note, r.drift)
     assert res.kernels and res.copy_tb_s > 0.5
     full = rows[("full", 2, 300)]
     assert full.kernels and full.kernels[0]["per_step"] > 10  # the replay's kernels were profiled

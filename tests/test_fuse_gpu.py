@@ -1,4 +1,4 @@
-"""On a GPU: the Triton bf16 GEMV, fused graphs with the kernels on, and the bench's GPU rows."""
+"""On a GPU: the Triton bf16 GEMV and Sinkhorn, fused graphs with the kernels on, the bench's GPU rows."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def kernels_on():
     kernels.use(before)
 
 
-@pytest.mark.parametrize("M,N,K", [(1, 129280, 4096), (3, 1024, 4096), (16, 256, 4096), (5, 300, 200)])
+@pytest.mark.parametrize("M,N,K", [(1, 129280, 4096), (1, 512, 4096), (3, 1024, 4096), (16, 256, 4096),
+                                   (5, 300, 200)])
 def test_bf16_gemv_matches_float64_and_is_deterministic(M, N, K, rng):
     from dsv4.kernels import ops
 
@@ -31,6 +32,26 @@ def test_bf16_gemv_matches_float64_and_is_deterministic(M, N, K, rng):
     scale = (x.double().abs() @ w.double().abs().t()).max()
     assert ((y.double() - ref).abs().max() / scale).item() < 1e-6
     assert torch.equal(y, ops.bf16_gemv(x, w))
+
+
+@pytest.mark.parametrize("T,hc", [(1, 4), (16, 4), (70, 4), (5, 3)])
+def test_sinkhorn_kernel_is_one_launch_matching_float64(T, hc, rng):
+    from torch.profiler import ProfilerActivity, profile
+
+    from dsv4.kernels import ops
+    from dsv4.ops.sinkhorn import sinkhorn_ref
+
+    x = (torch.randn(T, hc, hc, generator=rng) * 3).cuda()
+    ops.sinkhorn(x, 20, 1e-6)  # compiles
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        y = ops.sinkhorn(x, 20, 1e-6)
+        torch.cuda.synchronize()
+    kernels_run = [e for e in prof.events() if e.device_type.name == "CUDA" and "sinkhorn" in e.name]
+    assert len(kernels_run) == 1, [e.name for e in prof.events()]
+    ref = sinkhorn_ref(x.double(), 20, 1e-6)
+    assert ((y.double() - ref).abs().max() / ref.abs().max()).item() < 1e-6
+    assert torch.equal(y, ops.sinkhorn(x, 20, 1e-6))
 
 
 @pytest.mark.parametrize("mode", ["ab", "full"])

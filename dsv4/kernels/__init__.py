@@ -19,7 +19,7 @@ import os
 
 import torch
 
-__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "bf16_dense_gemv",
+__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "bf16_dense_gemv", "sinkhorn",
            "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
@@ -113,3 +113,12 @@ def bf16_dense_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | Non
 
     return ops.bf16_gemv(x2, weight).view(*x.shape[:-1], weight.shape[0])
 
+
+def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor | None:
+    """The one-launch Sinkhorn for mhc.sinkhorn_split ([..., hc, hc] fp32), or None to use the twin."""
+    if not _applies(logits) or logits.dtype != torch.float32:
+        return None
+    from dsv4.kernels import ops
+
+    hc = logits.shape[-1]
+    return ops.sinkhorn(logits.reshape(-1, hc, hc), iters, eps).view(logits.shape)

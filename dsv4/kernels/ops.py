@@ -16,7 +16,7 @@ from torch.library import custom_op
 
 from dsv4.ops import gemv as twins
 
-__all__ = ["fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv"]
+__all__ = ["fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "sinkhorn"]
 
 _TRITON: list[bool] = []
 
@@ -90,6 +90,23 @@ def bf16_gemv(x: Tensor, weight: Tensor) -> Tensor:
 @bf16_gemv.register_fake
 def _(x, weight):
     return _rows_out(x, weight.shape[0])
+
+
+@custom_op("dsv4::sinkhorn", mutates_args=())
+def sinkhorn(logits: Tensor, iters: int, eps: float) -> Tensor:
+    """mHC comb logits [T, hc, hc] fp32 -> the Sinkhorn-normalized comb, one kernel for all iterations."""
+    if logits.is_cuda and _triton():
+        from dsv4.kernels import _triton_sinkhorn
+
+        return _triton_sinkhorn.sinkhorn(logits, iters, eps)
+    from dsv4.ops.sinkhorn import sinkhorn_ref
+
+    return sinkhorn_ref(logits, iters, eps)
+
+
+@sinkhorn.register_fake
+def _(logits, iters, eps):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
 def _triton() -> bool:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
+from dsv4 import kernels
 from dsv4.layers.norm import rms
+from dsv4.ops.sinkhorn import sinkhorn_ref
 
 
 def hc_mixes(X: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor:
@@ -24,13 +26,9 @@ def sinkhorn_split(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tensor,
     scale, base = scale.float(), base.float()
     pre = torch.sigmoid(mixes[..., :hc] * scale[0] + base[:hc]) + eps
     post = 2 * torch.sigmoid(mixes[..., hc:2 * hc] * scale[1] + base[hc:2 * hc])
-    comb = (mixes[..., 2 * hc:] * scale[2] + base[2 * hc:]).unflatten(-1, (hc, hc))
-    comb = comb.softmax(-1) + eps
-    comb = comb / (comb.sum(-2, keepdim=True) + eps)
-    for _ in range(iters - 1):
-        comb = comb / (comb.sum(-1, keepdim=True) + eps)
-        comb = comb / (comb.sum(-2, keepdim=True) + eps)
-    return pre, post, comb
+    logits = (mixes[..., 2 * hc:] * scale[2] + base[2 * hc:]).unflatten(-1, (hc, hc))
+    comb = kernels.sinkhorn(logits, iters, eps)  # one launch on CUDA with the kernels on
+    return pre, post, sinkhorn_ref(logits, iters, eps) if comb is None else comb
 
 
 def collapse(X: torch.Tensor, pre: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

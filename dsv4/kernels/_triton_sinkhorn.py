@@ -1,0 +1,52 @@
+"""The mHC Sinkhorn normalization as one Triton kernel: each token's hc x hc matrix stays in registers.
+
+Under inductor each of the 39 normalizations of a site becomes its own kernel (every one reads
+whole rows or columns of the previous), ~3,160 launches of a flash-h200 decode step. Here one
+program holds BLOCK_T tokens' matrices for all iterations: one launch per site. Same operations
+and order of rounds as dsv4/ops/sinkhorn.py; only the 4-term sums may associate differently.
+hc is padded to a power of two with zeros, which stay zero through every division.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_T = 32  # tokens per program; a decode batch is one program
+
+
+@triton.jit
+def _sinkhorn_kernel(x_ptr, y_ptr, T, iters, eps, HC: tl.constexpr, HP: tl.constexpr, BLOCK_T: tl.constexpr):
+    rt = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    ri = tl.arange(0, HP)
+    rj = tl.arange(0, HP)
+    mask = (rt[:, None, None] < T) & (ri[None, :, None] < HC) & (rj[None, None, :] < HC)
+    offs = rt[:, None, None] * (HC * HC) + ri[None, :, None] * HC + rj[None, None, :]
+    z = tl.load(x_ptr + offs, mask=mask, other=float("-inf"))
+    m = tl.max(z, axis=2)
+    m = tl.where(m == float("-inf"), 0.0, m)  # padded rows: keep them finite
+    e = tl.where(mask, tl.exp(z - m[:, :, None]), 0.0)
+    s = tl.sum(e, axis=2)
+    c = tl.where(mask, e / tl.where(s == 0.0, 1.0, s)[:, :, None] + eps, 0.0)
+    c = c / (tl.sum(c, axis=1)[:, None, :] + eps)
+    for _ in range(iters - 1):
+        c = c / (tl.sum(c, axis=2)[:, :, None] + eps)
+        c = c / (tl.sum(c, axis=1)[:, None, :] + eps)
+    tl.store(y_ptr + offs, c, mask=mask)
+
+
+def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
+    """logits [T, hc, hc] fp32 -> comb [T, hc, hc] fp32 on the current stream."""
+    T, hc, hc2 = logits.shape
+    if hc != hc2 or logits.dtype != torch.float32:
+        raise ValueError(f"sinkhorn: logits {logits.dtype} {tuple(logits.shape)}")
+    x = logits.contiguous()
+    y = torch.empty_like(x)
+    grid = (triton.cdiv(T, BLOCK_T),)
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+        _sinkhorn_kernel[grid](x, y, T, iters, eps, HC=hc, HP=triton.next_power_of_2(hc), BLOCK_T=BLOCK_T,
+                               num_warps=1)
+    return y

@@ -210,11 +210,17 @@ def _compatible(stored: str, want: torch.dtype) -> bool:
     return DTYPES[stored] == want or (stored == "U8" and want == torch.int8)  # ModelOpt packs FP4 as U8
 
 
+def _shared_mtp(name: str) -> bool:
+    """An MTP layer's own copy of the embedding or head, which some releases ship: MTP shares the
+    main model's (the released convert.py drops these names the same way)."""
+    return name.startswith("mtp.") and (".emb." in name or name.endswith("head.weight"))
+
+
 def plan(entries: dict[str, Entry], specs: dict, directory: Path) -> list[tuple[str, Entry]]:
     """Checks every tensor against the model; returns (model name, entry) pairs to load.
 
-    MTP tensors are accepted and skipped when the model has no MTP layer; ModelOpt input scales are
-    skipped. Anything else unknown, missing, misshaped or of the wrong dtype is an error.
+    MTP tensors are accepted and skipped when the model has no MTP layer, an MTP layer's copies of the
+    shared embedding and head always; ModelOpt input scales are skipped. Anything else unknown, missing, misshaped or of the wrong dtype is an error.
     """
     has_mtp = any(k.startswith("mtp.") for k in specs)
     todo: dict[str, Entry] = {}
@@ -223,7 +229,7 @@ def plan(entries: dict[str, Entry], specs: dict, directory: Path) -> list[tuple[
         target = _resolve(entry, specs)
         leaf = entry.name.rpartition(".")[2]
         if target is None:
-            if (entry.name.startswith("mtp.") and not has_mtp) or leaf in IGNORED_LEAVES:
+            if (entry.name.startswith("mtp.") and not has_mtp) or _shared_mtp(entry.name) or leaf in IGNORED_LEAVES:
                 continue
             problems.append(f"{entry.file}: unexpected tensor {entry.key} (not in the model this config.json "
                             f"describes)")

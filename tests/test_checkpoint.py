@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from ckpt_util import SHARDS, bitwise_equal, cli_run, fresh_seed, header, make_tiny, rewrite, state
+from ckpt_util import (
+    SHARDS,
+    bitwise_equal,
+    cli_run,
+    fresh_seed,
+    header,
+    make_tiny,
+    rewrite,
+    state,
+)
 from safetensors.torch import load_file, save_file
 
 import cli
@@ -209,6 +218,15 @@ def test_mtp_tensors_accepted_and_ignored(ckpt, tmp_path, tokens):
     # but a model that has an MTP layer needs its tensors
     with pytest.raises(DSV4Error, match=r"missing tensor mtp\.0\."):
         load_checkpoint(Transformer(preset("tiny")), stripped, progress=False)
+    # releases that ship the MTP layer's own copies of the shared embedding and head load too
+    def with_copies(k, t):
+        extra = {"embed.weight": "mtp.0.emb.tok_emb.weight", "head.weight": "mtp.0.head.weight"}
+        return {k: t, extra[k]: t.clone()} if k in extra else {k: t}
+    copies = rewrite(ckpt, tmp_path / "copies", rename=with_copies)
+    shipped = {k for f in copies.glob("*.safetensors") for k in load_file(str(f))}
+    assert {"mtp.0.emb.tok_emb.weight", "mtp.0.head.weight"} <= shipped
+    m2 = load_model(copies, dtype="float32", progress=False)
+    assert len(m2.mtp) == 1 and bitwise_equal(state(m2), state(ref))
 
 
 # ------------------------------------------------------------------ bad checkpoints

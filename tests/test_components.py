@@ -278,6 +278,39 @@ def test_sparse_attention_sink_in_denominator():
     assert _rel(no_sink[0, 1:], got[0, 1:]) > 1e-3  # the sink visibly shrinks the output
 
 
+def test_grouped_output_in_bf16_keeps_o_unrounded_for_wo_a(tiny_bf16):
+    """The released model runs wo_a as a bf16 einsum on dequantized weights (no FP8 activation rounding,
+    unlike wo_b): the grouped output matches that, and visibly not the FP8-rounded variant."""
+    from dsv4.ops.quantize import fp8_fake_quant
+
+    attn = tiny_bf16.layers[2].attn
+    o = torch.randn(2, 5, attn.n_heads, attn.head_dim).bfloat16()
+    pos = torch.randint(0, 500, (5,))
+    got = attn.output(o, pos)
+    cos, sin = rope_angles(pos, attn.freqs)
+    o_r = apply_rope(o, cos.unsqueeze(-2), sin.unsqueeze(-2), inverse=True).flatten(2)
+    G, wa = attn.groups, attn.wo_a.dequantized(torch.float32)
+    width, rank = o_r.shape[-1] // G, wa.shape[0] // G
+
+    def through(x):
+        parts = [x[..., g * width:(g + 1) * width].float() @ wa[g * rank:(g + 1) * rank].t() for g in range(G)]
+        return attn.wo_b(torch.cat(parts, -1).bfloat16(), out_dtype=torch.float32).bfloat16()
+
+    want, rounded = through(o_r), through(fp8_fake_quant(o_r, 128))
+    assert _rel(got, want) < 0.25 * _rel(got, rounded), (_rel(got, want), _rel(got, rounded))
+
+
+def test_per_head_q_normalization_rounds_as_released(tiny_bf16):
+    """q *= rsqrt(mean(q^2) + eps) computed in bf16 (the released order), not fp32 then cast."""
+    attn = tiny_bf16.layers[1].attn
+    x = torch.randn(1, 6, tiny_bf16.cfg.dim).bfloat16()
+    q, _, qr = attn.project(x, torch.arange(6))
+    raw = attn.wq_b(qr).unflatten(-1, (attn.n_heads, attn.head_dim))
+    want = raw * torch.rsqrt(raw.square().mean(-1, keepdim=True) + tiny_bf16.cfg.norm_eps)
+    cos, sin = rope_angles(torch.arange(6), attn.freqs)
+    assert torch.equal(q, apply_rope(want, cos.unsqueeze(-2), sin.unsqueeze(-2)))
+
+
 def test_sparse_attention_bf16_probabilities():
     """bf16 mode casts the probabilities to bf16 before P @ V (fp32 q and keys isolate that step)."""
     q, keys = torch.randn(1, 6, 4, 64), torch.randn(1, 40, 64)

@@ -20,7 +20,7 @@ from dsv4.config import ModelConfig
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.indexer import Indexer
 from dsv4.layers.linear import Linear, no_reduce
-from dsv4.layers.norm import RMSNorm, rms
+from dsv4.layers.norm import RMSNorm
 from dsv4.layers.rope import apply_rope, rope_angles, rope_frequencies
 from dsv4.ops.kvquant import round_kv
 
@@ -71,7 +71,7 @@ class Attention(nn.Module):
         """Queries [B,T,H,D] (per-head RMS, roped), window KV [B,T,D] (roped, rounded), q latent."""
         qr = self.q_norm(self.wq_a(x))
         q = self.wq_b(qr).unflatten(-1, (self.n_heads, self.head_dim))
-        q = rms(q, self.cfg.norm_eps).to(q.dtype)
+        q = q * torch.rsqrt(q.square().mean(-1, keepdim=True) + self.cfg.norm_eps)  # in q's dtype, as released
         cos, sin = rope_angles(pos, self.freqs)
         q = apply_rope(q, cos.unsqueeze(-2), sin.unsqueeze(-2))
         kv = apply_rope(self.kv_norm(self.wkv(x)), cos, sin)
@@ -87,7 +87,9 @@ class Attention(nn.Module):
         unsharded product."""
         cos, sin = rope_angles(pos, self.freqs)
         o = apply_rope(o, cos.unsqueeze(-2), sin.unsqueeze(-2), inverse=True)
-        o = self.wo_a.quantize_input(o.flatten(2).unflatten(-1, (self.groups, -1)))
+        # no FP8 rounding of o here: the released model runs wo_a as a bf16 einsum (its convert.py
+        # dequantizes wo_a to bf16), unlike every other FP8 projection
+        o = o.flatten(2).unflatten(-1, (self.groups, -1)).to(self.cfg.act_dtype)
         y = self.grouped_wo_a(o).to(self.cfg.act_dtype)
         return self.reduce(self.wo_b(y.flatten(2), out_dtype=torch.float32)).to(self.cfg.act_dtype)
 

@@ -69,7 +69,7 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
                         tracer.call(obj.step)
                 else:
                     obj.step()
-            except Exception as e:  # noqa: BLE001 - the target failed: keep what we have
+            except (Exception, SystemExit) as e:  # noqa: BLE001 - the target failed (or called exit): keep what we have
                 failure = (f"target {res.label}: {stage}() raised in {'audited' if audited else 'warmup'} "
                            f"iteration {i}: {describe_error(e)}")
                 break

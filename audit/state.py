@@ -8,6 +8,7 @@ and of the user modules' globals, right before and right after each audited step
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -126,6 +127,8 @@ def _fp(v, depth: int = 0):
         return ("dict", len(v), tuple((repr(k), _fp(x, depth + 1)) for k, x in items))
     if isinstance(v, (set, frozenset)):
         return (type(v).__name__, len(v))
+    if isinstance(v, itertools.count):  # next() on it is a step counter; its repr shows the state
+        return ("obj", repr(v))
     return ("obj", type(v).__name__, id(v))
 
 
@@ -163,7 +166,43 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
                 continue
             if isinstance(v, _PRIMS + (list, dict, set, deque)):
                 snap[(f"<module {name}>", k)] = _fp(v)
+    for cls in _user_classes(objects):
+        snap.update(_class_state(cls))
     return snap
+
+
+_PLAIN = _PRIMS + (list, dict, set, deque, itertools.count)
+
+
+def _user_classes(objects) -> list[type]:
+    """The user-defined classes (and user bases) of the reachable objects, once each."""
+    seen: dict[int, type] = {}
+    for _, obj in objects:
+        for cls in type(obj).__mro__:
+            if (getattr(cls, "__module__", "") or "").split(".")[0] not in _FOREIGN:
+                seen.setdefault(id(cls), cls)
+    return list(seen.values())
+
+
+def _class_state(cls: type) -> dict:
+    """Class attributes (`Decoder.total_steps += 1`) and the closure cells of the class's methods
+    (`nonlocal count` in a class defined inside a factory): state a step can change."""
+    out = {}
+    for k, v in list(vars(cls).items()):
+        if k.startswith("__"):
+            continue
+        if isinstance(v, _PLAIN):
+            out[(f"<class {cls.__qualname__}>", k)] = _fp(v)
+        fn = v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
+        if isinstance(fn, types.FunctionType) and fn.__closure__:
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+                try:
+                    val = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+                if isinstance(val, _PLAIN):
+                    out[(f"<closure {fn.__qualname__}>", name)] = _fp(val)
+    return out
 
 
 @dataclass
@@ -205,6 +244,8 @@ def diff(before: dict, after: dict) -> list[StateChange]:
 def _show(fp) -> str:
     if isinstance(fp, tuple) and fp and fp[0] in ("list", "tuple", "deque", "dict", "set", "frozenset"):
         return f"{fp[0]} of {fp[1]}"
+    if isinstance(fp, tuple) and len(fp) == 2 and fp[0] == "obj":
+        return fp[1]  # an object shown by its state, e.g. count(3)
     if isinstance(fp, tuple) and fp and fp[0] == "obj":
         return f"<{fp[1]} object>"
     if isinstance(fp, tuple) and fp and fp[0] == "keys":

@@ -146,6 +146,8 @@ def _load_file(spec: str) -> tuple[Callable, str, str, tuple[str, ...]]:
     if not file or not factory:
         raise AuditError(f"--target {spec!r}: expected FILE.py:FACTORY or dsv4:<preset>")
     p = Path(file)
+    if p.is_dir():
+        raise AuditError(f"--target {spec!r}: {file} is a directory; name the .py file that defines {factory!r}")
     if not p.is_file():
         raise AuditError(f"--target {spec!r}: no such file {file}")
     if p.suffix != ".py":
@@ -155,8 +157,11 @@ def _load_file(spec: str) -> tuple[Callable, str, str, tuple[str, ...]]:
         spec_obj = importlib.util.spec_from_file_location(mod_name, p)
         module = importlib.util.module_from_spec(spec_obj)
         sys.modules[mod_name] = module
+        folder = str(p.resolve().parent)
+        if folder not in sys.path:  # its sibling modules import as under `python file.py`
+            sys.path.insert(0, folder)
         spec_obj.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - whatever the file raises on import is the user's one-line error
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the file raises on import is the user's one-line error
         sys.modules.pop(mod_name, None)
         raise AuditError(f"--target {spec!r}: importing {file} raised {describe_error(e)}") from None
     fn = getattr(module, factory, None)
@@ -206,7 +211,7 @@ def resolve(target, device: str, path: str = "reference", tp: int = 1) -> Resolv
         obj = factory(device)
     except AuditError:
         raise
-    except Exception as e:  # noqa: BLE001 - a factory may raise anything; report it as one line
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a factory may raise anything; report it as one line
         raise AuditError(f"target {label}: the factory raised {describe_error(e)}") from None
     missing = [m for m in ("prepare", "step") if not callable(getattr(obj, m, None))]
     if missing:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import importlib
 import math
 import os
@@ -35,6 +36,8 @@ from torch.nn.modules.module import (
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from audit import hooks, state
+
+DIGEST_MAX = 1 << 16  # a host-built tensor up to this many values is compared by its data across steps
 
 __all__ = ["OpRecord", "TensorMeta", "Trace", "Tracer", "is_user_file"]
 
@@ -266,9 +269,18 @@ class Tracer:
             self._drain_warnings()
 
     def _small_values(self, t: torch.Tensor):
-        """The data of a small tensor built from Python values (to diff it across steps)."""
-        if t.numel() > 16:
-            return ("numel", t.numel())
+        """The data of a tensor built from Python values (to diff it across steps): the values when
+        there are few, else the first ones and a digest of all (a block table, a position list)."""
+        n = t.numel()
+        if n > DIGEST_MAX:
+            return ("numel", n)
+        values = self._read_values(t)
+        if n <= 16 or values == ("unreadable",):
+            return values
+        digest = hashlib.blake2b(repr(values).encode(), digest_size=4).hexdigest()
+        return values[:6] + (f"... {n} values #{digest}",)
+
+    def _read_values(self, t: torch.Tensor) -> tuple:
         if t.device.type == "cpu":
             return tuple(hooks.ORIG["tolist"](t.flatten()))
         self.host_depth += 1  # our own read: not a finding, not a sync-debug warning

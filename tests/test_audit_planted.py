@@ -8,6 +8,7 @@ Expected lines are never hard-coded: each planted file marks its hazard lines wi
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,100 @@ def test_escaped_state_is_named(planted):
     msgs = " ".join(planted["step_allocation"].where("step-allocation", "silent-corruption").message)
     for attr in ("`state`", "`window`", "`slots['h']`", "`last`"):
         assert attr in msgs
+
+
+def test_closure_counter_is_a_side_effect_at_its_line():
+    """A target class defined inside its factory, counting with `nonlocal`: state in a closure cell."""
+    path = PLANTED / "cpu_side_effect.py"
+    line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "CLOSURE-HAZARD" in t)
+    inv = _scan("cpu_side_effect", "make_closure")
+    assert (line, "cpu-side-effect") in found(inv, path)
+
+
+def test_early_return_with_nothing_after_is_blamed_on_its_branch(tmp_path):
+    """One step leaves a method early and no op of that method follows the return: the `if` decides."""
+    (tmp_path / "early.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Head(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+                self.finished = False
+
+            def forward(self, h):
+                h = torch.relu(h)
+                if self.finished:  # BRANCH
+                    return h
+                return self.fc(h)
+
+        class T:
+            def __init__(self):
+                self.head, self.x = Head(), torch.zeros(8)
+
+            def prepare(self, i):
+                self.x.copy_(torch.randn(8))
+                self.head.finished = i % 2 == 1
+
+            @torch.no_grad()
+            def step(self):
+                return self.head(self.x)
+
+        def make(device):
+            return T()
+    """))
+    line = next(n for n, t in enumerate((tmp_path / "early.py").read_text().splitlines(), 1) if "# BRANCH" in t)
+    inv = audit.scan(f"{tmp_path / 'early.py'}:make", device="cpu")
+    rows = inv.df[inv.df.category == "data-dependent-control"]
+    assert set(rows.line.astype(int)) == {line}, rows[["line", "message"]].to_string()
+
+
+def test_target_imports_its_sibling_modules(tmp_path):
+    """`--target dir/file.py:make` imports the file's neighbours as `python dir/file.py` would."""
+    (tmp_path / "helpers_for_target.py").write_text("def peek(t):\n    return t.sum().item()\n")
+    (tmp_path / "uses_sibling.py").write_text(textwrap.dedent("""
+        import torch
+        from helpers_for_target import peek
+
+        class T:
+            def __init__(self):
+                self.x = torch.zeros(4)
+
+            def prepare(self, i):
+                self.x.copy_(torch.randn(4))
+
+            def step(self):
+                return self.x * peek(self.x)
+
+        def make(device):
+            return T()
+    """))
+    inv = audit.scan(f"{tmp_path / 'uses_sibling.py'}:make", device="cpu")
+    hs = inv.df[inv.df.category == "host-sync"]
+    assert hs.file.astype(str).str.endswith("helpers_for_target.py").any() and (hs.line == 2).any()
+
+
+def test_attention_without_dropout_draws_no_random_numbers(tmp_path):
+    """SDPA and dropout ops are tagged random; with p = 0 (or not training) they draw nothing."""
+    (tmp_path / "sdpa.py").write_text(textwrap.dedent("""
+        import torch
+        import torch.nn.functional as F
+
+        class T:
+            def __init__(self):
+                self.q = torch.zeros(1, 2, 4, 8)
+                self.drop = torch.nn.Dropout(0.5).eval()
+
+            def prepare(self, i):
+                self.q.copy_(torch.randn(1, 2, 4, 8))
+
+            @torch.no_grad()
+            def step(self):
+                return self.drop(F.scaled_dot_product_attention(self.q, self.q, self.q, dropout_p=0.0))
+
+        def make(device):
+            return T()
+    """))
+    inv = audit.scan(f"{tmp_path / 'sdpa.py'}:make", device="cpu")
+    assert not (inv.df.category == "rng").any(), inv.df[["category", "op"]].to_string()

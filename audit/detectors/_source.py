@@ -139,6 +139,8 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
                 hit = target(node.target)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 hit = node.func.attr in MUTATORS and target(node.func.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next":
+                hit = bool(node.args) and target(node.args[0])  # advancing an iterator / itertools.count
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
                 hit = len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == attr
             if hit:

@@ -45,7 +45,13 @@ def locate(ctx, p, a, b):
     if a is None or b is None:
         x = a or b
         code, line = x.stack[-1]
-        return _at(code, _source.innermost_branch(code.co_filename, line) or line)
+        branch = _source.innermost_branch(code.co_filename, line)
+        if branch is None and p is not None:  # the other side ran nothing more: it left a function early
+            for d in range(min(len(p.stack), len(x.stack)) - 1, -1, -1):  # innermost shared frame first
+                (pc, lp), (xc, lx) = p.stack[d], x.stack[d]
+                if pc is xc and (found := _source.exit_branch(pc.co_filename, lp, lx)):
+                    return _at(pc, found)
+        return _at(code, branch or line)
     sa, sb = a.stack, b.stack
     i = 0
     while i < min(len(sa), len(sb)) and sa[i][0] is sb[i][0] and sa[i][1] == sb[i][1]:

@@ -23,10 +23,36 @@ def _generator(rec):
     return None
 
 
+def _arg(rec, name: str):
+    """The value `name` had in this call: positional, keyword, or the schema's default (None if unknown)."""
+    schema = rec.func._schema.arguments
+    for i, a in enumerate(schema):
+        if a.name != name:
+            continue
+        if i < len(rec.args) and not (isinstance(rec.args[i], tuple) and len(rec.args[i]) == 2
+                                      and isinstance(rec.args[i][0], str)):
+            return rec.args[i]
+        kw = dict(x for x in rec.args if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str))
+        return kw.get(name, a.default_value if a.has_default_value() else None)
+    return None
+
+
+def _draws(rec) -> bool:
+    """Seeded ops that draw nothing in this call: attention or dropout with p = 0, dropout with train off."""
+    names = {a.name for a in rec.func._schema.arguments}
+    if "train" in names and _arg(rec, "train") is False:
+        return False
+    for key in ("dropout_p", "p"):
+        if key in names and "dropout" in (rec.op + " " + " ".join(names)):
+            return _arg(rec, key) not in (0, 0.0)
+    return True
+
+
 @register("rng")
 def random_ops(ctx):
     """Ops tagged nondeterministic_seeded (randn, bernoulli_ behind dropout, multinomial, ...)."""
-    recs = [r for r in ctx.all_records() if not r.nested and r.func is not None and _SEEDED in r.func.tags]
+    recs = [r for r in ctx.all_records() if not r.nested and r.func is not None and _SEEDED in r.func.tags
+            and _draws(r)]
     out = []
     for (_, _, op), group in ctx.per_site(recs).items():
         gen = _generator(group[0])

@@ -37,6 +37,8 @@ def _source_sites(ctx, change, step: int):
     if change.owner.startswith("<module "):
         mod = sys.modules.get(change.owner[8:-1])
         files = [(getattr(mod, "__file__", None), None, True)]
+    elif change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran
+        files = [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step)})]
     else:
         obj = _owner(ctx, change.owner)
         files = []
@@ -47,7 +49,7 @@ def _source_sites(ctx, change, step: int):
             except (OSError, TypeError):
                 continue
     ran = _executed(ctx, step)
-    if not change.owner.startswith("<module "):  # `self.meta.tokens += 1` lives in the caller's code
+    if not change.owner.startswith(("<module ", "<closure ")):  # `self.meta.tokens += 1` lives in the caller's code
         files += [(f, None, False) for f in sorted({f for f, _ in ran})]
     cands = []
     for file, span, glob in files:

@@ -4,9 +4,14 @@ A graph records device addresses. Inputs must live in static buffers that prepar
 copy_; if prepare() (or anything outside the step) rebinds the tensor instead, replay reads the
 buffer that existed at capture. We take, per step, the first call that reads each outside
 storage, align those calls across steps and compare storage identity (StorageImpl, unique for
-the whole scan because the tracer keeps a weak reference to every storage it saw). A storage
-that the target's objects already held before the previous step is persistent state (weights,
-caches), never a rebound input, so misaligned calls (another expert ran) cannot masquerade.
+the whole scan because the tracer keeps a weak reference to every storage it saw) and address
+(a view of one buffer at a host-chosen offset, e.g. a ring slot picked in prepare).
+
+Persistent state (weights, caches: storages the target held before the previous step) read at a
+different call is normal when the steps ran different calls (another expert: that is
+data-dependent control, reported there). When two steps made exactly the same calls, the same
+call reading another persistent tensor is a host choice (double buffers alternated, an adapter
+picked by a Python index, buffers swapped by the step itself) and is reported too.
 """
 
 from __future__ import annotations
@@ -43,14 +48,16 @@ def rebound_inputs(ctx):
         for k, v in _first_reads(ctx, s).items():
             per[k].append((s,) + v)
     held = ctx.trace.held
+    same_calls = {s for s in ctx.complete if s > 0 and s - 1 in ctx.complete
+                  and ctx.sites(s).keys() == ctx.sites(s - 1).keys()}
     groups = defaultdict(list)
     for (key, j), reads3 in per.items():
-        if len(reads3) < 2 or len({m.sid for _, _, m in reads3}) < 2:
+        if len(reads3) < 2 or len({(m.sid, m.ptr) for _, _, m in reads3}) < 2:
             continue
-        if not any(s > 0 and m.sid not in held[s - 1] for s, _, m in reads3):
+        if not any(s > 0 and (m.sid not in held[s - 1] or s in same_calls) for s, _, m in reads3):
             continue  # persistent storages read at a misaligned call, not a rebound input
         reads = [(r, m) for _, r, m in reads3]
-        groups[(ctx.where(reads[0][0]), reads[0][0].op)].append((j, reads))
+        groups[ctx.where(reads[0][0])].append((j, reads))  # one finding per source line
     out = []
     for items in groups.values():
         j, reads = items[0]
@@ -58,8 +65,9 @@ def rebound_inputs(ctx):
         holder = _holder(ctx, {x.sid for _, x in reads})
         name = f"`{holder}`" if holder else f"input {j}"
         ptrs = " -> ".join(hex(x.ptr) for _, x in reads[:3])
-        msg = (f"reads {name} ({list(m.shape)} {str(m.dtype).replace('torch.', '')}) from a different storage "
-               f"every step ({ptrs}); it is not produced inside the step")
+        what = "storage" if len({x.sid for _, x in reads}) > 1 else "address of one buffer"
+        msg = (f"reads {name} ({list(m.shape)} {str(m.dtype).replace('torch.', '')}) from a different {what} "
+               f"across steps ({ptrs}); it is not produced inside the step")
         fix = ("Allocate the input once as a static buffer and refill it with copy_ in prepare(); "
                + (f"do not rebind `{holder}`." if holder else "never rebind the tensor the step reads."))
         out.append(ctx.finding("stale-input-pointer", r, r.op, len(items), msg, fix=fix))

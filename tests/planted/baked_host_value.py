@@ -26,7 +26,8 @@ class Baked:
         scaled = self.x * (1.0 / (pos + 1))  # HAZARD: baked-host-value
         filled = torch.full((2,), float(pos))  # HAZARD: baked-host-value
         window = self.x.narrow(0, pos % 4, 4)  # HAZARD: baked-host-value
-        return a.sum() + col.sum() + sel.sum() + scaled.sum() + filled.sum() + window.sum()
+        blocks = torch.tensor([(pos + j) // 4 for j in range(32)])  # HAZARD: baked-host-value
+        return a.sum() + col.sum() + sel.sum() + scaled.sum() + filled.sum() + window.sum() + blocks.sum()
 
 
 class BakedClean:

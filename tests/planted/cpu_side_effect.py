@@ -1,5 +1,7 @@
 """Planted cpu-side-effect hazards (and a graph-safe twin): Python state the step changes."""
 
+import itertools
+
 import torch
 from torch import nn
 
@@ -12,6 +14,8 @@ class Meta:
 
 
 class SideEffects(nn.Module):
+    total_steps = 0  # a class attribute: shared state of every instance
+
     def __init__(self, device):
         super().__init__()
         self.proj = nn.Linear(8, 8, device=device)
@@ -21,6 +25,7 @@ class SideEffects(nn.Module):
         self.stats = {"steps": 0}
         self.phase = 0
         self.meta = Meta()
+        self.request_ids = itertools.count()
 
     def prepare(self, i):
         self.x.copy_(torch.randn(8))
@@ -35,6 +40,8 @@ class SideEffects(nn.Module):
         setattr(self, "phase", self.phase + 1)  # HAZARD: cpu-side-effect  # noqa: B010
         self.meta.tokens += 1  # HAZARD: cpu-side-effect
         _CALLS += 1  # HAZARD: cpu-side-effect
+        SideEffects.total_steps += 1  # HAZARD: cpu-side-effect
+        next(self.request_ids)  # HAZARD: cpu-side-effect
         return torch.relu(y)
 
 
@@ -64,3 +71,20 @@ def make(device):
 
 def make_clean(device):
     return SideEffectsClean(device)
+
+
+def make_closure(device):
+    """A target class defined inside its factory, counting in a closure cell."""
+    x = torch.zeros(8, device=device)
+    served = 0
+
+    class Served:
+        def prepare(self, i):
+            x.copy_(torch.randn(8))
+
+        def step(self):
+            nonlocal served
+            served += 1  # CLOSURE-HAZARD (tests/test_audit_planted.py scans make_closure for it)
+            return x * 2
+
+    return Served()

@@ -19,7 +19,7 @@ from audit.inventory import CATEGORIES, Finding
 
 __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 
-FAMILIES = ("host_sync", "allocation", "control", "baked", "stale_pointer", "side_effect", "rng",
+FAMILIES = ("host_sync", "guarded_sync", "allocation", "control", "baked", "stale_pointer", "side_effect", "rng",
             "cross_device", "pageable_copy")
 
 
@@ -57,8 +57,9 @@ def _load() -> None:
 class Context:
     """The shared trace plus what every rule needs: aligned call sites, paths, finding builders."""
 
-    def __init__(self, trace, target_obj=None, cwd: str | None = None):
+    def __init__(self, trace, target_obj=None, cwd: str | None = None, cuda: bool = False):
         self.trace = trace
+        self.cuda = cuda  # the scan ran on a GPU (rules that only matter on a CPU scan skip)
         self.target = target_obj
         self.cwd = os.path.realpath(cwd or os.getcwd())
         self.steps = trace.steps
@@ -131,7 +132,7 @@ class Context:
 def run(trace, target_obj=None, cuda: bool = False) -> list[Finding]:
     """Every registered rule over the trace; a rule that crashes becomes a visible error, not a skip."""
     _load()
-    ctx = Context(trace, target_obj)
+    ctx = Context(trace, target_obj, cuda=cuda)
     out: list[Finding] = []
     for category in CATEGORIES:
         for rule in REGISTRY.get(category, ()):

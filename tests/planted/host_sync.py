@@ -33,6 +33,8 @@ class HostSync:
         arr = x.numpy()  # HAZARD: host-sync
         scale = float(x.abs().max())  # HAZARD: host-sync
         hist = torch.bincount(self.counts, minlength=4)  # HAZARD: host-sync
+        if x.is_cuda:  # a CPU scan never takes this branch: found in the source
+            torch.cuda.current_stream().synchronize()  # HAZARD: host-sync
         del total, first, host, k, arr, scale
         return x + idx.sum() + picked.sum() + hist.sum()
 
@@ -55,6 +57,8 @@ class HostSyncClean:
         idx_sum = (self.mask.long() * torch.arange(16, device=x.device)).sum()
         picked = torch.where(self.mask, x, 0.0)
         self.hist.zero_().scatter_add_(0, self.counts, self.ones)
+        if x.is_cuda:  # device-guarded code without a wait: nothing to report
+            x = x.contiguous()
         return x + idx_sum + picked.sum() + self.hist.sum()
 
 

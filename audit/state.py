@@ -25,6 +25,7 @@ _PRIMS = (type(None), bool, int, float, complex, str, bytes)
 _FOREIGN = ("torch", "builtins", "numpy", "pandas", "typing", "collections", "enum", "functools")
 _SKIP_ATTRS = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
 _MAX_ITEMS = 32
+_PLAIN = _PRIMS + (list, dict, set, deque, itertools.count)  # values a snapshot fingerprints
 
 
 def _is_user_object(v) -> bool:
@@ -164,14 +165,11 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
             if k.startswith("__") or isinstance(v, (types.ModuleType, type, types.FunctionType,
                                                      types.BuiltinFunctionType)):
                 continue
-            if isinstance(v, _PRIMS + (list, dict, set, deque)):
+            if isinstance(v, _PLAIN):
                 snap[(f"<module {name}>", k)] = _fp(v)
     for cls in _user_classes(objects):
         snap.update(_class_state(cls))
     return snap
-
-
-_PLAIN = _PRIMS + (list, dict, set, deque, itertools.count)
 
 
 def _user_classes(objects) -> list[type]:

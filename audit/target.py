@@ -126,7 +126,7 @@ def _dsv4(preset: str, path: str, tp: int = 1) -> Callable[[str], Any]:
 # ---------------------------------------------------------------------- resolution
 def _user_frame(exc: BaseException) -> str:
     """' (at file:line)' for the innermost traceback frame outside torch and the audit."""
-    from audit.trace import is_user_file
+    from audit.user_code import is_user_file
 
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
     if not frames:

@@ -18,10 +18,7 @@ import gc
 import hashlib
 import importlib
 import math
-import os
-import site
 import sys
-import sysconfig
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -36,6 +33,7 @@ from torch.nn.modules.module import (
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from audit import hooks, state
+from audit.user_code import is_user_file, norm_dir
 
 DIGEST_MAX = 1 << 16  # a host-built tensor up to this many values is compared by its data across steps
 
@@ -105,48 +103,6 @@ class Trace:
         return [i for i, ok in enumerate(self.complete) if ok]
 
 
-# ---------------------------------------------------------------------- user code
-def _norm_dir(p: str) -> str:
-    return os.path.join(os.path.realpath(p), "")
-
-
-def _skip_dirs() -> list[str]:
-    import audit
-
-    dirs = {os.path.dirname(torch.__file__), os.path.dirname(audit.__file__)}
-    paths = sysconfig.get_paths()
-    dirs.update(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)
-    with contextlib.suppress(Exception):
-        dirs.update(site.getsitepackages())
-        dirs.add(site.getusersitepackages())
-    return sorted({_norm_dir(d) for d in dirs if d})
-
-
-def _user_dirs() -> list[str]:
-    """Always user code even if installed into site-packages: the model package."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("dsv4")
-    return [_norm_dir(os.path.dirname(spec.origin))] if spec and spec.origin else []
-
-
-_SKIP: list[str] | None = None
-_KEEP: list[str] | None = None
-
-
-def is_user_file(filename: str, extra: tuple[str, ...] = ()) -> bool:
-    """True for source a person would edit: not torch, the audit, the stdlib or site-packages."""
-    global _SKIP, _KEEP
-    if _SKIP is None:
-        _SKIP, _KEEP = _skip_dirs(), _user_dirs()
-    if not filename or (filename.startswith("<") and not filename.startswith("<ipython-input")):
-        return False
-    f = os.path.realpath(filename)
-    if any(f.startswith(d) for d in _KEEP) or any(f.startswith(d) for d in extra):
-        return True
-    return not any(f.startswith(d) for d in _SKIP)
-
-
 # ---------------------------------------------------------------------- the tracer
 class Tracer:
     """Owns the trace of one scan. `with tracer.step(k): obj.step()` audits one step."""
@@ -158,7 +114,7 @@ class Tracer:
         self.gpu_trace = gpu_trace and self.cuda
         self.trace = Trace(device=str(self.device))
         importlib.import_module("torch._dynamo")  # the first dispatch-mode call imports it: not the step's cost
-        self._roots = tuple(_norm_dir(r) for r in user_roots)
+        self._roots = tuple(norm_dir(r) for r in user_roots)
         self._user_code: dict = {}
         self._stop_code = Tracer.call.__code__
         self._pins: list = []            # StorageWeakRefs: keep StorageImpl addresses unique

@@ -14,6 +14,12 @@ import math
 import torch
 
 D64 = torch.float64
+
+
+def rel(a, b) -> float:
+    """Relative error |a - b| / |b| (Frobenius), in float64."""
+    a, b = torch.as_tensor(a).double(), torch.as_tensor(b).double()
+    return float((a - b).norm() / b.norm().clamp(min=1e-300))
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # codes 0..7; 8..15 are the negatives
 
 

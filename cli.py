@@ -6,6 +6,7 @@ Bad input never shows a traceback: user errors (DSV4Error, AuditError) print one
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -129,7 +130,7 @@ def bisect_cmd(
 ) -> None:
     """Trial-capture the step, then each layer, down to the smallest module that fails (needs CUDA)."""
     with user_errors():
-        from audit._bisect_view import require_cuda, run_bisect
+        from audit.capture.view import require_cuda, run_bisect
 
         require_cuda(device)
         run_bisect(target, path=path, layers=layers, device=device, out=out, root=root, mode=mode, steps=steps,
@@ -149,10 +150,19 @@ def scan_cmd(
 ) -> None:
     """Audit a decode step for CUDA-graph hazards; writes inventory.md/.json/.csv."""
     with user_errors():
-        from audit.ui import scan_command
+        if _under_torchrun(tp):  # each rank scans, rank 0 merges: wraps the plain scan from outside
+            from audit import ranks
 
-        code = scan_command(target, path, device, steps, warmup, out, console, err_console, tp=tp)
+            code = ranks.scan_command(target, path, device, steps, warmup, out, console, err_console, tp=tp)
+        else:
+            from audit.scan.command import scan_command
+
+            code = scan_command(target, path, device, steps, warmup, out, console, err_console)
     raise typer.Exit(code)
+
+
+def _under_torchrun(tp: int | None) -> bool:
+    return (tp is not None and tp > 1) or int(os.environ.get("WORLD_SIZE") or 1) > 1
 
 
 @app.command("report")
@@ -163,7 +173,7 @@ def report_cmd(
 ) -> None:
     """Render an inventory (or its diff against a baseline) as markdown."""
     with user_errors():
-        from audit.ui import report_command
+        from audit.report.terminal import report_command
 
         report_command(inventory, baseline, out, console)
 
@@ -191,8 +201,8 @@ def bench_cmd(
         import torch
         from rich.progress import Progress
 
-        from audit.bench import bench
-        from audit.bench_report import json_path, read_json, rich_table, write_json, write_reports
+        from audit.bench.run import bench
+        from audit.bench.report import json_path, read_json, rich_table, write_json, write_reports
         from audit.errors import AuditError
 
         try:

@@ -4,11 +4,13 @@
     inv = audit.scan("dsv4:tiny")            # or a factory, or "path/to/file.py:make"
     inv.df                                   # one row per hazard: category, severity, file:line, fix
 
-See shared/design/HAZARDS.md for what each category means.
+Stages, each a subpackage: scan (tracer) -> detectors -> report (inventory, writers); capture
+(trial capture and bisection, CUDA) and bench stand beside them; ranks wraps a scan per torchrun
+rank. docs/hazards.md says what each category means.
 """
 
 from audit.errors import AuditError
-from audit.inventory import Inventory
-from audit.scan import scan
+from audit.report.inventory import Inventory
+from audit.scan.run import scan
 
 __all__ = ["AuditError", "Inventory", "scan"]

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 
 from audit.errors import AuditError
-from audit.inventory import KEY, SEVERITIES, SEVERITY_RANK, Inventory
+from audit.report.inventory import KEY, SEVERITIES, SEVERITY_RANK, Inventory
 
-__all__ = ["gather", "init", "launch", "merge", "rank_device", "resolve_tp", "shutdown", "tag"]
+__all__ = ["check_tp", "gather", "init", "launch", "merge", "rank_device", "resolve_tp", "scan_command", "shutdown",
+           "tag"]
 
 
 def launch():
@@ -135,3 +137,62 @@ def _merged_meta(invs: list[Inventory]) -> dict:
     secs = meta["traced_seconds"]
     meta["ops_per_second"] = round(meta["traced_ops"] / secs, 1) if secs else 0.0
     return meta
+
+
+def check_tp(target: str, tp: int) -> None:
+    """Before any rendezvous: can dsv4:<preset> be split over tp ranks? (one line, every rank alike)"""
+    from dsv4.config import PRESETS, preset
+    from dsv4.decode.parallel import check_world
+    from dsv4.errors import DSV4Error
+
+    name = target[5:]
+    if name in PRESETS:
+        try:
+            check_world(preset(name), tp)
+        except DSV4Error as e:
+            raise AuditError(f"--target {target} --tp {tp}: {e}") from None
+
+
+def scan_command(target: str | None, path: str, device: str | None, steps: int, warmup: int,
+                 out: Path | None, console, err_console, tp: int | None = None) -> int:
+    """One rank of a torchrun launch: scan, write OUT/rank{r}/, send to rank 0, which writes the merge.
+
+    Wraps the single-process pieces (audit.scan.command) from outside; tp shards a dsv4 target."""
+    import torch.distributed as dist
+
+    from audit.report import terminal, writers
+    from audit.scan.command import default_device, default_out, dsv4_out, report_failure, scan_with_bar
+
+    target = target or "dsv4:tiny"
+    run = launch()
+    tp = resolve_tp(tp, run, target)
+    device = device or default_device()
+    if run is not None:
+        device = rank_device(device, run)
+    out = out or dsv4_out(target, path, tp)
+    if run is None:  # --tp 1 outside torchrun
+        from audit.scan.command import scan_command as single
+        return single(target, path, device, steps, warmup, out, console, err_console)
+    if tp > 1:
+        check_tp(target, tp)  # before the rendezvous, so a bad world size fails alike everywhere
+    started = init(run, device)
+    try:
+        inv, failed = scan_with_bar(target, path, device, steps, warmup, err_console, tp=tp, show=run.rank == 0)
+        inv = tag(inv, run.rank, run.world)
+        out = out or default_out(inv.meta.get("name", "target"))
+        writers.write(inv, out / f"rank{run.rank}")
+        everyone = gather(inv, run)
+        if started:
+            shutdown()
+    finally:
+        if started and dist.is_initialized():  # an error on the way: no barrier, the peers may be gone
+            dist.destroy_process_group()
+    if everyone is None:  # not rank 0: its own failure is its exit code; rank 0 prints the merge
+        if failed:
+            err_console.print(f"[bold red]error (rank {run.rank}):[/] {failed}", highlight=False, soft_wrap=True)
+        return 1 if failed else 0
+    merged = merge(everyone)
+    paths = writers.write(merged, out)
+    terminal.print_summary(console, merged, paths)
+    console.print(f"per-rank inventories: {out}/rank0 .. rank{run.world - 1}", highlight=False)
+    return report_failure(merged.meta.get("error"), err_console)

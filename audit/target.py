@@ -21,7 +21,7 @@ import torch
 
 from audit.errors import AuditError
 
-__all__ = ["PATHS", "AuditTarget", "Dsv4Reference", "Dsv4Static", "Resolved", "check_tp", "resolve"]
+__all__ = ["PATHS", "AuditTarget", "Dsv4Reference", "Dsv4Static", "Resolved", "resolve"]
 
 PATHS = ("reference", "static")
 
@@ -57,20 +57,6 @@ def _load_dsv4(preset: str, device: str, seed: int, tp: int):
             raise AuditError(f"tp={tp} needs a process group of {tp} ranks: launch with torchrun --nproc-per-node {tp}")
         shard_(model, dist.get_rank(), tp)
     return model
-
-
-def check_tp(target: str, tp: int) -> None:
-    """Before any rendezvous: can dsv4:<preset> be split over tp ranks? (one line, every rank alike)"""
-    from dsv4.config import PRESETS, preset
-    from dsv4.decode.parallel import check_world
-    from dsv4.errors import DSV4Error
-
-    name = target[5:]
-    if name in PRESETS:
-        try:
-            check_world(preset(name), tp)
-        except DSV4Error as e:
-            raise AuditError(f"--target {target} --tp {tp}: {e}") from None
 
 
 class Dsv4Reference:
@@ -126,7 +112,7 @@ def _dsv4(preset: str, path: str, tp: int = 1) -> Callable[[str], Any]:
 # ---------------------------------------------------------------------- resolution
 def _user_frame(exc: BaseException) -> str:
     """' (at file:line)' for the innermost traceback frame outside torch and the audit."""
-    from audit.user_code import is_user_file
+    from audit.scan.user_code import is_user_file
 
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
     if not frames:

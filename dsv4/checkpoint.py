@@ -27,6 +27,7 @@ from safetensors import safe_open
 
 from dsv4.config import ModelConfig
 from dsv4.errors import DSV4Error
+from dsv4.model import Transformer
 
 __all__ = ["load_model", "load_checkpoint", "read_config", "scan", "plan", "expected_specs", "canonical_name",
            "Entry", "DTYPES", "DTYPE_NAMES", "INDEX", "SINGLE"]
@@ -188,8 +189,6 @@ def scan(directory: str | Path) -> dict[str, Entry]:
 def expected_specs(model_or_cfg) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """Name -> (shape, dtype) of every tensor the model stores (a config is built on `meta`)."""
     if isinstance(model_or_cfg, ModelConfig):
-        from dsv4.model import Transformer
-
         with torch.device("meta"):
             model_or_cfg = Transformer(model_or_cfg, device="meta")
     return {k: (tuple(v.shape), v.dtype) for k, v in model_or_cfg.state_dict().items()}
@@ -335,8 +334,6 @@ def load_model(directory: str | Path, device="cpu", dtype: str = "bfloat16", pro
     A checkpoint shipped without its MTP layer loads as a model without one (MTP is optional for
     decoding). Everything is validated on a meta-device model before any device memory is used.
     """
-    from dsv4.model import Transformer
-
     directory = _check_dir(directory)
     cfg = read_config(directory).replace(dtype=dtype, **runtime)
     entries = scan(directory)

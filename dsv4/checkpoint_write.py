@@ -138,7 +138,7 @@ def make_checkpoint(preset_name: str = "tiny", out: str | Path = "tiny-ckpt", se
     fmt "fp8" is the released format (FP8 dense + FP4 experts) and loads back to the very same
     logits as the preset; "nvfp4" / "bf16" are conversions of those same weights.
     """
-    from dsv4.model import load
+    from dsv4.loader import load
 
     if fmt not in FORMATS:
         raise DSV4Error(f"unknown checkpoint format {fmt!r}; choose one of {', '.join(FORMATS)}")

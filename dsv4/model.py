@@ -7,14 +7,13 @@ position, host-side branches; the graph-ready path lives in dsv4/decode/).
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 from torch import nn
 
 from dsv4 import kernels
 from dsv4.cache import AttentionCache
-from dsv4.config import ModelConfig, preset
+from dsv4.config import ModelConfig
 from dsv4.errors import DSV4Error
 from dsv4.layers.attention import Attention
 from dsv4.layers.linear import Linear
@@ -198,20 +197,3 @@ class Transformer(nn.Module):
                             f"[0, {self.cfg.vocab_size})")
         return tokens.to(self.device, torch.int64)
 
-
-def load(source: str = "tiny", device="cpu", dtype: str = "bfloat16", seed: int = 0, **runtime) -> Transformer:
-    """A preset name -> seeded random weights in the released formats; a directory -> its checkpoint."""
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise DSV4Error("device cuda requested but CUDA is not available")
-    if Path(str(source)).is_dir():
-        from dsv4.checkpoint import load_model
-
-        return load_model(source, device=device, dtype=dtype, **runtime)
-    cfg = preset(str(source), dtype=dtype, **runtime)
-    from dsv4.init import init_random_
-
-    with torch.device(device):
-        model = Transformer(cfg, device=device)
-    init_random_(model, seed)
-    return model.eval()

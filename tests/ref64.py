@@ -1,6 +1,6 @@
 """An independent float64 restatement of the DeepSeek-V4 forward pass, for the tests only.
 
-Written from shared/design/DSV4_MODEL.md, not from dsv4/: explicit loops and formulas, float64
+Written from docs/model.md, not from dsv4/: explicit loops and formulas, float64
 throughout, and no dsv4 helper is called (weights are read from a dsv4 module's stored bytes and
 dequantized here with a hand-written table). A test that compares dsv4 against this file fails
 when either one misreads the design, so a shared helper cannot hide a shared bug.

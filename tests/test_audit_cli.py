@@ -94,8 +94,8 @@ def test_report_bad_input(tmp_path):
 
 
 def test_default_scan_is_tiny_reference(monkeypatch, tmp_path):
-    from audit import ui
-    from audit.inventory import Inventory
+    from audit.scan import command
+    from audit.report.inventory import Inventory
 
     seen = {}
 
@@ -103,7 +103,7 @@ def test_default_scan_is_tiny_reference(monkeypatch, tmp_path):
         seen.update(kw, target=target)
         return Inventory.from_findings([], {"target": target, "name": "tiny-reference", "findings": {}})
 
-    monkeypatch.setattr(ui, "scan", fake_scan)
+    monkeypatch.setattr(command, "scan", fake_scan)
     monkeypatch.chdir(tmp_path)
     res = _run("scan")
     assert res.exit_code == 0, res.output

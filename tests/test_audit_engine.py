@@ -13,10 +13,13 @@ from torch import nn
 from torch.nn.modules import module as nn_module
 
 import audit
-from audit import detectors, hooks, report
+from audit import detectors
+from audit.report import writers as report
+from audit.scan import hooks
 from audit.errors import AuditError, TargetFailed
-from audit.inventory import CATEGORIES, Finding, Inventory
-from audit.trace import OpRecord, TensorMeta, Trace, Tracer
+from audit.report.inventory import CATEGORIES, Finding, Inventory
+from audit.scan.records import OpRecord, TensorMeta, Trace
+from audit.scan.tracer import Tracer
 
 PLANTED = Path(__file__).parent / "planted"
 CPU_CATEGORIES = ["host-sync", "step-allocation", "data-dependent-control", "baked-host-value", "dynamic-shape",

@@ -60,7 +60,7 @@ def test_bench_append_merges_runs_and_saves_after_every_row(tmp_path):
 
 
 def test_bench_reports_each_row_as_it_lands():
-    from audit.bench import bench
+    from audit.bench.run import bench
 
     seen = []
     res = bench("tiny", modes=("eager", "full"), steps=2, batches=(1,), contexts=(20, 30), device="cpu",
@@ -70,7 +70,7 @@ def test_bench_reports_each_row_as_it_lands():
 
 def test_kernel_profile_counts_what_a_step_runs(rng):
     """The breakdown the full rows carry, exercised on the CPU's leaf ops: per-step counts add up."""
-    from audit.bench_profile import kernel_profile
+    from audit.bench.profile import kernel_profile
 
     a, b = torch.randn(64, 64, generator=rng), torch.randn(64, 64, generator=rng)
 
@@ -92,9 +92,9 @@ def test_layer_graph_profile_covers_every_layer_with_its_tags(monkeypatch, tmp_p
     import types
 
     import dsv4
-    from audit import bench_profile
-    from audit.bench_report import markdown
-    from audit.bench_result import BenchResult, ModeResult
+    from audit.bench import profile as bench_profile
+    from audit.bench.report import markdown
+    from audit.bench.result import BenchResult, ModeResult
     from dsv4.decode.graph import CUDAGraphDecoder
     from dsv4.kernels import bench as kbench
 
@@ -116,7 +116,7 @@ def test_layer_graph_profile_covers_every_layer_with_its_tags(monkeypatch, tmp_p
 
 
 def _synthetic(rng, rows):
-    from audit.bench_result import BenchResult, ModeResult
+    from audit.bench.result import BenchResult, ModeResult
 
     res = BenchResult("flash-h200", "gpu", 43, "bfloat16", 8, copy_tb_s=4.0,
                       weight_bytes={"1": 10e9, "4": 16e9})  # floors: 2.5 ms and 4 ms
@@ -128,7 +128,7 @@ def _synthetic(rng, rows):
 
 def test_report_judges_the_targets_from_the_rows(rng):
     """The targets table follows the measured figures: each verdict flips when its figure crosses."""
-    from audit.bench_report import markdown
+    from audit.bench.report import markdown
 
     for _ in range(4):
         full = 2.5 * (0.5 + 3 * torch.rand((), generator=rng).item())  # around 2x the 2.5 ms floor
@@ -145,7 +145,7 @@ def test_report_judges_the_targets_from_the_rows(rng):
 
 
 def test_report_scaling_table_names_the_fastest_mode(rng):
-    from audit.bench_report import markdown
+    from audit.bench.report import markdown
 
     ms = {(m, b, c): float(1 + 100 * torch.rand((), generator=rng)) for m in ("eager", "full")
           for b in (1, 4) for c in (64, 512)}
@@ -161,7 +161,7 @@ def test_report_scaling_table_names_the_fastest_mode(rng):
 
 def test_kernel_families_partition_the_profiled_step(rng):
     """Every kernel lands in one family; a profile cut to its top kernels keeps the rest as one line."""
-    from audit.bench_profile import families
+    from audit.bench.profile import families
 
     names = ["_bf16_gemv_kernel", "kernel_cutlass_fp8_kernel_x", "kernel_cutlass_fp4_grouped_kernel_y",
              "triton_poi_fused_add_div_sum_3", "void at::native::sbtopk::gatherTopK<float>",
@@ -179,7 +179,7 @@ def test_kernel_families_partition_the_profiled_step(rng):
 
 
 def test_bench_rows_carry_their_commit_and_copy_ceiling(monkeypatch):
-    from audit import bench as bench_mod
+    from audit.bench import run as bench_mod
 
     real = bench_mod.source_commit()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(bench_mod.__file__).parent,

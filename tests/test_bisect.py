@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from audit._bisect_view import render_tree, write_outputs
-from audit.bisect import STEP, bisect, findings, inventory, parse_layers, summary_line
-from audit.capture import CaptureResult
+from audit.capture.view import render_tree, write_outputs
+from audit.capture.bisect import STEP, bisect, findings, inventory, parse_layers, summary_line
+from audit.capture.trial import CaptureResult
 from audit.errors import AuditError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -230,8 +230,8 @@ def test_cli_bisect_without_cuda_is_one_line_and_exit_2():
 
 def test_run_bisect_end_to_end_with_a_fake_pool(monkeypatch, tmp_path):
     """The command's own path (progress bar, tree, summary, files) with a fake worker pool."""
-    import audit._bisect_view as V
-    import audit._capture_pool as P
+    import audit.capture.view as V
+    import audit.capture.pool as P
 
     g = "model.layers.1.gate"
     cap = tree_capture({STEP: dict(SYNC, raised_in=g, kids=LAYERS),

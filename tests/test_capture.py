@@ -12,15 +12,15 @@ import pytest
 import torch
 from torch import nn
 
-from audit._capture_state import RandomFeed, Snapshot, bits_equal, clone_tree, compare_trees, max_abs_diff
+from audit.capture.state import RandomFeed, Snapshot, bits_equal, clone_tree, compare_trees, max_abs_diff
 from capture_util import _user_level_failure
-from audit.capture import CaptureResult, check_stream_device, classify_error, error_text, raised_at
+from audit.capture.trial import CaptureResult, check_stream_device, classify_error, error_text, raised_at
 
 PLANTED = Path(__file__).parent / "planted_gpu"
 sys.path.insert(0, str(PLANTED))
 
 # ---------------------------------------------------------------------- classification
-# Texts as torch 2.11 prints them (HAZARDS.md, measured on an H200), boilerplate included.
+# Texts as torch 2.11 prints them (docs/hazards.md, measured on an H200), boilerplate included.
 BOILER = ("\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
           "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
           "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
@@ -87,7 +87,7 @@ def test_stream_device_check_names_both_devices():
 
 
 def test_trial_without_cuda_is_an_error_result():
-    from audit.capture import trial_capture
+    from audit.capture.trial import trial_capture
 
     r = trial_capture(lambda: None, device="cpu")
     assert r.status == "error" and "CUDA" in r.error

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from audit.capture import CaptureResult
+from audit.capture.trial import CaptureResult
 from capture_util import _user_level_failure
 
 PLANTED = Path(__file__).parent / "planted_gpu"
@@ -21,7 +21,7 @@ class _FakeCuda:
     def __init__(self, monkeypatch, eager_kernels=2, graph_kernels=2):
         import contextlib
 
-        import audit._capture_graph as G
+        import audit.capture.graph as G
 
         self.capturing, self.on_replay, self.modes = False, None, []
         fake = self
@@ -74,7 +74,7 @@ class _Doubler:
 
 
 def test_trial_flow_pass(monkeypatch):
-    from audit.capture import trial_capture
+    from audit.capture.trial import trial_capture
 
     cuda = _FakeCuda(monkeypatch)
     d = _Doubler()
@@ -85,7 +85,7 @@ def test_trial_flow_pass(monkeypatch):
 
 
 def test_trial_flow_mismatch_names_step_and_output(monkeypatch):
-    from audit.capture import trial_capture
+    from audit.capture.trial import trial_capture
 
     cuda = _FakeCuda(monkeypatch)
     d = _Doubler()
@@ -95,7 +95,7 @@ def test_trial_flow_mismatch_names_step_and_output(monkeypatch):
 
 
 def test_trial_flow_uncaptured_and_empty(monkeypatch):
-    from audit.capture import trial_capture
+    from audit.capture.trial import trial_capture
 
     d = _Doubler()
     _FakeCuda(monkeypatch, eager_kernels=3, graph_kernels=2).on_replay = d
@@ -105,7 +105,7 @@ def test_trial_flow_uncaptured_and_empty(monkeypatch):
 
 
 def test_trial_flow_capture_failure_is_classified_and_annotated(monkeypatch):
-    from audit.capture import trial_capture
+    from audit.capture.trial import trial_capture
 
     cuda = _FakeCuda(monkeypatch)
 
@@ -121,7 +121,7 @@ def test_trial_flow_capture_failure_is_classified_and_annotated(monkeypatch):
 
 
 def test_trial_flow_eager_failure_is_an_error_not_a_verdict(monkeypatch):
-    from audit.capture import trial_capture
+    from audit.capture.trial import trial_capture
 
     _FakeCuda(monkeypatch)
     r = trial_capture(lambda: 1 / 0, device="cuda:0")
@@ -130,7 +130,7 @@ def test_trial_flow_eager_failure_is_an_error_not_a_verdict(monkeypatch):
 
 def test_trial_flow_tolerates_nondeterministic_eager(monkeypatch):
     """Atomics make eager differ from itself; replay within that spread is not a mismatch."""
-    from audit.capture import trial_capture
+    from audit.capture.trial import trial_capture
 
     cuda = _FakeCuda(monkeypatch)
     d = _Doubler()
@@ -150,8 +150,8 @@ def test_trial_flow_tolerates_nondeterministic_eager(monkeypatch):
 def test_worker_module_trial_flow_with_fake_cuda(monkeypatch, tmp_path):
     """The worker's whole module path (record, static args, fresh inputs, trial, result) on the CPU.
     The fake graph's replay does nothing: the ring write is missing from the restored state at step 0."""
-    import audit._capture_target as T
-    from audit._capture_worker import Worker
+    import audit.capture.modules as T
+    from audit.capture.worker import Worker
 
     target = tmp_path / "cpu_target.py"
     target.write_text(f"import sys\nsys.path.insert(0, {str(PLANTED)!r})\n"
@@ -174,7 +174,7 @@ def test_worker_module_trial_flow_with_fake_cuda(monkeypatch, tmp_path):
 
 
 def test_pool_retries_an_unexplained_failure_in_a_fresh_worker(monkeypatch):
-    from audit._capture_pool import CapturePool
+    from audit.capture.pool import CapturePool
 
     pool = CapturePool({"target": "dsv4:tiny", "device": "cuda:0"})
     answers = iter([CaptureResult(path="m", status="fail", error_class="other", error="weird"),
@@ -191,7 +191,7 @@ def test_pool_retries_an_unexplained_failure_in_a_fresh_worker(monkeypatch):
 
 
 def test_trial_warns_about_a_stream_of_another_device(monkeypatch):
-    from audit.capture import trial_capture
+    from audit.capture.trial import trial_capture
 
     _FakeCuda(monkeypatch).on_replay = lambda: None
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 from rich.console import Console
 
-from audit._bisect_view import render_tree
-from audit.bisect import bisect, findings, parse_layers
+from audit.capture.view import render_tree
+from audit.capture.bisect import bisect, findings, parse_layers
 
 pytestmark = pytest.mark.gpu
 
@@ -43,7 +43,7 @@ def show(report) -> str:
 
 def run(target: str, layers: str | None = None, **session):
     """Bisects `target` through the real worker pool; returns the report."""
-    from audit._capture_pool import CapturePool
+    from audit.capture.pool import CapturePool
 
     sess = {"target": target, "device": "cuda:0", **session}
     with CapturePool(sess, timeout=600) as pool:
@@ -55,7 +55,7 @@ def run(target: str, layers: str | None = None, **session):
 # ---------------------------------------------------------------------- in process (captures that succeed)
 @pytest.mark.parametrize("mode", ["global", "thread_local", "relaxed"])
 def test_clean_callable_passes_with_every_kernel_in_the_graph(mode):
-    from audit.capture import capture_callable
+    from audit.capture.trial import capture_callable
 
     x = torch.randn(256, 256, device="cuda")
     r = capture_callable(lambda a: torch.relu(a @ a) + 1, (x,), capture_error_mode=mode)
@@ -68,7 +68,7 @@ def test_clean_callable_passes_with_every_kernel_in_the_graph(mode):
 def test_python_counter_replays_the_captured_slot():
     from baked_pos import RingWriter
 
-    from audit.capture import capture_callable
+    from audit.capture.trial import capture_callable
 
     writer = RingWriter(64).cuda()
     pos_before = writer.pos
@@ -80,7 +80,7 @@ def test_python_counter_replays_the_captured_slot():
 
 def test_multi_step_state_is_compared_not_just_outputs():
     """A module that returns nothing but writes a wrong slot: the state comparison catches it."""
-    from audit.capture import capture_callable
+    from audit.capture.trial import capture_callable
 
     class Sink(torch.nn.Module):
         def __init__(self):

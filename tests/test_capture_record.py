@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from audit._capture_record import CallWatch, module_methods
-from audit._capture_target import all_modules, children_of, find_layers, resolve_module, source_info
+from audit.capture.record import CallWatch, module_methods
+from audit.capture.modules import all_modules, children_of, find_layers, resolve_module, source_info
 from audit.errors import AuditError
 
 PLANTED = Path(__file__).parent / "planted_gpu"
@@ -142,7 +142,7 @@ def test_source_info_points_at_the_captured_method():
 # ---------------------------------------------------------------------- the worker, on the CPU
 def test_worker_records_and_reports_without_cuda():
     """Everything before the capture itself runs on the CPU: target, layers, recording, children."""
-    from audit._capture_worker import Worker
+    from audit.capture.worker import Worker
 
     w = Worker({"target": f"{PLANTED / 'baked_pos.py'}:make", "device": "cpu", "target_warmup": 1})
     info = w.start()
@@ -162,7 +162,7 @@ def test_worker_records_and_reports_without_cuda():
 @pytest.mark.slow
 def test_pool_protocol_and_respawn_on_cpu():
     """The subprocess path end to end: ready line, a result per request, a new worker after an error."""
-    from audit._capture_pool import CapturePool
+    from audit.capture.pool import CapturePool
 
     with CapturePool({"target": f"{PLANTED / 'host_sync.py'}:make", "device": "cpu"}, timeout=300) as pool:
         info = pool.start()
@@ -174,7 +174,7 @@ def test_pool_protocol_and_respawn_on_cpu():
 
 
 def test_pool_reports_a_target_that_cannot_start(tmp_path):
-    from audit._capture_pool import CapturePool
+    from audit.capture.pool import CapturePool
 
     bad = tmp_path / "bad.py"
     bad.write_text("def make(device):\n    raise ValueError('no such model')\n")
@@ -205,7 +205,7 @@ class Outer(nn.Module):
 
 
 def test_children_include_grandchildren_called_directly():
-    from audit._capture_worker import _children
+    from audit.capture.worker import _children
 
     o = Outer()
     with CallWatch(dict(o.named_modules(prefix="o")), record=o) as w:

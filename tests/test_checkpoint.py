@@ -78,7 +78,7 @@ def test_written_layout_is_the_released_one(ckpt, seed):
     nbytes = sum(math.prod(s) * C.DTYPES[d].itemsize for d, s in everything.values())
     assert index["metadata"]["total_size"] == nbytes
     d, V, q, inter, E = cfg.dim, cfg.vocab_size, cfg.q_lora_rank, cfg.moe_inter_dim, cfg.n_routed_experts
-    want = {  # from the "Released safetensors layout" section of DSV4_MODEL.md
+    want = {  # from the "Released safetensors layout" section of docs/model.md
         "embed.weight": ("BF16", (V, d)), "head.weight": ("BF16", (V, d)), "norm.weight": ("BF16", (d,)),
         "hc_head_fn": ("F32", (4, 4 * d)), "hc_head_base": ("F32", (4,)), "hc_head_scale": ("F32", (1,)),
         "layers.0.hc_attn_fn": ("F32", (24, 4 * d)), "layers.0.hc_ffn_scale": ("F32", (3,)),

@@ -1,5 +1,5 @@
 """Every DeepSeek-V4 component against a plain float64 restatement of its formula (tests/ref64.py,
-written from DSV4_MODEL.md), plus the behaviours a restatement alone would not pin down: Sinkhorn
+written from docs/model.md), plus the behaviours a restatement alone would not pin down: Sinkhorn
 marginals, the YaRN range, RoPE inversion, which compressed blocks a query may see, when the
 compressor emits in decode, hash vs learned routing, and where the SwiGLU clamp and routing weight go.
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from audit import detectors
-from audit.inventory import Inventory
-from audit.trace import OpRecord, TensorMeta, Trace
+from audit.report.inventory import Inventory
+from audit.scan.records import OpRecord, TensorMeta, Trace
 
 PLANTED = Path(__file__).parent / "planted_gpu"
 _CODE = (lambda: None).__code__
@@ -97,8 +97,8 @@ def test_scan_flags_the_planted_cross_device_copy():
 @pytest.mark.gpu
 def test_bisect_names_the_module_that_hops_devices():
     _need_two_gpus()
-    from audit._capture_pool import CapturePool
-    from audit.bisect import bisect, findings, parse_layers
+    from audit.capture.pool import CapturePool
+    from audit.capture.bisect import bisect, findings, parse_layers
 
     sess = {"target": f"{PLANTED / 'cross_device_copy.py'}:make", "device": "cuda:0"}
     with CapturePool(sess, timeout=600) as pool:

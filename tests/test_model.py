@@ -76,7 +76,7 @@ def test_batch_of_two_equals_two_single_runs():
 # ------------------------------------------------------------------ float64 restatement
 def test_full_forward_matches_float64_restatement():
     """Every layer kind (ratio 0/4/128, hash and learned MoE) through tests/ref64.py, written from
-    DSV4_MODEL.md. T > 128 so a ratio-128 block is visible and the indexer must choose."""
+    docs/model.md. T > 128 so a ratio-128 block is visible and the indexer must choose."""
     g, seed = _gen()
     model = dsv4.load("tiny", dtype="float32", seed=seed)
     T = int(torch.randint(130, 160, (1,), generator=g))

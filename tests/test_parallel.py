@@ -180,8 +180,9 @@ def test_launcher_and_scan_refuse_bad_world_sizes_before_the_rendezvous(monkeypa
 
 # ---------------------------------------------------------------------- per-rank scans
 def test_merge_names_the_ranks_of_each_finding(rng):
-    from audit import ranks, report
-    from audit.inventory import Finding, Inventory
+    from audit import ranks
+    from audit.report import writers as report
+    from audit.report.inventory import Finding, Inventory
 
     line = int(torch.randint(10, 90, (1,), generator=rng))
     base = {"category": "host-sync", "file": "dsv4/x.py", "line": line, "function": "f", "module": "m",

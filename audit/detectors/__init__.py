@@ -3,7 +3,7 @@
 Modelled on torch.utils.flop_counter: a decorator fills a registry keyed by category, and the
 engine runs every registered rule over the same trace (the model ran once). A rule takes a
 Context (the trace plus helpers for call sites and findings) and returns findings. Its docstring
-says why the hazard matters under capture; the category table in audit.inventory has the fix.
+says why the hazard matters under capture; the category table in audit.report.inventory has the fix.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from audit.inventory import CATEGORIES, Finding
+from audit.report.inventory import CATEGORIES, Finding
 
 __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 

@@ -1,7 +1,7 @@
 """cross-device (CUDA scans): one op or copy touching two devices inside the step.
 
 A graph belongs to one device and is captured on one stream; work on another device is not in
-it (empty graph on device 0, stale replay elsewhere: see shared/seed). Host<->device copies are
+it (empty graph on device 0, stale replay elsewhere: measured on a real port). Host<->device copies are
 pageable-copy's business; 0-dim CPU tensors (scalars) are allowed operands and skipped.
 """
 

@@ -1,7 +1,7 @@
 """host-sync: the host waits for the device (a value, a size, or an explicit synchronize).
 
 Under torch.cuda.graph any of these invalidates the capture without naming the op, and the
-process is poisoned afterwards (HAZARDS.md). Three sources, one finding per source line:
+process is poisoned afterwards (docs/hazards.md). Three sources, one finding per source line:
 - aten ops whose result size or value needs device data (SYNC_OPS below, keyed by op);
 - host reads hooked at the Tensor-method level (`.item()`, `.tolist()`, `bool(t)`, `.cpu()`, ...),
   which on a CPU tensor never reach the dispatcher yet sync on a GPU;

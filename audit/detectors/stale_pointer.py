@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from audit import state
+from audit.scan import state
 from audit.detectors import register
 
 

@@ -26,5 +26,5 @@ def _twice(mA: cute.Tensor, mB: cute.Tensor, stream: cuda.CUstream):
 
 
 def compile(a, b, stream):
-    """Compiled once per shape and device, before any capture (KERNELS.md)."""
+    """Compiled once per shape and device, before any capture (docs/kernels.md)."""
     return cute.compile(_twice, a, b, stream)

@@ -1,7 +1,7 @@
 """Planted: an external kernel launched on a stream cached at init (uncaptured-kernel).
 
 During capture the kernel runs eagerly on its own stream and is not a graph node; replay skips it
-and raises nothing (measured on an H200 with CuTe DSL, HAZARDS.md). Three launchers, one factory
+and raises nothing (measured on an H200 with CuTe DSL, docs/hazards.md). Three launchers, one factory
 each: `make_cute` (CuTe DSL), `make_triton` (Triton under a cached torch stream), `make_cupy`
 (a cupy RawKernel on a cached cupy stream). A factory raises ImportError when its library is missing.
 """

@@ -1,7 +1,7 @@
 """Findings and the Inventory that holds them: categories, severities, and what to tell a person.
 
 An Inventory is a pandas DataFrame with one row per (category, file, line, op): the table an
-engineer would otherwise keep by hand (see shared/seed/cuda-graph-readiness-inventory.txt), but
+engineer would otherwise keep by hand (a hand-kept sync-violation inventory of a real decode port was the model), but
 generated from a trace. Category ids are stable; every category carries the default text for
 "why it matters under capture" and "the usual fix", which a finding may sharpen.
 """

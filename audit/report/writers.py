@@ -1,6 +1,6 @@
 """Inventory files: inventory.json (findings + scan summary), inventory.md, inventory.csv; diffs.
 
-The markdown is what an engineer would otherwise write by hand (shared/seed has one): summary on
+The markdown is what an engineer would otherwise write by hand (teams keep such files by hand): summary on
 top, then one section per category, most severe first, with file:line, op, count per step, why it
 matters and the fix. Every file is written to a temporary name and renamed into place, so a
 reader never sees half an inventory. `diff_markdown` compares two scans: fixed / new / remaining,
@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from audit.errors import AuditError
-from audit.inventory import CATEGORIES, SEVERITIES, SEVERITY_RANK, Inventory
+from audit.report.inventory import CATEGORIES, SEVERITIES, SEVERITY_RANK, Inventory
 
 __all__ = ["atomic_write", "diff_markdown", "load", "markdown", "write"]
 

@@ -21,9 +21,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from audit.capture import STATUSES, CaptureResult
+from audit.capture.trial import STATUSES, CaptureResult
 from audit.errors import AuditError
-from audit.inventory import CATEGORIES, Finding, Inventory
+from audit.report.inventory import CATEGORIES, Finding, Inventory
 
 __all__ = ["Node", "BisectReport", "bisect", "parse_layers", "findings", "inventory", "load_scan", "summary_line",
            "explained", "mark_leaves", "STEP"]

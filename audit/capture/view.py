@@ -1,6 +1,6 @@
 """`dsv4-audit bisect` end to end: CUDA check, worker pool, progress bar, rich tree, report files.
 
-Kept apart from audit/bisect.py so the search logic stays importable (and testable) without rich
+Kept apart from audit/capture/bisect.py so the search logic stays importable (and testable) without rich
 output or a GPU.
 """
 
@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.tree import Tree
 
-from audit.bisect import STEP, BisectReport, Node, bisect, inventory, load_scan, parse_layers, summary_line
+from audit.capture.bisect import STEP, BisectReport, Node, bisect, inventory, load_scan, parse_layers, summary_line
 from audit.errors import AuditError
 
 __all__ = ["require_cuda", "render_tree", "run_bisect", "write_outputs"]
@@ -73,7 +73,7 @@ def render_tree(report: BisectReport) -> Tree:
 
 
 def write_outputs(report: BisectReport, inv, out: Path) -> list[Path]:
-    """inventory.json / .md / .csv (through audit/report.py when present) and bisect.json (the tree)."""
+    """inventory.json / .md / .csv (through audit/report/writers.py when present) and bisect.json (the tree)."""
     out.mkdir(parents=True, exist_ok=True)
     written = _report_writer(inv, out)
     tree = out / "bisect.json"
@@ -82,10 +82,10 @@ def write_outputs(report: BisectReport, inv, out: Path) -> list[Path]:
 
 
 def _report_writer(inv, out: Path) -> list[Path]:
-    """audit/report.py writes the inventory files (the same format as `scan`); a plain fallback
+    """audit/report/writers.py writes the inventory files (the same format as `scan`); a plain fallback
     keeps bisect usable if that module is unavailable."""
     try:
-        from audit.report import write
+        from audit.report.writers import write
     except ImportError:
         return _fallback_write(inv, out)
     res = write(inv, out)
@@ -111,7 +111,7 @@ def run_bisect(target: str, *, path: str = "reference", layers: str | None = Non
                warmup: int = 2, scan: Path | None = None, timeout: float = 600.0, stream_device: str | None = None,
                console: Console | None = None):
     """Runs the whole bisection with a progress bar; returns (report, inventory)."""
-    from audit._capture_pool import CapturePool
+    from audit.capture.pool import CapturePool
 
     console = console or Console()
     device = require_cuda(device)

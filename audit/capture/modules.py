@@ -30,7 +30,7 @@ def top_modules(obj, max_depth: int = 4) -> list[tuple[str, nn.Module]]:
     """Modules reachable from obj without passing through another module, breadth first."""
     if isinstance(obj, nn.Module):
         return [("", obj)]
-    from audit._capture_state import _user_object
+    from audit.capture.state import _user_object
 
     out, seen = [], {id(obj)}
     todo = deque([("", obj, 0)])

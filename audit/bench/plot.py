@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from audit.bench_result import BenchResult
+from audit.bench.result import BenchResult
 
 RATIO_COLORS = {0: "tab:blue", 4: "tab:orange", 128: "tab:green"}
 

@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from audit.bench_profile import kernel_profile, layer_graph_profile
-from audit.bench_result import ModeResult
+from audit.bench.profile import kernel_profile, layer_graph_profile
+from audit.bench.result import ModeResult
 
 STATE_TIMING_WARMUP = 3
 

@@ -21,8 +21,6 @@ import math
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -32,75 +30,19 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit import hooks, state
-from audit.user_code import is_user_file, norm_dir
+from audit.scan import hooks, state
+from audit.scan.records import OpRecord, TensorMeta, Trace
+from audit.scan.user_code import is_user_file, norm_dir
 
 DIGEST_MAX = 1 << 16  # a host-built tensor up to this many values is compared by its data across steps
 
-__all__ = ["OpRecord", "TensorMeta", "Trace", "Tracer", "is_user_file"]
+__all__ = ["Tracer"]
 
 TENSOR = "<T>"  # placeholder for a tensor inside normalized arguments
 _LIFT = {"lift_fresh", "lift_fresh_copy"}  # torch.tensor(data) inside the step: host data
 _ATOMS = (type(None), bool, int, str)
 _ATOMS_OBJ = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 _ATOM_TYPES = frozenset({type(None), bool, int, str, torch.dtype, torch.device, torch.layout, torch.memory_format})
-
-
-class TensorMeta(NamedTuple):  # a tuple: cheap to build once per tensor per op
-    shape: tuple
-    stride: tuple
-    dtype: torch.dtype
-    device: torch.device
-    ptr: int      # data_ptr(): what a graph bakes
-    sid: int      # StorageImpl address; unique for the whole scan (we hold a weak ref)
-    tid: int      # TensorImpl address: "produced earlier in this step" check
-    pinned: bool | None = None  # CPU tensors in a CUDA scan
-
-
-@dataclass(slots=True)
-class OpRecord:
-    step: int
-    index: int
-    kind: str        # "aten" | "host" (Tensor.item, ...) | "sync" (torch.cuda.synchronize, ...) | "setattr" | "warn"
-    op: str          # "aten.add", "Tensor.tolist", "torch.cuda.synchronize", "setattr"
-    args: tuple      # normalized non-tensor args (tensors -> "<T>"), kwargs appended as (name, value)
-    inputs: tuple = ()
-    outputs: tuple = ()
-    in_step: tuple = ()   # per input: produced by an earlier op of this step
-    new: tuple = ()       # per output: its storage was created by this op
-    module: str = ""
-    stack: tuple = ()     # user frames, outermost first: ((code, lineno), ...)
-    func: object = None   # the OpOverload (kind "aten")
-    nested: bool = False  # dispatched inside a host read (bool(t) -> _local_scalar_dense)
-    note: str = ""
-
-    @property
-    def frame(self) -> tuple[str, int, str] | None:
-        """(file, line, function) of the innermost user frame."""
-        if not self.stack:
-            return None
-        code, line = self.stack[-1]
-        return code.co_filename, line, code.co_name
-
-
-@dataclass
-class Trace:
-    device: str
-    steps: list = field(default_factory=list)          # per audited step: list[OpRecord]
-    complete: list = field(default_factory=list)       # per audited step: finished without raising
-    born: dict = field(default_factory=dict)           # sid -> (step, index) of the op that created it
-    changes: list = field(default_factory=list)        # per audited step: list[state.StateChange]
-    objects: list = field(default_factory=list)        # state.reachable(target)
-    held: list = field(default_factory=list)           # per audited step: sids held by reachable objects before it
-    seconds: float = 0.0                               # wall time inside audited steps
-    warnings: list = field(default_factory=list)       # sync-debug warnings (CUDA)
-
-    @property
-    def n_ops(self) -> int:
-        return sum(len(s) for s in self.steps)
-
-    def complete_steps(self) -> list[int]:
-        return [i for i, ok in enumerate(self.complete) if ok]
 
 
 # ---------------------------------------------------------------------- the tracer

@@ -15,9 +15,9 @@ import torch
 
 from audit import detectors
 from audit.errors import AuditError, TargetFailed
-from audit.inventory import SEVERITIES, Inventory
+from audit.report.inventory import SEVERITIES, Inventory
 from audit.target import describe_error, resolve
-from audit.trace import Tracer
+from audit.scan.tracer import Tracer
 
 __all__ = ["scan"]
 
@@ -56,28 +56,11 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     res = resolve(target, device, path, tp=tp)
     obj, total = res.obj, warmup + steps
     tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
-    failure = None
     try:
-        for i in range(total):
-            audited = i >= warmup
-            stage = "prepare"
-            try:
-                obj.prepare(i)
-                stage = "step"
-                if audited:
-                    with tracer.step(i - warmup):
-                        tracer.call(obj.step)
-                else:
-                    obj.step()
-            except (Exception, SystemExit) as e:  # noqa: BLE001 - the target failed (or called exit): keep what we have
-                failure = (f"target {res.label}: {stage}() raised in {'audited' if audited else 'warmup'} "
-                           f"iteration {i}: {describe_error(e)}")
-                break
-            if progress:
-                progress(i + 1, total, "audit" if audited else "warmup")
-        findings = detectors.run(tracer.trace, obj, cuda=tracer.cuda)
+        failure = _run_steps(obj, tracer, res.label, warmup, total, progress)
     finally:
-        tracer.close()
+        tracer.close()  # the detectors below only read the trace
+    findings = detectors.run(tracer.trace, obj, cuda=tracer.cuda)
     tr = tracer.trace
     meta = {
         "target": res.label, "path": path, "device": device, "warmup": warmup, "steps": steps,
@@ -97,3 +80,24 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     if failure:
         raise TargetFailed(failure, inv)
     return inv
+
+
+def _run_steps(obj, tracer: Tracer, label: str, warmup: int, total: int, progress: Progress | None) -> str | None:
+    """prepare(i); step() for every iteration, the last `total - warmup` audited; the failure, if any."""
+    for i in range(total):
+        audited = i >= warmup
+        stage = "prepare"
+        try:
+            obj.prepare(i)
+            stage = "step"
+            if audited:
+                with tracer.step(i - warmup):
+                    tracer.call(obj.step)
+            else:
+                obj.step()
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the target failed (or called exit): keep what we have
+            return (f"target {label}: {stage}() raised in {'audited' if audited else 'warmup'} "
+                    f"iteration {i}: {describe_error(e)}")
+        if progress:
+            progress(i + 1, total, "audit" if audited else "warmup")
+    return None

@@ -4,9 +4,9 @@ Decode at small batch is memory-bound: a step cannot be faster than the weight b
 over the copy bandwidth. The bench measures that ceiling in the same run (a device-to-device
 copy), counts the weight bytes one decode step reads (dense weights once, the experts actually
 routed to), times each mode per step with CUDA events, and checks every graph mode bitwise
-against eager before timing it (audit/bench_modes.py builds and times one row). The kernels
+against eager before timing it (audit/bench/modes.py builds and times one row). The kernels
 switch is on for the whole run where CUDA is, so every mode reads the weights the same way.
-The report is written by audit/bench_report.py.
+The report is written by audit/bench/report.py.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from audit.bench_modes import run_mode, summarize
-from audit.bench_profile import per_layer_profile
-from audit.bench_result import BenchResult, ModeResult
+from audit.bench.modes import run_mode, summarize
+from audit.bench.profile import per_layer_profile
+from audit.bench.result import BenchResult, ModeResult
 from audit.errors import AuditError
 
 MODES = ("eager", "ab", "full", "compile")

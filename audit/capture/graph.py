@@ -2,7 +2,7 @@
 
 A kernel launched on a stream that is not capturing (a cached stream in an external library, a
 stream of another device) runs eagerly during capture and is not a graph node: replay silently
-skips it. Nothing raises (measured on an H200, HAZARDS.md), so counting is the only mechanical check.
+skips it. Nothing raises (measured on an H200, docs/hazards.md), so counting is the only mechanical check.
 
 Graph side: `torch.cuda.CUDAGraph(keep_graph=True).raw_cuda_graph()` and
 `cuda.bindings.runtime.cudaGraphGetNodes` / `cudaGraphNodeGetType` (old cuda-python: `cuda.cudart`),

@@ -4,14 +4,14 @@ A trial answers three questions a person cannot see from eager runs:
 1. Does `torch.cuda.graph` accept it? The CUDA error names no op, so the failure is classified
    from its text (`classify_error`) and later attributed to a module by bisection.
 2. Is every kernel of an eager run a node of the graph? Kernels launched on another stream or
-   device run eagerly during capture and are silently missing from the replay (HAZARDS.md), so we
+   device run eagerly during capture and are silently missing from the replay (docs/hazards.md), so we
    count the kernels of one profiled eager run and the kernel nodes of the captured graph.
 3. Does replay compute what eager computes? Both start from the same snapshot of the program's
    state, get the same fresh inputs for several steps, and are compared bitwise, outputs and state.
 
 `trial_capture` runs IN THIS PROCESS and a failed capture can leave the process broken for good
 (an invalidated capture poisons the next random op). Only a disposable worker should call it: the
-bisection goes through `audit._capture_pool`, which runs `audit._capture_worker` subprocesses.
+bisection goes through `audit.capture.pool`, which runs `audit.capture.worker` subprocesses.
 Everything above the trial itself (classification, results) is plain Python and imports no CUDA.
 """
 
@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from audit._capture_errors import ERROR_CLASSES, classify_error, error_text, first_line, raised_at
+from audit.capture.errors import ERROR_CLASSES, classify_error, error_text, first_line, raised_at
 
 __all__ = ["ERROR_CLASSES", "STATUSES", "FAILING", "CaptureResult", "classify_error", "first_line", "error_text",
            "raised_at", "check_stream_device", "trial_capture", "capture_callable"]
@@ -138,8 +138,8 @@ def trial_capture(fn: Callable[[], Any], *, device, feed: Callable[[int], None] 
     """
     import torch
 
-    from audit._capture_graph import count_eager_kernels, graph_kernel_counts
-    from audit._capture_state import Snapshot
+    from audit.capture.graph import count_eager_kernels, graph_kernel_counts
+    from audit.capture.state import Snapshot
 
     res = CaptureResult(path=label, device=str(device))
     t0 = time.perf_counter()
@@ -266,7 +266,7 @@ def _timed(res: CaptureResult, t0: float) -> CaptureResult:
 
 def _run_eager(fn, feed, snap, steps: int, sync) -> list:
     """[(outputs, changed state)] per step, eager, from the snapshot (on the current = capture stream)."""
-    from audit._capture_state import clone_tree
+    from audit.capture.state import clone_tree
 
     snap.restore()
     out = []
@@ -280,7 +280,7 @@ def _run_eager(fn, feed, snap, steps: int, sync) -> list:
 
 def _run_replay(g, static_out, feed, snap, ref, steps: int, sync):
     """(max abs diff, first place) of replay against the eager record, or None when bitwise equal."""
-    from audit._capture_state import compare_trees
+    from audit.capture.state import compare_trees
 
     worst, where = 0.0, None
     for k in range(steps):
@@ -299,7 +299,7 @@ def _run_replay(g, static_out, feed, snap, ref, steps: int, sync):
 
 def _spread(ref, ref2, snap) -> float | None:
     """How far two eager runs from the same state and inputs differ (None: bitwise equal)."""
-    from audit._capture_state import compare_trees, compare_changed
+    from audit.capture.state import compare_trees, compare_changed
 
     worst = None
     for (o1, c1), (o2, c2) in zip(ref, ref2):
@@ -315,7 +315,7 @@ def capture_callable(fn: Callable, args: tuple = (), kwargs: dict | None = None,
     with fresh random values each step. Same caveat as trial_capture: a disposable process only."""
     import torch
 
-    from audit._capture_state import RandomFeed, clone_tree
+    from audit.capture.state import RandomFeed, clone_tree
 
     static = clone_tree((tuple(args), dict(kwargs or {})))
     if device is None:
@@ -329,6 +329,6 @@ def capture_callable(fn: Callable, args: tuple = (), kwargs: dict | None = None,
 
 
 def _tensors(tree) -> list:
-    from audit._capture_state import tensor_leaves
+    from audit.capture.state import tensor_leaves
 
     return tensor_leaves(tree)

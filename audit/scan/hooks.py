@@ -3,7 +3,7 @@
 - Host reads: on a CPU tensor `.tolist()`, `.cpu()`, `.numpy()` never dispatch, yet on a GPU each
   is a device->host copy plus a sync. We wrap the Tensor methods so a CPU scan lists them.
 - CUDA waits: `torch.cuda.synchronize`, `Event.synchronize/query`, `Stream.synchronize/query`.
-  Sync-debug mode misses the first two (HAZARDS.md), so patching is the only reliable signal.
+  Sync-debug mode misses the first two (docs/hazards.md), so patching is the only reliable signal.
 - `nn.Module.__setattr__`: the source line of a Python-side state change inside the step.
 - GPU only: sync-debug mode "warn", and torch.cuda._gpu_trace callbacks (those cannot be removed,
   so they are registered once per process, forward to the active tracer, and are idle otherwise).
@@ -156,7 +156,7 @@ _GPU_TRACE_INSTALLED = False
 
 
 def install_gpu_trace() -> None:
-    """Registers the _gpu_trace sync callbacks once per process (they cannot be removed; HAZARDS.md
+    """Registers the _gpu_trace sync callbacks once per process (they cannot be removed; docs/hazards.md
     says one fired during a later capture and failed it: only call this in a scan process)."""
     global _GPU_TRACE_INSTALLED
     if _GPU_TRACE_INSTALLED:

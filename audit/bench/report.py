@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 from rich.table import Table
 
-from audit import bench_plot
-from audit.bench_plot import headline, layer_source
-from audit.bench_profile import families
-from audit.bench_result import BenchResult
+from audit.bench import plot as bench_plot
+from audit.bench.plot import headline, layer_source
+from audit.bench.profile import families
+from audit.bench.result import BenchResult
 from audit.errors import AuditError
 
 

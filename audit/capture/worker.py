@@ -1,8 +1,8 @@
-"""A disposable process for trial captures: `python -m audit._capture_worker`, JSON lines on stdin.
+"""A disposable process for trial captures: `python -m audit.capture.worker`, JSON lines on stdin.
 
 Why a process of its own: a capture invalidated by a sync leaves the process broken for every later
-random op (HAZARDS.md), so in-process bisection would blame every module after the first failure.
-The parent (`audit._capture_pool`) replaces this worker after any failed capture.
+random op (docs/hazards.md), so in-process bisection would blame every module after the first failure.
+The parent (`audit.capture.pool`) replaces this worker after any failed capture.
 
 Protocol (one JSON object per line; responses on the original stdout, everything the target
 prints goes to stderr):
@@ -37,9 +37,9 @@ class Worker:
         """Builds the target, runs its warmup steps, learns which modules run, takes the base state."""
         import torch
 
-        from audit._capture_record import CallWatch
-        from audit._capture_state import Snapshot
-        from audit._capture_target import all_modules, find_layers
+        from audit.capture.record import CallWatch
+        from audit.capture.state import Snapshot
+        from audit.capture.modules import all_modules, find_layers
         from audit.target import resolve
 
         s = self.session
@@ -82,13 +82,13 @@ class Worker:
 
     # ------------------------------------------------------------ one request
     def capture(self, path: str | None):
-        from audit.capture import CaptureResult
+        from audit.capture.trial import CaptureResult
 
         t0 = time.perf_counter()
         try:
             res = self._capture_step() if path in (None, "", STEP) else self._capture_module(path)
         except Exception as e:  # the audit's own bookkeeping failed: report, never hang the parent
-            from audit.capture import _fail
+            from audit.capture.trial import _fail
 
             res = _fail(CaptureResult(path=path or STEP), "error", "record", e)
         res.seconds = round(time.perf_counter() - t0, 3)
@@ -104,9 +104,9 @@ class Worker:
     def _capture_step(self):
         import torch
 
-        from audit._capture_record import CallWatch
-        from audit._capture_target import resolve_module, source_info
-        from audit.capture import trial_capture
+        from audit.capture.record import CallWatch
+        from audit.capture.modules import resolve_module, source_info
+        from audit.capture.trial import trial_capture
 
         self.s0.restore()
         obj, base = self.obj, self.base
@@ -129,10 +129,10 @@ class Worker:
     def _capture_module(self, path: str):
         import torch
 
-        from audit._capture_record import CallWatch
-        from audit._capture_state import RandomFeed
-        from audit._capture_target import module_device, resolve_module, source_info
-        from audit.capture import CaptureResult, trial_capture
+        from audit.capture.record import CallWatch
+        from audit.capture.state import RandomFeed
+        from audit.capture.modules import module_device, resolve_module, source_info
+        from audit.capture.trial import CaptureResult, trial_capture
 
         self.s0.restore()
         mod = resolve_module(self.obj, path)
@@ -176,7 +176,7 @@ def _children(mod, path: str, watch) -> list[dict]:
     """Direct children (with whether they ran), then deeper modules this module's own code called
     directly (dsv4's attention calls `self.indexer.compressor.decode`, skipping the indexer):
     bisection must be able to reach those without going through a parent that passes."""
-    from audit._capture_target import children_of
+    from audit.capture.modules import children_of
 
     kids = children_of(mod, path)
     out = [{"path": p, "type": type(c).__name__, "called": watch.ran(c)} for p, c in kids]
@@ -225,7 +225,7 @@ def main() -> int:
     try:
         info = worker.start()
     except Exception as e:
-        from audit.capture import classify_error, error_text, raised_at
+        from audit.capture.trial import classify_error, error_text, raised_at
 
         text = error_text(e)
         _send(proto, {"ready": False, "error": text[:2000], "error_class": classify_error(text),

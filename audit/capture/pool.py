@@ -1,7 +1,7 @@
 """Parent side of isolated trial captures: one worker process at a time, replaced after any failure.
 
 Building the target and warming it up costs seconds, so a worker that keeps passing answers many
-requests. A failed capture may have poisoned its process (HAZARDS.md: an invalidated capture
+requests. A failed capture may have poisoned its process (docs/hazards.md: an invalidated capture
 breaks every later random op), so after a `fail` or `error` result, a crash or a timeout the
 worker is discarded and the next request starts a fresh one.
 """
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from audit.capture import CaptureResult, classify_error, first_line
+from audit.capture.trial import CaptureResult, classify_error, first_line
 from audit.errors import AuditError
 
 __all__ = ["CapturePool", "worker_env"]
@@ -68,7 +68,7 @@ class CapturePool:
         if self.proc is not None and self.proc.poll() is None:
             return self.info
         self._err = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen([self.python, "-m", "audit._capture_worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([self.python, "-m", "audit.capture.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._err, cwd=str(_REPO), env=worker_env())
         self.spawned += 1
         self.served = 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from audit._capture_state import clone_tree
+from audit.capture.state import clone_tree
 
 __all__ = ["Call", "CallWatch", "module_methods"]
 

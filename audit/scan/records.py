@@ -1,0 +1,71 @@
+"""The trace a scan leaves: one OpRecord per event of each audited step. Detectors read only this.
+
+Plain data, kept apart from the tracer that fills it, so that reading a trace never runs tracing
+machinery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["OpRecord", "TensorMeta", "Trace"]
+
+
+class TensorMeta(NamedTuple):  # a tuple: cheap to build once per tensor per op
+    shape: tuple
+    stride: tuple
+    dtype: torch.dtype
+    device: torch.device
+    ptr: int      # data_ptr(): what a graph bakes
+    sid: int      # StorageImpl address; unique for the whole scan (we hold a weak ref)
+    tid: int      # TensorImpl address: "produced earlier in this step" check
+    pinned: bool | None = None  # CPU tensors in a CUDA scan
+
+
+@dataclass(slots=True)
+class OpRecord:
+    step: int
+    index: int
+    kind: str        # "aten" | "host" (Tensor.item, ...) | "sync" (torch.cuda.synchronize, ...) | "setattr" | "warn"
+    op: str          # "aten.add", "Tensor.tolist", "torch.cuda.synchronize", "setattr"
+    args: tuple      # normalized non-tensor args (tensors -> "<T>"), kwargs appended as (name, value)
+    inputs: tuple = ()
+    outputs: tuple = ()
+    in_step: tuple = ()   # per input: produced by an earlier op of this step
+    new: tuple = ()       # per output: its storage was created by this op
+    module: str = ""
+    stack: tuple = ()     # user frames, outermost first: ((code, lineno), ...)
+    func: object = None   # the OpOverload (kind "aten")
+    nested: bool = False  # dispatched inside a host read (bool(t) -> _local_scalar_dense)
+    note: str = ""
+
+    @property
+    def frame(self) -> tuple[str, int, str] | None:
+        """(file, line, function) of the innermost user frame."""
+        if not self.stack:
+            return None
+        code, line = self.stack[-1]
+        return code.co_filename, line, code.co_name
+
+
+@dataclass
+class Trace:
+    device: str
+    steps: list = field(default_factory=list)          # per audited step: list[OpRecord]
+    complete: list = field(default_factory=list)       # per audited step: finished without raising
+    born: dict = field(default_factory=dict)           # sid -> (step, index) of the op that created it
+    changes: list = field(default_factory=list)        # per audited step: list[state.StateChange]
+    objects: list = field(default_factory=list)        # state.reachable(target)
+    held: list = field(default_factory=list)           # per audited step: sids held by reachable objects before it
+    seconds: float = 0.0                               # wall time inside audited steps
+    warnings: list = field(default_factory=list)       # sync-debug warnings (CUDA)
+
+    @property
+    def n_ops(self) -> int:
+        return sum(len(s) for s in self.steps)
+
+    def complete_steps(self) -> list[int]:
+        return [i for i, ok in enumerate(self.complete) if ok]

@@ -260,7 +260,7 @@ def _finding(node: Node, scan: list[dict]) -> Finding:
     }.items() if v is not None}
     op = r.error_class if r.status == "fail" else ("graph replay" if r.status == "mismatch" else "kernel launch")
     return Finding(cat, sev, _rel(file), int(line or 0), func or "?", node.path, op, 1.0, msg,
-                   FIX.get(r.error_class or "", ""), extra)
+                   FIX.get(r.error_class or "", ""), extra=extra)
 
 
 def findings(report: BisectReport, scan: list[dict] | None = None) -> list[Finding]:

@@ -112,7 +112,7 @@ class Context:
             file, line, fn = self.where(at)
             module = at.module if module is None and at is not None else module
         return Finding(category, severity or CATEGORIES[category].severity, file, int(line), fn,
-                       module or "", op, round(float(count), 3), message, fix, extra)
+                       module or "", op, round(float(count), 3), message, fix, extra=extra)
 
     def per_site(self, records) -> dict:
         """Group records by (file, line, op) over all audited steps."""

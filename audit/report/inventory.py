@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["CATEGORIES", "SEVERITIES", "Category", "Finding", "Inventory"]
+__all__ = ["CATEGORIES", "SCHEMA_VERSION", "SEVERITIES", "Category", "Finding", "Inventory"]
 
 # Most severe first. blocks-capture: capture raises; silent-corruption: replay runs and is wrong.
 SEVERITIES = ("blocks-capture", "silent-corruption", "performance", "info")
@@ -107,7 +107,9 @@ CATEGORIES: dict[str, Category] = dict([
        "Warm up every shape on the capture stream before capturing."),
 ])
 
-FIELDS = ("category", "severity", "file", "line", "function", "module", "op", "count_per_step", "message", "fix")
+FIELDS = ("category", "severity", "file", "line", "function", "module", "op", "count_per_step", "message", "fix",
+          "caller_file", "caller_line", "caller_function")
+SCHEMA_VERSION = "1.0"  # inventory.json; a reader refuses another major version
 KEY = ["category", "file", "line", "op"]
 
 
@@ -125,6 +127,10 @@ class Finding:
     count_per_step: float
     message: str
     fix: str = ""
+    # the innermost frame in the target's own files that led to file:line (the same when the hazard is there)
+    caller_file: str = ""
+    caller_line: int = 0
+    caller_function: str = ""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # rank, step, ...: kept in JSON
 
     def __post_init__(self):
@@ -133,6 +139,8 @@ class Finding:
         if self.severity not in SEVERITY_RANK:
             raise ValueError(f"unknown severity {self.severity!r}")
         self.fix = self.fix or CATEGORIES[self.category].fix
+        if not self.caller_file:
+            self.caller_file, self.caller_line, self.caller_function = self.file, self.line, self.function
 
     def to_dict(self) -> dict:
         d = {f: getattr(self, f) for f in FIELDS}
@@ -197,7 +205,7 @@ class Inventory:
         return t.loc[order]
 
     def to_json_dict(self) -> dict:
-        return {"summary": self.meta, "findings": self.findings()}
+        return {"schema_version": SCHEMA_VERSION, "summary": self.meta, "findings": self.findings()}
 
     @classmethod
     def from_json_dict(cls, data: dict) -> Inventory:

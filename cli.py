@@ -14,7 +14,11 @@ from typing import Iterator
 import typer
 from rich.console import Console
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help=__doc__.splitlines()[0].rstrip(".") + ". Exit codes: 0 clean, 1 findings, 2 bad input.")
+FAIL_ON_HELP = ("exit 1 when a finding at or above this severity exists: blocks-capture | silent-corruption | "
+                "performance | never (default: never without --target, the embedded demo; silent-corruption "
+                "with one: fail unless graph-ready)")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -116,7 +120,7 @@ def _verify_replay(graph_dec, decoder: str) -> None:
 
 @app.command("bisect")
 def bisect_cmd(
-    target: str = typer.Option("dsv4:tiny", "--target", help="FILE.py:FACTORY or dsv4:<preset>"),
+    target: str = typer.Option(None, "--target", help="FILE.py:FACTORY or dsv4:<preset> (default dsv4:tiny)"),
     path: str = typer.Option("reference", "--path", help="reference | static (dsv4 targets)"),
     layers: str = typer.Option(None, "--layers", help="layers to bisect, e.g. 0-3 or 0,2,5-6 (default all)"),
     device: str = typer.Option("cuda:0", "--device", help="cuda | cuda:N"),
@@ -127,14 +131,21 @@ def bisect_cmd(
     warmup: int = typer.Option(2, "--warmup", help="warmup runs on the capture stream (>= 2)"),
     scan: Path = typer.Option(None, "--scan", help="inventory.json of a `scan` of the same target: leaf lines"),
     timeout: float = typer.Option(600.0, "--timeout", help="seconds one trial capture may take"),
+    fail_on: str = typer.Option(None, "--fail-on", help=FAIL_ON_HELP),
 ) -> None:
-    """Trial-capture the step, then each layer, down to the smallest module that fails (needs CUDA)."""
+    """Trial-capture the step, then each layer, down to the smallest module that fails (needs CUDA).
+
+    Exit codes: 0 clean, 1 findings at or above --fail-on, 2 bad input (or no CUDA)."""
     with user_errors():
         from audit.capture.view import require_cuda, run_bisect
+        from audit.report.gate import default_fail_on, fail_on_code
 
+        fail_on = default_fail_on(fail_on, target is not None)
         require_cuda(device)
-        run_bisect(target, path=path, layers=layers, device=device, out=out, root=root, mode=mode, steps=steps,
+        _, inv = run_bisect(target or "dsv4:tiny", path=path, layers=layers, device=device, out=out, root=root, mode=mode, steps=steps,
                    warmup=warmup, scan=scan, timeout=timeout, console=console)
+        code = fail_on_code(inv, fail_on, err_console)
+    raise typer.Exit(code)
 
 
 @app.command("scan")
@@ -147,17 +158,24 @@ def scan_cmd(
     out: Path = typer.Option(None, "--out", help="output directory (default reports/scan-<target>-<path>/)"),
     tp: int = typer.Option(None, "--tp", help="under torchrun: shard a dsv4 target over this many ranks "
                            "(default WORLD_SIZE); each rank writes OUT/rank<r>/, rank 0 the merge"),
+    fail_on: str = typer.Option(None, "--fail-on", help=FAIL_ON_HELP),
 ) -> None:
-    """Audit a decode step for CUDA-graph hazards; writes inventory.md/.json/.csv."""
+    """Audit a decode step for CUDA-graph hazards; writes inventory.md/.json/.csv/.sarif.
+
+    Exit codes: 0 clean, 1 findings at or above --fail-on (or the target raised: the partial inventory is written), 2 bad input."""
     with user_errors():
+        from audit.report.gate import default_fail_on
+
+        fail_on = default_fail_on(fail_on, target is not None)
         if _under_torchrun(tp):  # each rank scans, rank 0 merges: wraps the plain scan from outside
             from audit import ranks
 
-            code = ranks.scan_command(target, path, device, steps, warmup, out, console, err_console, tp=tp)
+            code = ranks.scan_command(target, path, device, steps, warmup, out, console, err_console, tp=tp,
+                                      fail_on=fail_on)
         else:
             from audit.scan.command import scan_command
 
-            code = scan_command(target, path, device, steps, warmup, out, console, err_console)
+            code = scan_command(target, path, device, steps, warmup, out, console, err_console, fail_on)
     raise typer.Exit(code)
 
 
@@ -170,12 +188,23 @@ def report_cmd(
     inventory: Path = typer.Argument(..., help="inventory.json of a scan"),
     baseline: Path = typer.Option(None, "--baseline", help="an older inventory.json: show fixed / new / remaining"),
     out: Path = typer.Option(None, "--out", help="write the markdown to this file instead of stdout"),
+    fail_on_new: bool = typer.Option(False, "--fail-on-new", help="with --baseline: exit 1 when a finding is not "
+                                     "in the baseline (matched by category and site, robust to line shifts)"),
 ) -> None:
-    """Render an inventory (or its diff against a baseline) as markdown."""
+    """Render an inventory (or its diff against a baseline) as markdown.
+
+    Exit codes: 0 clean (or no new findings under --fail-on-new), 1 new findings, 2 bad input
+    (unreadable inventory, unknown schema major version)."""
     with user_errors():
+        from audit.errors import AuditError
+        from audit.report import gate, writers
         from audit.report.terminal import report_command
 
+        if fail_on_new and baseline is None:
+            raise AuditError("--fail-on-new compares against a baseline: pass --baseline OLD/inventory.json")
         report_command(inventory, baseline, out, console)
+        code = gate.new_code(writers.load(inventory), writers.load(baseline), err_console) if fail_on_new else 0
+    raise typer.Exit(code)
 
 
 @app.command("bench")

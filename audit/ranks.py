@@ -154,7 +154,7 @@ def check_tp(target: str, tp: int) -> None:
 
 
 def scan_command(target: str | None, path: str, device: str | None, steps: int, warmup: int,
-                 out: Path | None, console, err_console, tp: int | None = None) -> int:
+                 out: Path | None, console, err_console, tp: int | None = None, fail_on: str = "never") -> int:
     """One rank of a torchrun launch: scan, write OUT/rank{r}/, send to rank 0, which writes the merge.
 
     Wraps the single-process pieces (audit.scan.command) from outside; tp shards a dsv4 target."""
@@ -172,7 +172,7 @@ def scan_command(target: str | None, path: str, device: str | None, steps: int, 
     out = out or dsv4_out(target, path, tp)
     if run is None:  # --tp 1 outside torchrun
         from audit.scan.command import scan_command as single
-        return single(target, path, device, steps, warmup, out, console, err_console)
+        return single(target, path, device, steps, warmup, out, console, err_console, fail_on)
     if tp > 1:
         check_tp(target, tp)  # before the rendezvous, so a bad world size fails alike everywhere
     started = init(run, device)
@@ -195,4 +195,6 @@ def scan_command(target: str | None, path: str, device: str | None, steps: int, 
     paths = writers.write(merged, out)
     terminal.print_summary(console, merged, paths)
     console.print(f"per-rank inventories: {out}/rank0 .. rank{run.world - 1}", highlight=False)
-    return report_failure(merged.meta.get("error"), err_console)
+    from audit.report.gate import fail_on_code
+
+    return report_failure(merged.meta.get("error"), err_console) or fail_on_code(merged, fail_on, err_console)

@@ -28,7 +28,7 @@ def _one_error_line(res, text):
 def test_scan_writes_the_inventory(tmp_path):
     out = tmp_path / "inv"
     res = _run("scan", "--target", f"{PLANTED}/data_dependent_control.py:make", "--out", out, "--steps", 4)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # not graph-ready: with --target, --fail-on defaults to silent-corruption
     assert "not graph-ready" in res.stdout and "ops/s" in res.stdout and "data-dependent-control" in res.stdout
     data = json.loads((out / "inventory.json").read_text())
     assert data["summary"]["audited_steps"] == 4 and data["summary"]["ops_per_second"] > 0

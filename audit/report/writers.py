@@ -18,6 +18,8 @@ import pandas as pd
 
 from audit.errors import AuditError
 from audit.report.inventory import CATEGORIES, SEVERITIES, SEVERITY_RANK, Inventory
+from audit.report.sarif import sarif
+from audit.schema import check_version
 
 __all__ = ["atomic_write", "diff_markdown", "load", "markdown", "write"]
 
@@ -44,15 +46,16 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def write(inv: Inventory, out_dir: str | Path) -> dict[str, Path]:
-    """DIR/inventory.{json,md,csv}; returns the paths."""
+    """DIR/inventory.{json,md,csv,sarif}; returns the paths."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise AuditError(f"--out {out}: exists and is not a directory")
-    paths = {k: out / f"inventory.{k}" for k in ("json", "md", "csv")}
+    paths = {k: out / f"inventory.{k}" for k in ("json", "md", "csv", "sarif")}
     try:
         atomic_write(paths["json"], json.dumps(inv.to_json_dict(), indent=2, default=str) + "\n")
         atomic_write(paths["md"], markdown(inv))
         atomic_write(paths["csv"], inv.df.to_csv(index=False))
+        atomic_write(paths["sarif"], json.dumps(sarif(inv), indent=2, default=str) + "\n")
     except OSError as e:
         raise AuditError(f"--out {out}: cannot write ({e.strerror or e})") from None
     return paths
@@ -69,6 +72,7 @@ def load(path: str | Path) -> Inventory:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise AuditError(f"{p}: not valid JSON ({e})") from None
     try:
+        check_version(data)
         return Inventory.from_json_dict(data)
     except (ValueError, TypeError, KeyError) as e:
         raise AuditError(f"{p}: {e}") from None

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from audit.errors import TargetFailed
-from audit.report import terminal, writers
+from audit.report import gate, terminal, writers
 from audit.report.inventory import Inventory
 from audit.scan.run import scan
 
@@ -37,11 +37,12 @@ def dsv4_out(target: str, path: str, tp: int = 1) -> Path | None:
 
 
 def scan_command(target: str | None, path: str, device: str | None, steps: int, warmup: int,
-                 out: Path | None, console: Console, err_console: Console) -> int:
+                 out: Path | None, console: Console, err_console: Console, fail_on: str = "never") -> int:
     """Runs a scan with a progress bar, writes the inventory, prints the summary; returns the exit code.
 
     Bad input raises AuditError (the CLI turns it into exit 2). A target that raises mid-run still
-    gets its partial inventory written, then one error line and exit code 1."""
+    gets its partial inventory written, then one error line and exit code 1; so does a finding at or
+    above `fail_on` (audit/report/gate.py)."""
     target = target or "dsv4:tiny"
     device = device or default_device()
     out = out or dsv4_out(target, path)
@@ -49,7 +50,7 @@ def scan_command(target: str | None, path: str, device: str | None, steps: int, 
     out = out or default_out(inv.meta.get("name", "target"))
     paths = writers.write(inv, out)
     terminal.print_summary(console, inv, paths)
-    return report_failure(failed, err_console)
+    return report_failure(failed, err_console) or gate.fail_on_code(inv, fail_on, err_console)
 
 
 def scan_with_bar(target, path, device, steps, warmup, err_console, *, tp: int = 1,

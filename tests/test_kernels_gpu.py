@@ -129,6 +129,22 @@ def test_fp8_tails(M, N, K):
     assert torch.isfinite(y).all() and _relerr(y, gemv.fp8_gemv_ref(x, w, s)) <= BOUND
 
 
+@pytest.mark.parametrize("M", [1, 4])
+def test_fp8_grouped_wo_a_one_launch(M):
+    """wo_a's 8 groups in one launch: each group bitwise equal to its own dense launch (the old path)."""
+    G, R, K = 8, 1024, 4096
+    w, s = random_fp8_weight(G * R, K, "cuda")
+    x = random_x(M * G, K, "cuda")
+    y = launch.fp8_gemv(x, w, s, out=_poison(M, G * R), groups=G)
+    assert torch.isfinite(y).all(), "unwritten outputs"
+    err = _relerr(y, gemv.fp8_gemv_ref(x, w, s, G))
+    print(f"fp8 grouped wo_a M={M} relerr={err:.2e}")
+    assert err <= BOUND
+    for g in range(G):
+        part = kernels.fp8_gemv(x[g::G].contiguous(), w[g * R:(g + 1) * R], s[g * R // 128:(g + 1) * R // 128])
+        assert torch.equal(y[:, g * R:(g + 1) * R], part), f"group {g}"
+
+
 # ------------------------------------------------------------------ graphs
 
 

@@ -20,6 +20,7 @@ from torch import nn
 from dsv4.decode.static_attention import StaticAttention
 from dsv4.decode.static_moe import StaticMoE
 from dsv4.errors import DSV4Error
+from dsv4.layers.linear import fuse_rows
 from dsv4.layers.mhc import hc_post
 from dsv4.model import Block, Transformer
 
@@ -30,6 +31,7 @@ class StaticLayer(nn.Module):
     def __init__(self, block: Block):
         super().__init__()
         self.block = block
+        stack_shared_inputs(block)
         self.attention = StaticAttention(block.attn)
         self.moe = StaticMoE(block.ffn)
 
@@ -50,6 +52,18 @@ class StaticLayer(nn.Module):
     def forward(self, X: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         x, q, kv, qr, post, comb = self.part_a(X, pos)
         return self.part_b(self.part_attn(x, q, kv, qr, pos), X, post, comb, ids, pos)
+
+
+def stack_shared_inputs(block: Block) -> None:
+    """Linears that read the same input become one GEMV launch each (dsv4/layers/linear.fuse_rows):
+    wq_a | wkv, each compressor's wkv | wgate, the shared expert's w1 | w3."""
+    a = block.attn
+    fuse_rows(a, ("wq_a", "wkv"))
+    for comp in (a.compressor, a.indexer.compressor if a.indexer is not None else None):
+        if comp is not None:
+            fuse_rows(comp, ("wkv", "wgate"))
+    if block.ffn.shared_experts is not None:
+        fuse_rows(block.ffn.shared_experts, ("w1", "w3"))
 
 
 class StaticModel(nn.Module):

@@ -39,10 +39,35 @@ def stack_bank(linears: list[Linear]) -> dict[str, torch.Tensor]:
 
 
 def _as_stack(parts: list[torch.Tensor]) -> torch.Tensor:
-    """Experts already views of one bank (a second StaticDecoder over the same model)."""
+    """Experts already views of one bank (a second StaticDecoder over the same model); the step
+    between experts is read from their offsets (a w1 | w3 bank spaces them two projections apart)."""
     first = parts[0]
-    return first.as_strided((len(parts), *first.shape), (first.numel(), *first.stride()),
-                            first.storage_offset())
+    step = parts[1].storage_offset() - first.storage_offset() if len(parts) > 1 else first.numel()
+    return first.as_strided((len(parts), *first.shape), (step, *first.stride()), first.storage_offset())
+
+
+@torch.no_grad()
+def stack_w13(linears1: list[Linear], linears3: list[Linear], b1: dict, b3: dict) -> dict[str, torch.Tensor] | None:
+    """One [E, 2N, ...] bank of w1 rows then w3 rows per expert, so the two projections of the routed
+    experts are one grouped launch; the w1/w3 banks and the experts' parameters become views of it.
+    None for NVFP4 (w1 and w3 carry different global scales)."""
+    if "global_scale" in b1:
+        return None
+    bank = {}
+    for name in b1:
+        N = b1[name].shape[1]
+        a = b1[name]
+        if a.untyped_storage().data_ptr() == b3[name].untyped_storage().data_ptr() and \
+                b3[name].storage_offset() == a.storage_offset() + a.stride(1) * N and a.stride(0) == 2 * N * a.stride(1):
+            w13 = a.as_strided((a.shape[0], 2 * N, *a.shape[2:]), a.stride(), a.storage_offset())  # already one
+        else:
+            w13 = torch.cat((a, b3[name]), dim=1)
+        for lins, lo, b in ((linears1, 0, b1), (linears3, N, b3)):
+            for e, lin in enumerate(lins):
+                setattr(lin, name, nn.Parameter(w13[e, lo:lo + N], requires_grad=False))
+            b[name] = w13[:, lo:lo + N]
+        bank[name] = w13
+    return bank
 
 
 def dequantize_bank(fmt: str, bank: dict[str, torch.Tensor], idx: torch.Tensor) -> torch.Tensor:
@@ -65,11 +90,14 @@ class StaticMoE:
         self.fmt = experts[0].w1.fmt
         self.template = experts[0]
         self.banks = {w: stack_bank([getattr(e, w) for e in experts]) for w in ("w1", "w3", "w2")}
+        w13 = stack_w13([e.w1 for e in experts], [e.w3 for e in experts], self.banks["w1"], self.banks["w3"])
+        if w13 is not None:
+            self.banks["w13"] = w13
         self.local_of = _local_table(moe, self.banks["w1"]["weight"].device)
 
     def expert_linear(self, which: str, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """x [n, in] through expert idx[i]'s projection `which` -> fp32 [n, out]."""
-        lin: Linear = getattr(self.template, which)
+        lin: Linear = getattr(self.template, "w1" if which == "w13" else which)
         xq = lin.quantize_input(x.to(lin.act_dtype))
         y = kernels.expert_gemv(self.fmt, xq, self.banks[which], idx)  # None: switch off, CPU, ...
         if y is not None:
@@ -89,8 +117,10 @@ class StaticMoE:
             local = self.local_of[flat]
             w = w * (local >= 0).unsqueeze(-1)
             flat = local.clamp(min=0)
-        g = self.expert_linear("w1", xr, flat)
-        u = self.expert_linear("w3", xr, flat)
+        if "w13" in self.banks:  # one grouped launch for both projections
+            g, u = self.expert_linear("w13", xr, flat).chunk(2, dim=-1)
+        else:
+            g, u = self.expert_linear("w1", xr, flat), self.expert_linear("w3", xr, flat)
         if ex.limit:
             u, g = u.clamp(-ex.limit, ex.limit), g.clamp(max=ex.limit)
         a = F.silu(g) * u * w

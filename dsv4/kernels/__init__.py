@@ -88,17 +88,22 @@ def expert_gemv(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor) -> tor
     return ops.nvfp4_grouped_gemv(x, bank["weight"], bank["scale"], bank["global_scale"], idx)
 
 
-def dense_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
-    """The FP8 dense kernel for Linear.forward (any leading dims, fp32 out), or None to use the twin."""
+def dense_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: int = 1) -> torch.Tensor | None:
+    """The FP8 dense kernel for Linear.forward (any leading dims, fp32 out), or None to use the twin.
+
+    groups G > 1 (wo_a): x [..., G, K] and weight [G * R, K]; group g through rows g*R.. -> [..., G*R]."""
     K = weight.shape[-1]
     if not _applies(x) or x.dtype != torch.bfloat16 or weight.dtype != torch.float8_e4m3fn or x.shape[-1] != K:
         return None
+    lead = x.shape[:-2] if groups > 1 else x.shape[:-1]
+    if groups > 1 and x.shape[-2] != groups:
+        return None
     x2 = x.reshape(-1, K)
-    if x2.shape[0] > MAX_DENSE_ROWS:  # prefill-sized inputs: the twin's matmul
+    if x2.shape[0] > MAX_DENSE_ROWS * groups:  # prefill-sized inputs: the twin's matmul
         return None
     from dsv4.kernels import ops
 
-    return ops.fp8_gemv(x2, weight, scale).view(*x.shape[:-1], weight.shape[0])
+    return ops.fp8_gemv(x2, weight, scale, groups).view(*lead, weight.shape[0])
 
 
 def bf16_dense_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:

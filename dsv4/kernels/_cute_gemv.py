@@ -14,7 +14,7 @@ Shape of the work (decode: memory-bound, the weights are read once):
 - Grouped kernels (FP4, NVFP4): grid = (N / (WARPS*NW), rows); the expert of row r is read
   from device memory (`idx[r]`) inside the kernel: no host sync, capture-safe.
 - FP8 dense: grid = (N / (WARPS*NW), ceil(M / MB)); the MB input rows of a CTA share each
-  decoded weight chunk.
+  decoded weight chunk. With G groups (wo_a) output rows of group g read input row m*G + g.
 A K tail (K/32 chunks not a multiple of 32) is handled by clamping the chunk index and zeroing
 that chunk's scale; an N tail by clamping the row and skipping the store.
 """
@@ -88,14 +88,36 @@ def _grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j: int, KC: int):
     return valid, xf, ws, ss
 
 
-# ---------------------------------------------------------------- FP4 e2m1 + UE8M0 1x32, grouped
-# (PD = how many chunk steps of loads are in flight ahead of the math)
+# ---------------------------------------------------------------- grouped e2m1 experts: FP4 and NVFP4
+# One kernel for both formats (NV is a compile-time flag): FP4 = e2m1 + UE8M0 per 32 (one scale per
+# chunk); NVFP4 = e2m1 + e4m3 per 16 (two per chunk) + an fp32 global scale per expert (mG, unread
+# for FP4). PD = how many chunk steps of loads are in flight ahead of the math.
+
+
+def _grouped_step(acc, ws, ss, xs, valid, NV: bool):
+    """acc += one chunk of an expert row: (32 e2m1 . 32 x) times the chunk's block scale(s)."""
+    if NV:
+        vf = Float32(valid)
+        s0, s1 = e4m3x2_to_f32(ss)
+        acc = ffma(_dot_e2m1_words([ws[0], ws[1]], xs[0:16]), s0 * vf, acc)
+        return ffma(_dot_e2m1_words([ws[2], ws[3]], xs[16:32]), s1 * vf, acc)
+    return ffma(_dot_e2m1_words([ws[q] for q in range(4)], xs), e8m0_to_f32_x64(ss, valid), acc)
+
+
+def _expert_scale(mG, e, NV: bool):
+    """NVFP4: the expert's global scale times the 2^6 of the e2m1 decode (FP4 folds 2^6 into its
+    block scales): None for FP4."""
+    return Float32(mG[e]) * 64.0 if NV else None
+
+
+def _scaled(tot, g):
+    return tot if g is None else tot * g
 
 
 @cute.kernel
-def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mIdx: cute.Tensor,
-                       mY: cute.Tensor, N: Constexpr, KC: Constexpr, NW: Constexpr,
-                       WARPS: Constexpr, CPL: Constexpr, PD: Constexpr):
+def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
+                   mIdx: cute.Tensor, mY: cute.Tensor, N: Constexpr, KC: Constexpr, NW: Constexpr,
+                   WARPS: Constexpr, CPL: Constexpr, PD: Constexpr, NV: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -114,70 +136,21 @@ def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mIdx: 
         valid, xf, ws, ss = stages[j]
         xs = _bf16_words(xf, 16)
         for i in cutlass.range_constexpr(NW):
-            s = e8m0_to_f32_x64(ss[i], valid)
-            acc[i] = ffma(_dot_e2m1_words([ws[i][q] for q in range(4)], xs), s, acc[i])
+            acc[i] = _grouped_step(acc[i], ws[i], ss[i], xs, valid, NV)
+    g = _expert_scale(mG, e, NV)
     for i in cutlass.range_constexpr(NW):
-        tot = _warp_sum(acc[i])
+        tot = _scaled(_warp_sum(acc[i]), g)
         if lane == 0:
             if nbase + i < N:
                 mY[r, nbase + i] = tot
 
 
-@cute.jit
-def fp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mIdx: cute.Tensor,
-                mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr, KC: Constexpr, NW: Constexpr,
-                WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr):
+@cute.jit  # both e2m1 formats (the name keeps profiles' "FP4 experts" family)
+def fp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, mIdx: cute.Tensor,
+            mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr, KC: Constexpr, NW: Constexpr,
+            WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr, NV: Constexpr):
     grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
-    fp4_grouped_kernel(mX, mW, mS, mIdx, mY, N, KC, NW, WARPS, CPL, PD).launch(
-        grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream)
-
-
-# ---------------------------------------------------------------- NVFP4: e2m1 + e4m3 1x16 + fp32 global
-
-
-@cute.kernel
-def nvfp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
-                         mIdx: cute.Tensor, mY: cute.Tensor, N: Constexpr, KC: Constexpr,
-                         NW: Constexpr, WARPS: Constexpr, CPL: Constexpr, PD: Constexpr):
-    tidx, _, _ = cute.arch.thread_idx()
-    bx, by, _ = cute.arch.block_idx()
-    lane = tidx % 32
-    warp = tidx // 32
-    r = by
-    e = Int32(mIdx[r])
-    nbase = (bx * WARPS + warp) * NW
-    nrows = [_imin(nbase + i, N - 1) for i in range(NW)]
-    wrows = [mW[e, n, None] for n in nrows]
-    xrow = mX[r, None]
-    acc = [Float32(0.0) for _ in range(NW)]
-    stages = [_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j, KC) for j in range(min(PD, CPL))]
-    for j in cutlass.range_constexpr(CPL):
-        if cutlass.const_expr(j + PD < CPL):
-            stages.append(_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j + PD, KC))
-        valid, xf, ws, ss = stages[j]
-        xs = _bf16_words(xf, 16)
-        vf = Float32(valid)
-        for i in cutlass.range_constexpr(NW):
-            s0, s1 = e4m3x2_to_f32(ss[i])
-            d0 = _dot_e2m1_words([ws[i][0], ws[i][1]], xs[0:16])
-            d1 = _dot_e2m1_words([ws[i][2], ws[i][3]], xs[16:32])
-            acc[i] = ffma(d0, s0 * vf, acc[i])
-            acc[i] = ffma(d1, s1 * vf, acc[i])
-    g = Float32(mG[e]) * 64.0
-    for i in cutlass.range_constexpr(NW):
-        tot = _warp_sum(acc[i])
-        if lane == 0:
-            if nbase + i < N:
-                mY[r, nbase + i] = tot * g
-
-
-@cute.jit
-def nvfp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
-                  mIdx: cute.Tensor, mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr,
-                  KC: Constexpr, NW: Constexpr, WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr,
-                  PD: Constexpr):
-    grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
-    nvfp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD).launch(
+    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV).launch(
         grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream)
 
 
@@ -192,10 +165,18 @@ def _fp8_issue(mS, wrows, nrows, lane, j: int, KC: int):
     return cc, valid, ws, ss
 
 
+def _fp8_xrow(mX, m, nbase, N: int, G: int):
+    """Input row of token m for the warp's rows: x is [M, K] (G = 1) or [M * G, K] with output rows
+    [g * N/G, (g+1) * N/G) reading row m * G + g (wo_a's groups in one launch; NW divides N/G)."""
+    if G == 1:
+        return mX[m, None]
+    return mX[m * G + _imin(nbase, N - 1) // (N // G), None]
+
+
 @cute.kernel
 def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
                M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr, WARPS: Constexpr,
-               CPL: Constexpr, MB: Constexpr, PD: Constexpr):
+               CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -204,7 +185,7 @@ def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tenso
     nbase = (bx * WARPS + warp) * NW
     nrows = [_imin(nbase + i, N - 1) for i in range(NW)]
     wrows = [mW[n, None] for n in nrows]
-    xrows = [mX[_imin(m0 + mm, M - 1), None] for mm in range(MB)]
+    xrows = [_fp8_xrow(mX, _imin(m0 + mm, M - 1), nbase, N, G) for mm in range(MB)]
     acc = [[Float32(0.0) for _ in range(NW)] for _ in range(MB)]
     stages = [_fp8_issue(mS, wrows, nrows, lane, j, KC) for j in range(min(PD, CPL))]
     for j in cutlass.range_constexpr(CPL):
@@ -242,10 +223,10 @@ def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tenso
 @cute.jit
 def fp8_dense(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
               stream: cuda.CUstream, M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr,
-              WARPS: Constexpr, CPL: Constexpr, MB: Constexpr, PD: Constexpr):
+              WARPS: Constexpr, CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr):
     grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
     grid_y = (M + MB - 1) // MB
-    fp8_kernel(mX, mW, mS, mY, M, N, KC, NW, WARPS, CPL, MB, PD).launch(
+    fp8_kernel(mX, mW, mS, mY, M, N, KC, NW, WARPS, CPL, MB, PD, G).launch(
         grid=(grid_x, grid_y, 1), block=(32 * WARPS, 1, 1), stream=stream)
 
 

@@ -1,7 +1,7 @@
 """Microbenchmark of the decode GEMV kernels: achieved weight bandwidth vs the copy bandwidth of
 the same run, next to torch baselines. Run `python -m dsv4.kernels.bench [--quick]` on a GPU (not a test).
 
-Method (shared/.library METHOD.md): weights are random (never zeros); each timed unit is a CUDA
+Method: weights are random (never zeros); each timed unit is a CUDA
 graph of S calls that rotate over different experts / weight copies (so L2, 60 MB on an H200,
 does not serve the weights), replayed several times; the median replay over S is one call's
 time, launch overhead amortized as in a captured decode step. Bandwidth counts the weight and
@@ -212,6 +212,31 @@ def sweep(results, copy_bw):
              uniq * (N * K // 2 + N * K // 32),
              lambda: [lambda i=i: kernels.fp4_grouped_gemv(xs[i], w, s, idx[i], outs[i]) for i in range(S)])
     launch.TUNE.update(nw=None, pd=2)
+    sweep_fp8(results, copy_bw)
+
+
+# Flash batch-1 FP8 shapes of one layer: (name, N, K, groups); wo_a runs its 8 groups in one launch
+FLASH_FP8 = (("wq_a+wkv", 1536, 4096, 1), ("wq_b", 32768, 1024, 1), ("wo_a 8 groups", 8192, 4096, 8),
+             ("wo_b", 4096, 8192, 1), ("shared w1+w3", 4096, 4096, 1), ("shared w2", 4096, 2048, 1))
+
+
+def sweep_fp8(results, copy_bw, pds=(2, 4, 8)):
+    """The FP8 kernel at Flash's batch-1 shapes, over prefetch depths (launch.TUNE['pd8'])."""
+    for name, N, K, G in FLASH_FP8:
+        copies = max(4, -(-(256 << 20) // (N * K)))
+        ws = [(torch.randn(N, K, device="cuda") * 50).clamp(-448, 448).to(Q.E4M3) for _ in range(copies)]
+        ss = [torch.randint(112, 132, (N // 128, K // 128), dtype=torch.uint8, device="cuda").view(Q.E8M0)
+              for _ in range(copies)]
+        x = _rand_x(G, K)
+        outs = [torch.empty(1, N, device="cuda") for _ in range(copies)]
+        for pd in pds:
+            launch.TUNE.update(pd8=pd)
+            _try(results, copy_bw, f"fp8 flash {name} N={N} K={K} M=1 pd={pd}", "cute kernel",
+                 N * K + N * K // 16384,
+                 lambda: [lambda i=i: launch.fp8_gemv(x, ws[i], ss[i], outs[i], groups=G) for i in range(copies)])
+        del ws
+        torch.cuda.empty_cache()
+    launch.TUNE.update(pd8=4)
 
 
 def main(argv=None) -> int:
@@ -230,6 +255,7 @@ def main(argv=None) -> int:
         bench_grouped(results, copy_bw, "pro", "w1", 1, "fp4")
         bench_grouped(results, copy_bw, "flash", "w1", 1, "nvfp4")
         bench_dense(results, copy_bw, "flash", "w1", 1)
+        sweep_fp8(results, copy_bw)
     else:
         for model in MODELS:
             for batch in (1, 8):

@@ -1,6 +1,6 @@
 """Host side of the CuTe kernels: checks, tensor views, the compile cache, graph-safe launches.
 
-Graph safety (shared/design/KERNELS.md):
+Graph safety (docs/kernels.md):
 - compile once per (kernel, shapes, strides, dtypes, device, tile choice) and cache the compiled
   function, never a stream; a first use inside CUDA-graph capture raises instead of compiling;
 - every call passes `cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)`, so inside
@@ -23,7 +23,9 @@ __all__ = ["fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "try_expert", "
            "CompileError", "WARPS", "MAX_DENSE_ROWS", "TUNE"]
 
 WARPS = 4            # warps per CTA (128 threads)
-TUNE: dict[str, int | None] = {"nw": None, "pd": 2}  # bench overrides: rows per warp, prefetch depth
+# bench overrides: rows per warp, prefetch depth (grouped e2m1), prefetch depth (FP8: a batch-1 FP8
+# GEMV has ~2 CTAs per SM and few chunk steps per row, so deeper prefetch keeps more bytes in flight)
+TUNE: dict[str, int | None] = {"nw": None, "pd": 2, "pd8": 4}
 _CACHE: dict[tuple, object] = {}
 _SMS: dict[int, int] = {}
 _AVAILABLE: list[bool] = []
@@ -116,59 +118,53 @@ def _u8(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype != torch.uint8 else t
 
 
-def fp4_grouped_gemv(x, weight, scale, idx, out=None) -> torch.Tensor:
-    """x [R, K] bf16, weight [E, N, K/2] int8 (e2m1 pairs), scale [E, N, K/32] e8m0, idx [R]."""
+def _grouped(fmt: str, x, weight, scale, global_scale, idx, out) -> torch.Tensor:
+    """One launcher for both expert formats: the same CuTe kernel, NV a compile-time flag."""
     E, N, Kh = weight.shape
     K = 2 * Kh
     _check_rows(x, K)
     R = x.shape[0]
-    if K % 32 or scale.shape != (E, N, K // 32) or idx.shape != (R,):
-        raise DSV4Error("fp4_grouped_gemv: inconsistent shapes")
+    nv = fmt == "nvfp4"
+    if K % 32 or scale.shape != (E, N, K // (16 if nv else 32)) or idx.shape != (R,):
+        raise DSV4Error(f"{fmt}_grouped_gemv: inconsistent shapes")
     y = _out(out, R, N, x.device)
     if R == 0:
         return y
-    xw, ww, sw = x.view(torch.int32), weight.view(torch.int32), _u8(scale)
+    xw, ww = x.view(torch.int32), weight.view(torch.int32)
+    sw = scale.view(torch.int16) if nv else _u8(scale)  # one 16-byte chunk: 2 e4m3 or 1 e8m0 scales
+    g = global_scale.reshape(E).float().contiguous() if nv else sw  # mG is not read for FP4
     if not _aligned(xw, ww):
-        raise DSV4Error("fp4_grouped_gemv: x and weight need 16-byte aligned rows")
+        raise DSV4Error(f"{fmt}_grouped_gemv: x and weight need 16-byte aligned rows")
     KC = K // 32
     nw = pick_nw(R, N, _sms(x.device))
-    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]))
-    key = ("fp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(idx), x.device, consts)
-    _run(key, "fp4_grouped", [xw, ww, sw, idx, y], [16, 16, 1, idx.element_size(), 4], consts, x.device)
+    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv)
+    key = ("fp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(g), _sig(idx), x.device, consts)
+    _run(key, "fp4_grouped", [xw, ww, sw, g, idx, y], [16, 16, 2 if nv else 1, 4 if nv else 1,
+                                                   idx.element_size(), 4], consts, x.device)
     return y
+
+
+def fp4_grouped_gemv(x, weight, scale, idx, out=None) -> torch.Tensor:
+    """x [R, K] bf16, weight [E, N, K/2] int8 (e2m1 pairs), scale [E, N, K/32] e8m0, idx [R]."""
+    return _grouped("fp4", x, weight, scale, None, idx, out)
 
 
 def nvfp4_grouped_gemv(x, weight, scale, global_scale, idx, out=None) -> torch.Tensor:
     """As fp4_grouped_gemv with scale [E, N, K/16] e4m3 and global_scale [E] fp32."""
-    E, N, Kh = weight.shape
-    K = 2 * Kh
-    _check_rows(x, K)
-    R = x.shape[0]
-    g = global_scale.reshape(E).float().contiguous()
-    if K % 32 or scale.shape != (E, N, K // 16) or idx.shape != (R,):
-        raise DSV4Error("nvfp4_grouped_gemv: inconsistent shapes")
-    y = _out(out, R, N, x.device)
-    if R == 0:
-        return y
-    xw, ww, sw = x.view(torch.int32), weight.view(torch.int32), scale.view(torch.int16)
-    if not _aligned(xw, ww):
-        raise DSV4Error("nvfp4_grouped_gemv: x and weight need 16-byte aligned rows")
-    KC = K // 32
-    nw = pick_nw(R, N, _sms(x.device))
-    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]))
-    key = ("nvfp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(g), _sig(idx), x.device, consts)
-    _run(key, "nvfp4_grouped", [xw, ww, sw, g, idx, y], [16, 16, 2, 4, idx.element_size(), 4],
-         consts, x.device)
-    return y
+    return _grouped("nvfp4", x, weight, scale, global_scale, idx, out)
 
 
-def fp8_gemv(x, weight, scale, out=None) -> torch.Tensor:
-    """x [M, K] bf16, weight [N, K] e4m3, scale [ceil(N/128), ceil(K/128)] e8m0 -> fp32 [M, N]."""
+def fp8_gemv(x, weight, scale, out=None, groups: int = 1) -> torch.Tensor:
+    """x [M, K] bf16, weight [N, K] e4m3, scale [ceil(N/128), ceil(K/128)] e8m0 -> fp32 [M, N].
+
+    groups G > 1 (wo_a): x is [M * G, K] and output rows [g*N/G, (g+1)*N/G) read x row m*G + g."""
     N, K = weight.shape
     _check_rows(x, K)
-    M = x.shape[0]
+    M = x.shape[0] // groups
     if K % 16 or scale.shape != (-(-N // 128), -(-K // 128)):
         raise DSV4Error("fp8_gemv: K must be a multiple of 16 and scale [ceil(N/128), ceil(K/128)]")
+    if x.shape[0] != M * groups or N % groups or (N // groups) % 4:
+        raise DSV4Error(f"fp8_gemv: {groups} groups need x rows a multiple of groups and N/groups % 4 == 0")
     y = _out(out, M, N, x.device)
     if M == 0:
         return y
@@ -178,7 +174,7 @@ def fp8_gemv(x, weight, scale, out=None) -> torch.Tensor:
     KC = K // 16
     mb = min(M, 8)
     nw = pick_nw(-(-M // mb), N, _sms(x.device), cap=4 if M == 1 else 2)
-    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, int(TUNE["pd"]))
+    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, min(int(TUNE["pd8"]), -(-KC // 32)), groups)
     key = ("fp8_dense", _sig(xw), _sig(ww), _sig(sw), x.device, consts)
     _run(key, "fp8_dense", [xw, ww, sw, y], [16, 16, 1, 4], consts, x.device)
     return y
@@ -204,18 +200,18 @@ def try_expert(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor) -> torc
         return None
 
 
-def try_dense(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor | None:
-    K = weight.shape[1]
-    if x.dtype != torch.bfloat16 or x.shape[-1] != K or K % 16 or weight.dtype != torch.float8_e4m3fn:
+def try_dense(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: int = 1) -> torch.Tensor | None:
+    """x [M * groups, K] -> fp32 [M, N], or None (the caller runs the twin)."""
+    N, K = weight.shape
+    if x.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[-1] != K or K % 16 or weight.dtype != torch.float8_e4m3fn:
         return None
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, K).contiguous()
-    if not 0 < x2.shape[0] <= MAX_DENSE_ROWS or not _available():
+    x2 = x.contiguous()
+    if not 0 < x2.shape[0] <= MAX_DENSE_ROWS * groups or x2.shape[0] % groups or not _available():
         return None
-    if not weight.is_contiguous() or not _aligned(x2, weight):
+    if N % groups or (N // groups) % 4 or not weight.is_contiguous() or not _aligned(x2, weight):
         return None
     try:
-        return fp8_gemv(x2, weight, scale).view(*lead, weight.shape[0])
+        return fp8_gemv(x2, weight, scale, groups=groups)
     except CompileError:
         return None
 

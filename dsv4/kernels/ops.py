@@ -1,6 +1,6 @@
 """The decode kernels as torch custom ops, so torch.compile and inductor treat each as one opaque op.
 
-KERNELS.md: "under torch.compile, wrap kernels as custom ops with a fake implementation". Each op
+docs/kernels.md: "under torch.compile, wrap kernels as custom ops with a fake implementation". Each op
 takes 2-D inputs and returns a fresh fp32 [rows, N]; its real implementation runs the kernel when
 the tensors allow it (CUDA, alignment, the CuTe DSL or Triton importable, the shape compiles) and
 the pure-torch twin otherwise, so the op is correct on any device and the choice made inside it
@@ -26,20 +26,21 @@ def _rows_out(x: Tensor, n: int) -> Tensor:
 
 
 @custom_op("dsv4::fp8_gemv", mutates_args=())
-def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor) -> Tensor:
-    """x [M, K] bf16 @ dequant(weight [N, K] e4m3, scale UE8M0 128x128)^T -> fp32 [M, N]."""
+def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor, groups: int = 1) -> Tensor:
+    """x [M, K] bf16 @ dequant(weight [N, K] e4m3, scale UE8M0 128x128)^T -> fp32 [M, N]; with
+    groups G, x is [M*G, K] and output rows of group g read x row m*G + g (wo_a, one launch)."""
     if x.is_cuda:
         from dsv4.kernels import launch
 
-        y = launch.try_dense(x, weight, scale)
+        y = launch.try_dense(x, weight, scale, groups)
         if y is not None:
             return y
-    return twins.fp8_gemv_ref(x, weight, scale)
+    return twins.fp8_gemv_ref(x, weight, scale, groups)
 
 
 @fp8_gemv.register_fake
-def _(x, weight, scale):
-    return _rows_out(x, weight.shape[0])
+def _(x, weight, scale, groups=1):
+    return x.new_empty((x.shape[0] // groups, weight.shape[0]), dtype=torch.float32)
 
 
 @custom_op("dsv4::fp4_grouped_gemv", mutates_args=())

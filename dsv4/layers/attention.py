@@ -19,7 +19,7 @@ from dsv4.cache import AttentionCache
 from dsv4.config import ModelConfig
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.indexer import Indexer
-from dsv4.layers.linear import Linear, no_reduce
+from dsv4.layers.linear import Linear, no_reduce, rows_forward
 from dsv4.layers.norm import RMSNorm
 from dsv4.layers.rope import apply_rope, rope_angles, rope_frequencies
 from dsv4.ops.kvquant import round_kv
@@ -69,12 +69,13 @@ class Attention(nn.Module):
     # ------------------------------------------------------------ shared pieces
     def project(self, x: torch.Tensor, pos: torch.Tensor):
         """Queries [B,T,H,D] (per-head RMS, roped), window KV [B,T,D] (roped, rounded), q latent."""
-        qr = self.q_norm(self.wq_a(x))
+        qa, kv = rows_forward(self, ("wq_a", "wkv"), x)  # one GEMV when the decoder stacked them
+        qr = self.q_norm(qa)
         q = self.wq_b(qr).unflatten(-1, (self.n_heads, self.head_dim))
         q = q * torch.rsqrt(q.square().mean(-1, keepdim=True) + self.cfg.norm_eps)  # in q's dtype, as released
         cos, sin = rope_angles(pos, self.freqs)
         q = apply_rope(q, cos.unsqueeze(-2), sin.unsqueeze(-2))
-        kv = apply_rope(self.kv_norm(self.wkv(x)), cos, sin)
+        kv = apply_rope(self.kv_norm(kv), cos, sin)
         if self.cfg.simulate_quant:
             kv = round_kv(kv, self.cfg.rope_head_dim)
         return q, kv, qr
@@ -98,10 +99,9 @@ class Attention(nn.Module):
         lin, G = self.wo_a, self.groups
         R = lin.out_features // G
         if lin.fmt == "fp8" and R % 128 == 0:  # each group's rows are whole 128-row scale blocks
-            parts = [kernels.dense_gemv(o[..., g, :], lin.weight[g * R:(g + 1) * R],
-                                        lin.scale[g * R // 128:(g + 1) * R // 128]) for g in range(G)]
-            if parts[0] is not None:
-                return torch.stack(parts, dim=-2)
+            y = kernels.dense_gemv(o, lin.weight, lin.scale, groups=G)  # all groups in one launch
+            if y is not None:
+                return y.unflatten(-1, (G, R))
         wa = lin.dequantized().unflatten(0, (G, -1))  # [G, o_lora, H/G*D]
         return torch.einsum("btgk,gok->btgo", o.float(), wa)
 

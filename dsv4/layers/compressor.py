@@ -16,7 +16,7 @@ from torch import nn
 
 from dsv4.cache import CompressorState
 from dsv4.config import ModelConfig
-from dsv4.layers.linear import Linear
+from dsv4.layers.linear import Linear, rows_forward
 from dsv4.layers.norm import RMSNorm
 from dsv4.layers.rope import apply_rope, rope_angles
 from dsv4.ops.kvquant import round_index, round_kv
@@ -39,9 +39,8 @@ class Compressor(nn.Module):
 
     def project(self, x: torch.Tensor, pos) -> tuple[torch.Tensor, torch.Tensor]:
         """kv and gate logits (with the absolute-position ape) of tokens at positions `pos`."""
-        kv = self.wkv(x, out_dtype=torch.float32)
-        z = self.wgate(x, out_dtype=torch.float32) + self.ape[pos % self.ratio]
-        return kv, z
+        kv, z = rows_forward(self, ("wkv", "wgate"), x, torch.float32)  # one GEMV when stacked
+        return kv, z + self.ape[pos % self.ratio]
 
     def pool(self, kv: torch.Tensor, z: torch.Tensor, first_block) -> torch.Tensor:
         """[B, n, rows, c*hd] blocks (rows = 2m for ratio 4, else m) -> [B, n, hd] finished entries (entry index first_block + i).

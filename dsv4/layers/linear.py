@@ -11,11 +11,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from types import SimpleNamespace
+
 from dsv4 import kernels
 from dsv4.config import ModelConfig
 from dsv4.ops import quantize as Q
 
-__all__ = ["FORMATS", "Linear", "no_reduce"]
+__all__ = ["FORMATS", "Linear", "no_reduce", "fuse_rows", "rows_forward"]
 
 FORMATS = ("bf16", "fp8", "fp4", "nvfp4")
 
@@ -107,3 +109,61 @@ class Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.in_features} -> {self.out_features}, {self.fmt}"
+
+
+# ---------------------------------------------------------------------- one GEMV for linears sharing x
+def _stack(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The row-concatenation of parts: a view when they already sit back to back in one storage
+    (a second decoder over the same model), else a new tensor."""
+    a = parts[0]
+    if all(p.is_contiguous() and p.untyped_storage().data_ptr() == a.untyped_storage().data_ptr()
+           for p in parts):
+        off = a.storage_offset()
+        for p in parts:
+            if p.storage_offset() != off:
+                break
+            off += p.numel()
+        else:
+            rows = sum(p.shape[0] for p in parts)
+            return a.as_strided((rows, *a.shape[1:]), a.stride(), a.storage_offset())
+    return torch.cat([p.data for p in parts])
+
+
+@torch.no_grad()
+def fuse_rows(owner: nn.Module, names: tuple[str, ...]) -> bool:
+    """Stacks the rows of owner's Linears `names` (same input, same format) into one Linear, so a
+    decode step runs one GEMV launch (and one FP8 activation rounding) instead of len(names).
+
+    The Linears' parameters become views into the stack: a later load still lands, nothing is
+    held twice, and each Linear alone computes what it did. FP8 needs whole 128-row scale blocks;
+    NVFP4 (a global scale per Linear) and mixed formats are left alone (returns False)."""
+    lins = [getattr(owner, n) for n in names]
+    fmt = lins[0].fmt
+    if (fmt not in ("bf16", "fp8", "fp4") or any(l.fmt != fmt or l.in_features != lins[0].in_features for l in lins)
+            or (fmt == "fp8" and any(l.out_features % 128 for l in lins))):
+        return False
+    first = lins[0]
+    cfg = SimpleNamespace(simulate_quant=first.simulate_quant, act_dtype=first.act_dtype)
+    fused = Linear(first.in_features, sum(l.out_features for l in lins), fmt, cfg, device="meta")
+    for pname in Linear.param_specs(1, 1, fmt):
+        stacked = _stack([getattr(l, pname) for l in lins])
+        setattr(fused, pname, _frozen(stacked))
+        row = 0
+        for lin in lins:
+            n = getattr(lin, pname).shape[0]
+            setattr(lin, pname, _frozen(stacked[row:row + n]))
+            row += n
+    if getattr(owner, "fused_rows", None) is None:
+        owner.fused_rows = {}  # a plain dict attribute: the stack adds no state-dict keys or submodules
+    owner.fused_rows["+".join(names)] = fused
+    return True
+
+
+def rows_forward(owner: nn.Module, names: tuple[str, ...], x: torch.Tensor,
+                 out_dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+    """The outputs of owner's Linears `names` on x: one GEMV when fuse_rows stacked them."""
+    table = getattr(owner, "fused_rows", None)
+    fused = None if table is None else table.get("+".join(names))
+    if fused is None:
+        return tuple(getattr(owner, n)(x, out_dtype) for n in names)
+    return fused(x, out_dtype).split([getattr(owner, n).out_features for n in names], dim=-1)

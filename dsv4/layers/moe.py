@@ -16,7 +16,7 @@ from torch import nn
 
 from dsv4 import kernels
 from dsv4.config import ModelConfig
-from dsv4.layers.linear import Linear, no_reduce
+from dsv4.layers.linear import Linear, no_reduce, rows_forward
 
 
 class Gate(nn.Module):
@@ -56,8 +56,7 @@ class Expert(nn.Module):
         self.w2 = Linear(inter, cfg.dim, fmt, cfg, device)
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        g = self.w1(x, out_dtype=torch.float32)
-        u = self.w3(x, out_dtype=torch.float32)
+        g, u = rows_forward(self, ("w1", "w3"), x, torch.float32)  # one GEMV when stacked
         if self.limit:
             u, g = u.clamp(-self.limit, self.limit), g.clamp(max=self.limit)
         a = F.silu(g) * u

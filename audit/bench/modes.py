@@ -101,10 +101,10 @@ def fused_drift(dec, ids, steps: int = 4) -> float:
 
 
 class _SkipReasons(logging.Handler):
-    """Collects inductor's 'skipping cudagraphs due to ...' log lines."""
+    """Collects inductor's 'skipping cudagraphs due to ...' warnings, quietly (see `_quiet_skips`)."""
 
     def __init__(self):
-        super().__init__(logging.DEBUG)
+        super().__init__(logging.WARNING)
         self.reasons: list[str] = []
 
     def emit(self, record):
@@ -113,8 +113,28 @@ class _SkipReasons(logging.Handler):
             self.reasons.append(msg.strip())
 
 
-_SKIP_LOGGERS = ("torch._inductor", "torch._inductor.cudagraph_trees", "torch._inductor.perf_hints",
-                 "torch._inductor.cudagraph_utils")
+# Where inductor's warnings end up: its own logger (children propagate to it) carries torch's stderr
+# handler. The skip reasons are WARNING records, so no level is lowered (lowering it to DEBUG printed
+# ~187,000 lines of inductor debug logs per compile row); torch's handler is set aside while ours
+# collects, so nothing is printed, and put back after.
+_INDUCTOR_LOGGER = "torch._inductor"
+
+
+class _quiet_skips:
+    def __enter__(self) -> _SkipReasons:
+        self.logger = logging.getLogger(_INDUCTOR_LOGGER)
+        self.saved = list(self.logger.handlers)
+        for h in self.saved:
+            self.logger.removeHandler(h)
+        self.handler = _SkipReasons()
+        self.logger.addHandler(self.handler)
+        return self.handler
+
+    def __exit__(self, *exc):
+        self.logger.removeHandler(self.handler)
+        for h in self.saved:
+            self.logger.addHandler(h)
+        return False
 
 
 @torch.no_grad()
@@ -141,29 +161,20 @@ def run_compile(model, row: ModeResult, ids, steps: int, rng) -> ModeResult:
         dec.pos.add_(1)
         return out
 
-    handler = _SkipReasons()
-    loggers = [logging.getLogger(n) for n in _SKIP_LOGGERS]
-    old = [(lg, lg.level) for lg in loggers]
-    for lg in loggers:
-        lg.addHandler(handler)
-        lg.setLevel(logging.DEBUG)
-    skips_before = _skip_count()
-    try:
-        dec.start_at(row.context, rng)
-        dec.stage(ids)
-        t0 = time.perf_counter()
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
-        row.build_s = time.perf_counter() - t0
-        row.note = f"per-layer compile + warmup {row.build_s:.0f} s"
-        summarize(row, timed(step, steps))
-    except Exception as e:  # the peer failing is a result too: report it, don't hide it
-        row.note = f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
-    finally:
-        for lg, lvl in old:
-            lg.removeHandler(handler)
-            lg.setLevel(lvl)
+    with _quiet_skips() as handler:
+        skips_before = _skip_count()
+        try:
+            dec.start_at(row.context, rng)
+            dec.stage(ids)
+            t0 = time.perf_counter()
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            row.build_s = time.perf_counter() - t0
+            row.note = f"per-layer compile + warmup {row.build_s:.0f} s"
+            summarize(row, timed(step, steps))
+        except Exception as e:  # the peer failing is a result too: report it, don't hide it
+            row.note = f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
     row.skip_reasons = sorted(set(handler.reasons))
     n_skips = _skip_count() - skips_before
     if n_skips and not row.skip_reasons:

@@ -188,8 +188,9 @@ def report_cmd(
     inventory: Path = typer.Argument(..., help="inventory.json of a scan"),
     baseline: Path = typer.Option(None, "--baseline", help="an older inventory.json: show fixed / new / remaining"),
     out: Path = typer.Option(None, "--out", help="write the markdown to this file instead of stdout"),
-    fail_on_new: bool = typer.Option(False, "--fail-on-new", help="with --baseline: exit 1 when a finding is not "
-                                     "in the baseline (matched by category and site, robust to line shifts)"),
+    fail_on_new: bool = typer.Option(False, "--fail-on-new", help="with --baseline: exit 1 when a finding (performance "
+                                     "or worse) is not in the baseline; matched by category and site, robust to "
+                                     "line shifts"),
 ) -> None:
     """Render an inventory (or its diff against a baseline) as markdown.
 

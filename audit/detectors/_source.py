@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import linecache
+import os
 
 _BRANCH = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -17,8 +18,19 @@ MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "a
             "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse"}
 
 
-@functools.lru_cache(maxsize=512)
 def tree(filename: str) -> ast.Module | None:
+    """The parsed file; parsed again when it changed on disk (a long-lived process may rescan an edited file)."""
+    linecache.checkcache(filename)
+    try:
+        st = os.stat(filename)
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    return _parse(filename, stamp)
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(filename: str, stamp) -> ast.Module | None:
     src = "".join(linecache.getlines(filename))
     if not src:
         return None

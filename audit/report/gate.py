@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from audit.errors import AuditError
 from audit.report.inventory import SEVERITY_RANK, Inventory
+from audit.report.match import match
 
 __all__ = ["FAIL_ON", "at_or_above", "default_fail_on", "fail_on_code", "new_code", "new_findings"]
 
@@ -45,19 +46,19 @@ def fail_on_code(inv: Inventory, fail_on: str, err_console=None) -> int:
     return 1 if bad else 0
 
 
-def new_findings(cur: Inventory, base: Inventory) -> list[dict]:
-    """Findings of `cur` the baseline lacks, matched as the diff matches them: category and innermost site
-    (file, function, op), nearest line; an edit that shifts lines matches the same finding."""
-    from audit.report.writers import _match
-
-    return _match(cur.findings(), base.findings())[1]
+def new_findings(cur: Inventory, base: Inventory, fail_on: str = "performance") -> list[dict]:
+    """Findings of `cur` at or above `fail_on` that the baseline lacks, matched as the diff matches them
+    (audit/report/match.py: category and innermost site, robust to line shifts). Info rows (allocations
+    and the like) are legal under capture and never count."""
+    return match(at_or_above(cur, fail_on), base.findings())[1]
 
 
 def new_code(cur: Inventory, base: Inventory, err_console=None) -> int:
     """1 (and one line per new finding) when `cur` has findings the baseline does not, else 0."""
     new = new_findings(cur, base)
     if new and err_console is not None:
-        err_console.print(f"[bold red]fail-on-new:[/] {len(new)} finding(s) not in the baseline", highlight=False)
+        err_console.print(f"[bold red]fail-on-new:[/] {len(new)} finding(s) not in the baseline (info rows "
+                          "never count)", highlight=False)
         for f in new:
             err_console.print(f"  {f['severity']} {_site(f)} ({f.get('function') or '?'})", highlight=False,
                               soft_wrap=True)

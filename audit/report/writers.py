@@ -18,6 +18,7 @@ import pandas as pd
 
 from audit.errors import AuditError
 from audit.report.inventory import CATEGORIES, SEVERITIES, SEVERITY_RANK, Inventory
+from audit.report.match import match
 from audit.report.sarif import sarif
 from audit.schema import check_version
 
@@ -163,25 +164,6 @@ def markdown(inv: Inventory) -> str:
 
 
 # ---------------------------------------------------------------------- diff
-def _match(cur: list[dict], base: list[dict]) -> tuple[list, list, list]:
-    """(fixed, new, remaining pairs); same category/file/function/op, nearest line wins."""
-    key = lambda r: (r["category"], r["file"], r.get("function") or "", r["op"])
-    pool: dict = {}
-    for r in base:
-        pool.setdefault(key(r), []).append(r)
-    new, remaining = [], []
-    for r in cur:
-        cands = pool.get(key(r))
-        if cands:
-            b = min(cands, key=lambda x: abs(int(x["line"] or 0) - int(r["line"] or 0)))
-            cands.remove(b)
-            remaining.append((r, b))
-        else:
-            new.append(r)
-    fixed = [r for rs in pool.values() for r in rs]
-    return fixed, new, remaining
-
-
 def _table(rows: list[dict], moved: dict | None = None) -> list[str]:
     if not rows:
         return ["None.", ""]
@@ -202,7 +184,7 @@ def _table(rows: list[dict], moved: dict | None = None) -> list[str]:
 
 
 def diff_markdown(cur: Inventory, base: Inventory) -> str:
-    fixed, new, pairs = _match(cur.findings(), base.findings())
+    fixed, new, pairs = match(cur.findings(), base.findings())
     remaining = [r for r, _ in pairs]
     moved = {id(r): b["line"] for r, b in pairs if r["line"] != b["line"]}
     blocking = lambda rs: sum(r["severity"] in SEVERITIES[:2] for r in rs)

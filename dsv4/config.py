@@ -53,6 +53,8 @@ class ModelConfig:
     beta_slow: float = 1.0
     norm_eps: float = 1e-6
     max_position_embeddings: int = 1048576
+    bos_token_id: int = 0  # the released tokenizer's <｜begin▁of▁sentence｜>
+    eos_token_id: int | list[int] = 1  # <｜end▁of▁sentence｜>
     weight_fmt: str = "fp8"  # dense projections: "fp8" | "bf16" | "nvfp4"
     expert_fmt: str = "fp4"  # routed experts: "fp4" | "fp8" | "bf16" | "nvfp4"
     # runtime (not stored in a checkpoint)
@@ -140,6 +142,7 @@ class ModelConfig:
                     kw[k] = raw[k]
             kw["weight_fmt"] = {"fp8": "fp8", "bf16": "bf16", "nvfp4": "nvfp4"}.get(raw.get("dtype", "fp8"), "fp8")
             kw["expert_fmt"] = raw.get("expert_dtype", "fp4")
+        _check_architecture(raw, source)
         if kw.get("num_key_value_heads", 1) != 1:
             raise DSV4Error(f"{source}: num_key_value_heads must be 1 (one shared K=V head)")
         kw.pop("num_key_value_heads", None)
@@ -166,6 +169,8 @@ class ModelConfig:
             out[hf] = getattr(self, ours)
         out["num_key_value_heads"] = 1
         out["num_nextn_predict_layers"] = self.n_mtp_layers
+        out.update(_ARCHITECTURE)
+        out.update(_HF_DEFAULTS)
         out["rope_scaling"] = {
             "type": "yarn",
             "factor": self.rope_factor,
@@ -220,6 +225,8 @@ _HF_NAMES = {
     "compress_rope_theta": "compress_rope_theta",
     "norm_eps": "rms_norm_eps",
     "max_position_embeddings": "max_position_embeddings",
+    "bos_token_id": "bos_token_id",
+    "eos_token_id": "eos_token_id",
     "max_seq_len": "max_seq_len",
     "max_batch_size": "max_batch_size",
 }
@@ -227,6 +234,22 @@ _RUNTIME = {"max_seq_len", "max_batch_size", "num_key_value_heads"}
 _REQUIRED = ["vocab_size", "dim", "n_layers", "n_heads", "head_dim", "q_lora_rank", "n_routed_experts",
              "n_activated_experts", "moe_inter_dim", "compress_ratios"]
 _MODEL_TYPES = {"deepseek_v4", "deepseek_v4_flash", "deepseek_v4_pro"}
+# Fields a released HF config.json carries that are constants of the architecture (transformers'
+# DeepseekV4Config reads them): written as they are, and a config that says otherwise is refused.
+_ARCHITECTURE = {
+    "hidden_act": "silu",  # SwiGLU experts (with the swiglu_limit clamp)
+    "attention_bias": False,
+    "mlp_bias": False,
+    "norm_topk_prob": True,  # top-k routing weights renormalized to sum 1 (sqrtsoftplus / sigmoid scores)
+    "tie_word_embeddings": False,  # embed and head are separate tensors
+}
+_HF_DEFAULTS = {"attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True, "pad_token_id": None}
+
+
+def _check_architecture(raw: dict, source: str) -> None:
+    for key, want in _ARCHITECTURE.items():
+        if key in raw and raw[key] != want:
+            raise DSV4Error(f"{source}: {key}={raw[key]!r} is not DeepSeek-V4 (it uses {want!r})")
 
 
 def _quant_fmt(qc: dict) -> str:

@@ -20,7 +20,7 @@ from audit.report.inventory import CATEGORIES, Finding
 __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 
 FAMILIES = ("host_sync", "guarded_sync", "allocation", "control", "baked", "stale_pointer", "side_effect", "rng",
-            "cross_device", "pageable_copy")
+            "cross_device", "pageable_copy", "streams")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ process is poisoned afterwards (docs/hazards.md). Three sources, one finding per
 - host reads hooked at the Tensor-method level (`.item()`, `.tolist()`, `bool(t)`, `.cpu()`, ...),
   which on a CPU tensor never reach the dispatcher yet sync on a GPU;
 - explicit waits (torch.cuda.synchronize, Event/Stream.synchronize/query), sync-debug-mode
-  warnings and _gpu_trace sync callbacks (CUDA scans).
+  warnings (at the line Python saw them) and _gpu_trace sync callbacks (CUDA scans).
 """
 
 from __future__ import annotations
@@ -91,16 +91,34 @@ def one_hot_classes(rec):
     return None
 
 
+def copy_sides(rec):
+    """(source meta, destination meta) of a copy op (`_to_copy`, `copy_`), or None."""
+    if rec.op == "aten._to_copy" and rec.inputs and rec.outputs:
+        return rec.inputs[0], rec.outputs[0]
+    if rec.op == "aten.copy_" and len(rec.inputs) >= 2:
+        return rec.inputs[1], rec.inputs[0]
+    return None
+
+
+def non_blocking(rec) -> bool:
+    """copy_(src, True) or non_blocking=True among the normalized arguments."""
+    if rec.op == "aten.copy_" and len(rec.args) > 2 and rec.args[2] is True:
+        return True
+    return any(isinstance(a, tuple) and len(a) == 2 and a[0] == "non_blocking" and a[1] is True for a in rec.args)
+
+
 @sync_op("aten._to_copy", "aten.copy_")
 def device_to_host(rec):
-    """A copy from device memory into host memory waits for the device."""
-    if rec.op == "aten._to_copy":
-        src, dst = (rec.inputs[:1], rec.outputs[:1])
-    else:
-        dst, src = rec.inputs[:1], rec.inputs[1:2]
-    if src and dst and src[0].device.type != "cpu" and dst[0].device.type == "cpu":
-        return ("device->host copy inside the step waits for the device", _DEVICE_FIX)
-    return None
+    """A copy from device memory into host memory waits for the device, unless it goes into
+    pinned memory with non_blocking=True (then it is a captured memcpy node, see pageable-copy)."""
+    sides = copy_sides(rec)
+    if not sides or sides[0].device.type == "cpu" or sides[1].device.type != "cpu":
+        return None
+    if sides[1].pinned and non_blocking(rec):
+        return None
+    where = "pinned host memory (non_blocking=False)" if sides[1].pinned else "pageable host memory"
+    return (f"device->host copy into {where} inside the step waits for the device "
+            "(capture refuses it)", _DEVICE_FIX)
 
 
 _HOST_FIX = {
@@ -128,11 +146,16 @@ def dispatched_syncs(ctx):
     return out
 
 
+def _runtime(r) -> bool:
+    """A sync the CUDA runtime reported (not a call we patched)."""
+    return r.note == "gpu_trace" or r.note.startswith("sync-debug")
+
+
 def _covered(ctx) -> set:
     """(file, line) per step already explained by a hooked host read, a patched wait or a sync op."""
     out = set()
     for r in ctx.all_records(("aten", "host", "sync")):
-        if r.note == "gpu_trace" or not r.frame:
+        if _runtime(r) or not r.frame:
             continue
         rule = SYNC_OPS.get(r.op) if r.kind == "aten" else None
         if r.kind != "aten" or r.nested or (rule and rule(r)):
@@ -144,14 +167,17 @@ def _covered(ctx) -> set:
 def host_reads(ctx):
     """Tensor-method host reads (.item/.tolist/.cpu/.numpy/bool/int/float/index) and explicit waits.
 
-    On a CPU scan these are the calls that would copy to the host and wait on a GPU."""
+    On a CPU scan these are the calls that would copy to the host and wait on a GPU. One read is
+    one finding: on a GPU its copy lands in pageable memory, which the message says (the copy is
+    not a second, pageable-copy finding)."""
     out = []
-    recs = [r for r in ctx.all_records(("host", "sync")) if r.note != "gpu_trace"]
+    recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r)]
     for (file, line, op), group in ctx.per_site(recs).items():
         r = group[0]
         if r.kind == "host":
             shape = tuple(r.inputs[0].shape) if r.inputs else ()
-            msg = f"`{op}` on a {list(shape)} tensor copies it to the host and waits for the device"
+            dest = "pageable host memory" if ctx.cuda else "the host"
+            msg = f"`{op}` on a {list(shape)} tensor copies it to {dest} and waits for the device"
             fix = _HOST_FIX.get(op, _DEVICE_FIX)
         elif op.endswith(".query"):
             msg = f"`{op}()` polls device progress from the host (not allowed while capturing)"
@@ -163,17 +189,34 @@ def host_reads(ctx):
     return out
 
 
+def _syncing_op(recs: list, i: int) -> str:
+    """The op a sync-debug warning belongs to: torch hands the warning over when the C++ call that
+    synchronized returns, which is just before its record (inside the dispatch) or just after it."""
+    at = recs[i].stack
+    if i + 1 < len(recs) and recs[i + 1].kind == "aten" and recs[i + 1].stack == at:
+        return recs[i + 1].op
+    for r in reversed(recs[:i]):
+        if r.kind == "aten" and r.stack == at:
+            return r.op
+        if r.stack != at:
+            break
+    return "synchronizing call"
+
+
 @register("host-sync", cuda_only=True)
 def runtime_reported_syncs(ctx):
-    """CUDA scans: syncs the runtime reported (sync-debug-mode warnings on the op that raised them,
-    torch.cuda._gpu_trace callbacks) where no rule above already explains the line."""
+    """CUDA scans: syncs the runtime reported (sync-debug-mode warnings, torch.cuda._gpu_trace
+    callbacks) at the line that synchronized, where no rule above already explains the line."""
     covered = _covered(ctx)
-    recs = [r for r in ctx.all_records(("sync",)) if r.note == "gpu_trace"]
-    why = {id(r): f"the CUDA runtime reported a {r.op[5:]} here (torch.cuda._gpu_trace)" for r in recs}
-    for step, index, msg in ctx.trace.warnings:
-        r = ctx.steps[step][index]
-        recs.append(r)
-        why[id(r)] = f"sync-debug mode: {msg.splitlines()[0]}"
-    recs = [r for r in recs if r.frame and (r.step,) + r.frame[:2] not in covered and not r.nested]
-    return [ctx.finding("host-sync", g[0], op, len(g) / ctx.n_steps, why[id(g[0])])
-            for (_, _, op), g in ctx.per_site(recs).items()]
+    groups: dict = {}
+    for recs in ctx.steps:
+        for i, r in enumerate(recs):
+            if r.kind != "sync" or not _runtime(r) or not r.frame or (r.step,) + r.frame[:2] in covered:
+                continue
+            if r.note == "gpu_trace":
+                op, why = r.op, f"the CUDA runtime reported a {r.op[5:]} here (torch.cuda._gpu_trace)"
+            else:
+                op, why = _syncing_op(recs, i), f"sync-debug mode: {r.note.split(chr(0), 1)[-1]}"
+            groups.setdefault(r.frame[:2] + (op,), []).append((r, why))
+    return [ctx.finding("host-sync", g[0][0], op, len(g) / ctx.n_steps, g[0][1])
+            for (_, _, op), g in groups.items()]

@@ -1,48 +1,42 @@
-"""pageable-copy (CUDA scans): host<->device copies inside the step.
+"""pageable-copy (CUDA scans): host->device copies inside the step.
 
 Capture raises on a copy between pageable host memory and the device ("unless the CPU tensor is
-pinned"); a pinned host->device copy is captured as a memcpy node, which is the right way to
-stage inputs only if the pinned buffer is persistent and refilled outside the graph.
+pinned"); a pinned copy with non_blocking=True is captured as a memcpy node, which is the right way
+to stage data only if the pinned buffer is persistent and refilled outside the graph. A blocking
+device->host copy is a host-sync finding (its message names the pageable destination): one read,
+one finding.
 """
 
 from __future__ import annotations
 
 from audit.detectors import register
+from audit.detectors.host_sync import copy_sides, non_blocking
 
 PINNED = ("pinned host->device copy inside the step (captured as a memcpy node; the pinned buffer must be "
           "persistent and refilled in prepare())")
+PINNED_BACK = ("non-blocking device->host copy into pinned memory inside the step (captured as a memcpy node; "
+               "read the host buffer only after the replay has been synchronized)")
 PAGEABLE = ("host->device copy from pageable memory: capture raises 'Cannot copy between CPU and CUDA tensors "
             "... unless the CPU tensor is pinned'")
 FROM_DATA = ("torch.tensor(data, device=...) inside the step copies Python data from pageable host memory to "
              "the device (and bakes its value)")
 
 
-def _sides(rec):
-    """(source meta, destination meta) of a copy op, or None."""
-    if rec.op == "aten._to_copy" and rec.inputs and rec.outputs:
-        return rec.inputs[0], rec.outputs[0]
-    if rec.op == "aten.copy_" and len(rec.inputs) >= 2:
-        return rec.inputs[1], rec.inputs[0]
-    return None
-
-
 @register("pageable-copy", cuda_only=True)
 def host_device_copies(ctx):
-    """Copies with one side on the CPU: blocking when pageable, info when pinned host->device."""
+    """Host->device copies: blocking when pageable, info when pinned (and pinned non-blocking reads back)."""
     hits = []
     for r in ctx.all_records():
-        sides = _sides(r)
-        if not sides:  # nested ones too: `.cpu()` is a host-sync and a device->host copy
+        sides = copy_sides(r)
+        if not sides:
             continue
         src, dst = sides
         if {src.device.type, dst.device.type} != {"cpu", "cuda"}:
             continue
-        if src.device.type == "cpu" and src.pinned:
-            hits.append((r, "info", PINNED))
-        elif src.device.type == "cpu":
-            hits.append((r, "blocks-capture", PAGEABLE))
-        else:
-            hits.append((r, "blocks-capture", "device->host copy inside the step: capture refuses it and it syncs"))
+        if src.device.type == "cpu":
+            hits.append((r, "info", PINNED) if src.pinned else (r, "blocks-capture", PAGEABLE))
+        elif dst.pinned and non_blocking(r) and not r.nested:
+            hits.append((r, "info", PINNED_BACK))
     for r in ctx.all_records():
         if r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs and r.inputs[0].device.type != "cpu":
             hits.append((r, "blocks-capture", FROM_DATA))

@@ -86,6 +86,14 @@ CATEGORIES: dict[str, Category] = dict([
        "are not in it (empty graphs, stale replay on the other device).",
        "One graph per device, captured on a stream created for that device inside "
        "torch.cuda.device(dev); move data between graphs with copies outside them."),
+    _c("unjoined-stream", "Side-stream work not forked from or joined to the step's stream", "silent-corruption",
+       "Only streams that wait on the capturing stream are part of the graph: work issued on another stream "
+       "with no wait on the step's stream before it runs once while capturing and replay skips it (no error: "
+       "a toy decoder's graph held 5 kernel nodes against 7 eager kernels). Work forked but not waited on "
+       "after it fails the capture (unjoined), and in eager decode the step's stream reads it too early.",
+       "Take the streams at call time and fork and join around the block: `s.wait_stream(torch.cuda.current_stream())` "
+       "before it and `torch.cuda.current_stream().wait_stream(s)` after it (or events recorded and waited on "
+       "both ways)."),
     _c("pageable-copy", "Host<->device copies in the step", "blocks-capture",
        "Capture refuses copies between pageable CPU memory and the device ('unless the CPU tensor is "
        "pinned'), and a device->host copy also synchronizes.",

@@ -4,21 +4,31 @@
   is a device->host copy plus a sync. We wrap the Tensor methods so a CPU scan lists them.
 - CUDA waits: `torch.cuda.synchronize`, `Event.synchronize/query`, `Stream.synchronize/query`.
   Sync-debug mode misses the first two (docs/hazards.md), so patching is the only reliable signal.
+  On a machine without CUDA they would raise: there audit.scan.cpu_cuda stands in for them, in
+  warmup too (`unaudited`), so a step written for the GPU still runs on a CPU scan.
+- Streams and events (CUDA scans): switches and cross-stream waits, for the unjoined-stream rule
+  (audit.scan.stream_hooks).
 - `nn.Module.__setattr__`: the source line of a Python-side state change inside the step.
-- GPU only: sync-debug mode "warn", and torch.cuda._gpu_trace callbacks (those cannot be removed,
-  so they are registered once per process, forward to the active tracer, and are idle otherwise).
+- GPU only: sync-debug mode "warn", each warning recorded where Python sees it (the line that
+  synchronized), and torch.cuda._gpu_trace callbacks (those cannot be removed, so they are
+  registered once per process, forward to the active tracer, and are idle otherwise).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import warnings
 
 import torch
 from torch import nn
 
 from audit.errors import AuditError
+from audit.scan import cpu_cuda, stream_hooks
 
-__all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "sync_debug_off", "sync_debug_warn"]
+__all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
+           "sync_debug_off", "sync_debug_warn", "unaudited"]
 
 # `.to(device)` is left out on purpose: on a CPU scan `.to(self.device)` cannot be told apart from
 # `.to("cpu")`; on a CUDA scan a real device->host `.to` dispatches `_to_copy` and is caught there.
@@ -46,16 +56,14 @@ def _host_wrapper(name: str, orig):
     return wrapper
 
 
-def _sync_wrapper(label: str, orig, method: bool):
+def _sync_wrapper(label: str, orig):
     def wrapper(*args, **kwargs):
         tr = _ACTIVE
         if tr is not None and tr._step >= 0 and not tr.host_depth:
             tr.record_event("sync", label)
             tr.host_depth += 1
             try:
-                if method or torch.cuda.is_available():  # CPU-only host: nothing to wait for
-                    return orig(*args, **kwargs)
-                return None
+                return orig(*args, **kwargs)
             finally:
                 tr.host_depth -= 1
         return orig(*args, **kwargs)
@@ -65,20 +73,23 @@ def _sync_wrapper(label: str, orig, method: bool):
     return wrapper
 
 
-def _sync_targets():
-    out = [(torch.cuda, "synchronize", "torch.cuda.synchronize", False),
-           (torch.cuda.Event, "synchronize", "Event.synchronize", True),
-           (torch.cuda.Event, "query", "Event.query", True),
-           (torch.cuda.Stream, "synchronize", "Stream.synchronize", True),
-           (torch.cuda.Stream, "query", "Stream.query", True)]
-    acc = getattr(torch, "accelerator", None)
-    if acc is not None and hasattr(acc, "synchronize"):
-        out.append((acc, "synchronize", "torch.accelerator.synchronize", False))
+def _sync_targets(cuda: bool):
+    """The waits to wrap; the module-level synchronize calls only where CUDA exists (else the
+    stand-ins answer them), the Stream/Event methods always (a stand-in never reaches them)."""
+    out = [(torch.cuda.Event, "synchronize", "Event.synchronize"),
+           (torch.cuda.Event, "query", "Event.query"),
+           (torch.cuda.Stream, "synchronize", "Stream.synchronize"),
+           (torch.cuda.Stream, "query", "Stream.query")]
+    if cuda:
+        out.append((torch.cuda, "synchronize", "torch.cuda.synchronize"))
+        acc = getattr(torch, "accelerator", None)
+        if acc is not None and hasattr(acc, "synchronize"):
+            out.append((acc, "synchronize", "torch.accelerator.synchronize"))
     return out
 
 
 @contextlib.contextmanager
-def _patched(owner, name: str, new):
+def patched(owner, name: str, new):
     """Sets owner.name = new; afterwards restores exactly what was there (own attr or inherited)."""
     had = name in vars(owner)
     old = vars(owner).get(name)
@@ -111,15 +122,32 @@ def active(tracer):
         raise AuditError("a scan is already running in this process (scans do not nest)")
     with contextlib.ExitStack() as stack:
         for name in HOST_READS:
-            stack.enter_context(_patched(torch.Tensor, name, _host_wrapper(name, getattr(torch.Tensor, name))))
-        for owner, name, label, method in _sync_targets():
-            stack.enter_context(_patched(owner, name, _sync_wrapper(label, getattr(owner, name), method)))
-        stack.enter_context(_patched(nn.Module, "__setattr__", _setattr_wrapper(nn.Module.__setattr__)))
+            stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, getattr(torch.Tensor, name))))
+        have_cuda = torch.cuda.is_available()
+        for owner, name, label in _sync_targets(have_cuda):
+            stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name))))
+        if not have_cuda:  # no CUDA here: stand-ins that record instead of raising
+            stack.enter_context(cpu_cuda.standing_in(tracer, patched))
+        if tracer.cuda:
+            stack.enter_context(stream_hooks.watching(tracer, patched))
+        stack.enter_context(patched(nn.Module, "__setattr__", _setattr_wrapper(nn.Module.__setattr__)))
         _ACTIVE = tracer
         try:
             yield
         finally:
             _ACTIVE = None
+
+
+@contextlib.contextmanager
+def unaudited(tracer):
+    """Around warmup steps: nothing is recorded, but on a machine without CUDA the stand-ins keep a
+    step written for the GPU from raising. Warmup syncs give no finding: warmup exists for first-call
+    work (compiling, allocating, a one-time synchronize), which a capture after it never sees."""
+    if torch.cuda.is_available():
+        yield
+        return
+    with cpu_cuda.standing_in(tracer, patched):
+        yield
 
 
 def is_default_generator(g) -> bool:
@@ -130,15 +158,57 @@ def is_default_generator(g) -> bool:
     return False
 
 
+def is_sync_warning(text: str) -> bool:
+    # torch announces the mode itself once ("... is a prototype feature ..."): not a sync
+    return "synchroniz" in text.lower() and "prototype feature" not in text
+
+
 @contextlib.contextmanager
 def sync_debug_warn():
-    """torch.cuda.set_sync_debug_mode('warn') for the step (process-global; restored after)."""
+    """torch.cuda.set_sync_debug_mode('warn') for the step (process-global; restored after).
+
+    Each sync warning becomes a 'sync' event when Python sees it: torch hands a C++ warning to
+    Python as the C++ call that raised it returns, so the frame running then is the line that
+    synchronized (a warning kept until the next op would blame the line after). Other warnings
+    go on to whatever recorded them before."""
+    tr = _ACTIVE
+    prev_show = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = str(message)
+        if tr is not None and is_sync_warning(text):
+            if tr._step >= 0 and not tr.host_depth:
+                tr.record_event("sync", "sync-debug", note="sync-debug\x00" + text.strip().splitlines()[0],
+                                depth=_caller_depth(sys._getframe(1)) + 2)
+            return
+        if prev_show is not warnings._showwarning_orig:
+            prev_show(message, category, filename, lineno, file, line)
+        else:  # catch_warnings(record=True) or the default: its own sink
+            warnings._showwarnmsg_impl(warnings.WarningMessage(message, category, filename, lineno, file, line))
+
     old = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("warn")
+    warnings.showwarning = show
     try:
         yield
     finally:
+        warnings.showwarning = prev_show
         torch.cuda.set_sync_debug_mode(old)
+
+
+_SCAN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_depth(frame) -> int:
+    """Frames from `frame` to where the synchronizing call was made: when the warning surfaces inside
+    the tracer's dispatch (before the op is recorded), the op's caller, not the code under the op."""
+    depth, f = 0, frame
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "__torch_dispatch__" and code.co_filename.startswith(_SCAN_DIR):
+            return depth + 1
+        f, depth = f.f_back, depth + 1
+    return 0
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from audit import detectors
 from audit.errors import AuditError, TargetFailed
 from audit.report.inventory import SEVERITIES, Inventory
 from audit.target import describe_error, resolve
+from audit.scan import cpu_cuda, hooks
 from audit.scan.tracer import Tracer
 
 __all__ = ["scan"]
@@ -53,7 +54,7 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     audit/ranks.py tags and merges the ranks' inventories)."""
     device = _check(device, steps, warmup)
     t_start = time.perf_counter()
-    res = resolve(target, device, path, tp=tp)
+    res = _build(target, device, path, tp)
     obj, total = res.obj, warmup + steps
     tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
     try:
@@ -82,6 +83,17 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     return inv
 
 
+def _build(target, device: str, path: str, tp: int):
+    """resolve(), except that a factory needing CUDA on a machine without it is told where to go."""
+    try:
+        return resolve(target, device, path, tp=tp)
+    except AuditError as e:
+        if not torch.cuda.is_available() and cpu_cuda.needs_gpu(str(e)):
+            raise AuditError(f"{e}: this target needs CUDA to be built; scan it on a machine with a GPU "
+                             "(--device cuda)") from None
+        raise
+
+
 def _run_steps(obj, tracer: Tracer, label: str, warmup: int, total: int, progress: Progress | None) -> str | None:
     """prepare(i); step() for every iteration, the last `total - warmup` audited; the failure, if any."""
     for i in range(total):
@@ -94,7 +106,8 @@ def _run_steps(obj, tracer: Tracer, label: str, warmup: int, total: int, progres
                 with tracer.step(i - warmup):
                     tracer.call(obj.step)
             else:
-                obj.step()
+                with hooks.unaudited(tracer):
+                    obj.step()
         except (Exception, SystemExit) as e:  # noqa: BLE001 - the target failed (or called exit): keep what we have
             return (f"target {label}: {stage}() raised in {'audited' if audited else 'warmup'} "
                     f"iteration {i}: {describe_error(e)}")

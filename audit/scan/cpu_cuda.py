@@ -1,0 +1,168 @@
+"""CUDA stand-ins for a scan on a machine without CUDA, so a step written for the GPU still runs.
+
+On a CPU-only torch, torch.cuda.synchronize(), current_stream(), Stream() and Event() raise
+("Torch not compiled with CUDA enabled"). While a step runs (warmup too) they are replaced by host
+objects that compute nothing and report what the call would be on a GPU: waits and queries are
+'sync' events (host-sync findings), stream switches and event record/wait are stream events (the
+unjoined-stream rule). Outside audited steps nothing is recorded. All of it is removed on exit.
+A target whose factory already needs CUDA cannot be built here: `needs_gpu` tells that error apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import torch
+
+from audit.scan import stream_hooks
+
+__all__ = ["HostEvent", "HostStream", "needs_gpu", "standing_in"]
+
+_CUDA_MISSING = ("torch not compiled with cuda", "requires cuda support", "dummy base class", "no nvidia driver",
+                 "no cuda gpus are available", "cuda driver initialization failed", "cuda is not available",
+                 "found no nvidia driver", "cannot access accelerator device")
+
+
+def needs_gpu(text: str) -> bool:
+    """Does this error text say that CUDA is missing on this machine?"""
+    low = text.lower()
+    return any(p in low for p in _CUDA_MISSING)
+
+
+_IDS = itertools.count(1)  # stream ids stay unique across steps (a stream made in warmup lives on)
+
+
+class _Host:
+    """The stand-ins' shared state while installed: the tracer to report to, the current stream."""
+
+    tracer = None
+    default = None
+    current = None
+
+    def sync(self, label: str) -> None:
+        tr = self.tracer
+        if tr is not None and tr._step >= 0 and not tr.host_depth:
+            tr.record_event("sync", label, depth=3)
+
+    def event(self, op: str, *ids: str, stream=None) -> None:
+        """A stream event; `stream`, when given, is appended as its key (None: the current one)."""
+        if self.tracer is None:
+            return
+        if op.startswith("event."):
+            ids += (stream_hooks.key(stream if stream is not None else self.current),)
+        stream_hooks.note(self.tracer, op, *ids)
+
+
+_HOST = _Host()
+
+
+class HostStream:
+    """torch.cuda.Stream on a machine without CUDA: orders nothing, reports waits and queries."""
+
+    def __init__(self, device=None, priority: int = 0, stream_id: int | None = None, **kwargs):
+        self._host = _HOST
+        self.stream_id = next(_IDS) if stream_id is None else stream_id
+        self.device_index = 0
+        self.device = torch.device("cuda", 0)
+        self.priority = priority
+        self.cuda_stream = 0
+
+    def synchronize(self) -> None:
+        self._host.sync("Stream.synchronize")
+
+    def query(self) -> bool:
+        self._host.sync("Stream.query")
+        return True
+
+    def wait_event(self, event) -> None:
+        event.wait(self)
+
+    def wait_stream(self, stream) -> None:
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event=None):
+        event = event if event is not None else HostEvent()
+        event.record(self)
+        return event
+
+    def __repr__(self) -> str:
+        return f"<stand-in torch.cuda.Stream {self.stream_id} (CPU scan)>"
+
+
+class HostEvent:
+    """torch.cuda.Event on a machine without CUDA."""
+
+    def __init__(self, *args, **kwargs):
+        self._host = _HOST
+
+    def record(self, stream=None) -> None:
+        self._host.event("event.record", str(id(self)), stream=stream)
+
+    def wait(self, stream=None) -> None:
+        self._host.event("event.wait", str(id(self)), stream=stream)
+
+    def query(self) -> bool:
+        self._host.sync("Event.query")
+        return True
+
+    def synchronize(self) -> None:
+        self._host.sync("Event.synchronize")
+
+    def elapsed_time(self, end_event) -> float:
+        return 0.0
+
+
+@contextlib.contextmanager
+def standing_in(tracer, patched):
+    """Installs the stand-ins (torch.cuda.synchronize/current_stream/default_stream/set_stream,
+    Stream(), Event(), `with torch.cuda.stream(s)`) for one step; restores torch afterwards."""
+    host = _HOST
+    host.tracer, host.default = tracer, HostStream(stream_id=0)
+    host.current = host.default
+    cuda = torch.cuda
+    set0, enter0, exit0 = cuda.set_stream, cuda.StreamContext.__enter__, cuda.StreamContext.__exit__
+
+    def switch(stream) -> None:
+        host.current = stream
+        host.event("stream.set", stream_hooks.key(stream))
+
+    def set_stream(stream):
+        return switch(stream) if isinstance(stream, HostStream) else set0(stream)
+
+    def enter(self):
+        if not isinstance(self.stream, HostStream):
+            return enter0(self)
+        host.event("stream.enter", stream_hooks.key(self.stream))
+        self._audit_prev = host.current
+        switch(self.stream)
+
+    def exit_(self, *exc):
+        if not isinstance(self.stream, HostStream):
+            return exit0(self, *exc)
+        switch(self._audit_prev)
+
+    def sync(*args, **kwargs):
+        host.sync("torch.cuda.synchronize")
+
+    def acc_sync(*args, **kwargs):
+        host.sync("torch.accelerator.synchronize")
+
+    with contextlib.ExitStack() as stack:
+        for owner, name, new in (
+                (cuda, "synchronize", sync),
+                (cuda, "current_stream", lambda device=None: host.current),
+                (cuda, "default_stream", lambda device=None: host.default),
+                (cuda, "set_stream", set_stream),
+                (cuda.Stream, "__new__", lambda cls, *a, **k: HostStream(*a, **k)),
+                (cuda.Event, "__new__", lambda cls, *a, **k: HostEvent(*a, **k)),
+                (cuda.StreamContext, "__enter__", enter),
+                (cuda.StreamContext, "__exit__", exit_)):
+            stack.enter_context(patched(owner, name, new))
+        if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "synchronize"):
+            stack.enter_context(patched(torch.accelerator, "synchronize", acc_sync))
+        stream_hooks.start(tracer, stream_hooks.key(host.default))
+        try:
+            yield host
+        finally:
+            host.tracer = host.default = host.current = None

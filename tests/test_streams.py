@@ -1,0 +1,113 @@
+"""unjoined-stream (issue 14, point 5) on a CPU: the stand-in streams record the same switches and
+waits a CUDA scan records, so each planted form is found at its line and the legal twins are clean.
+The vector-clock rules are also checked on synthetic traces (transitive forks, early reads)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import audit
+from audit import detectors
+from audit.report.inventory import Inventory
+from audit.scan.records import OpRecord, TensorMeta, Trace
+
+PLANTED = Path(__file__).parent / "planted_gpu"
+sys.path.insert(0, str(PLANTED))
+from markers import found, markers  # noqa: E402
+
+STREAMS = PLANTED / "streams.py"
+HAZARDS = ["make", "make_no_join", "make_event_no_join"]
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-in streams exist without CUDA only")
+
+
+def _scan(factory):
+    return audit.scan(f"{STREAMS}:{factory}", device="cpu", steps=3)
+
+
+def _form(factory) -> set[tuple[int, str]]:
+    """The markers inside the step() of the class `factory` builds."""
+    import inspect
+
+    import streams as mod
+
+    src, lo = inspect.getsourcelines(type(getattr(mod, factory)("cpu")).step)
+    return {(line, c) for line, c in markers(STREAMS) if lo <= line < lo + len(src)}
+
+
+def test_three_forms_and_two_twins_are_planted():
+    assert all(len(_form(f)) == 1 for f in HAZARDS) and not _form("make_clean") and not _form("make_clean_events")
+
+
+@cpu_only
+@pytest.mark.parametrize("factory", HAZARDS)
+def test_each_form_is_found_at_its_line(factory):
+    inv = _scan(factory)
+    assert found(inv, STREAMS) == _form(factory), inv.df[["line", "category", "op", "message"]].to_string()
+    row = inv.where("unjoined-stream").iloc[0]
+    assert row.count_per_step == 1 and "first op `aten." in row.message and "wait_stream" in row.fix
+
+
+@cpu_only
+@pytest.mark.parametrize("factory", ["make_clean", "make_clean_events"])
+def test_legal_fork_and_join_give_no_finding(factory):
+    inv = _scan(factory)
+    assert inv.meta["error"] is None and inv.blocking().empty, inv.df[["line", "category", "op"]].to_string()
+
+
+# ---------------------------------------------------------------------- synthetic traces
+_CODE = _scan.__code__
+
+
+def _t(tid):
+    return TensorMeta((4,), (1,), torch.float32, torch.device("cuda", 0), tid, tid, tid)
+
+
+def _trace(events):
+    """events: ("op", line, [input tids], [output tids]) | (stream op, line, note)."""
+    recs = []
+    for i, e in enumerate(events):
+        if e[0] == "op":
+            _, line, ins, outs = e
+            recs.append(OpRecord(0, i, "aten", "aten.mul", (), tuple(_t(t) for t in ins), tuple(_t(t) for t in outs),
+                                 (True,) * len(ins), (True,) * len(outs), stack=((_CODE, line),)))
+        else:
+            recs.append(OpRecord(0, i, "stream", e[0], (), stack=((_CODE, e[1]),) if e[1] else (), note=e[2]))
+    return Trace(device="cuda:0", steps=[recs], complete=[True], changes=[[]], held=[set()])
+
+
+def _lines(events):
+    inv = Inventory.from_findings(detectors.run(_trace(events), None, cuda=True))
+    return sorted(zip(inv.where("unjoined-stream").line, inv.where("unjoined-stream").op))
+
+
+def test_a_fork_through_another_side_stream_counts():
+    fork_chain = [("stream.start", 0, "0:1"), ("op", 1, [], [10]),
+                  ("event.record", 2, "e1 0:1"), ("event.wait", 2, "e1 0:2"),   # s2 waits on main
+                  ("event.record", 3, "e2 0:2"), ("event.wait", 3, "e2 0:3"),   # s3 waits on s2
+                  ("stream.set", 4, "0:3"), ("op", 5, [10], [11]),
+                  ("event.record", 6, "e3 0:3"), ("stream.set", 6, "0:1"), ("event.wait", 6, "e3 0:1"),
+                  ("op", 7, [11], [12])]
+    assert _lines(fork_chain) == []
+
+
+def test_a_read_before_the_join_and_a_write_after_the_fork():
+    early_read = [("stream.start", 0, "0:1"), ("op", 1, [], [10]),
+                  ("event.record", 2, "e1 0:1"), ("event.wait", 2, "e1 0:2"),
+                  ("stream.set", 3, "0:2"), ("op", 4, [10], [11]), ("stream.set", 5, "0:1"),
+                  ("op", 6, [11], [12]),                                          # read before waiting
+                  ("event.record", 7, "e2 0:2"), ("event.wait", 7, "e2 0:1")]
+    assert _lines(early_read) == [(3, "stream join")]
+    late_write = [("stream.start", 0, "0:1"),
+                  ("event.record", 2, "e1 0:1"), ("event.wait", 2, "e1 0:2"),
+                  ("op", 3, [], [10]),                                            # written after the fork
+                  ("stream.set", 4, "0:2"), ("op", 5, [10], [11]), ("stream.set", 6, "0:1"),
+                  ("event.record", 7, "e2 0:2"), ("event.wait", 7, "e2 0:1"), ("op", 8, [11], [12])]
+    assert _lines(late_write) == [(4, "stream fork")]
+
+
+def test_no_stream_events_means_no_opinion():
+    assert _lines([("op", 1, [], [10]), ("op", 2, [10], [11])]) == []

@@ -186,7 +186,7 @@ def test_inventory_files_and_tree_json(tmp_path):
     inv = inventory(report)
     paths = write_outputs(report, inv, tmp_path / "out")
     names = sorted(p.name for p in paths)
-    assert names == ["bisect.json", "inventory.csv", "inventory.json", "inventory.md"]
+    assert names == ["bisect.json", "inventory.csv", "inventory.json", "inventory.md", "inventory.sarif"]
     data = json.loads((tmp_path / "out" / "inventory.json").read_text())
     fields = {"category", "severity", "file", "line", "function", "module", "op", "count_per_step", "message", "fix"}
     assert data["findings"] and all(fields <= set(f) for f in data["findings"])

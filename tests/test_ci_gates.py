@@ -9,24 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from test_audit_cli import PLANTED, _one_error_line, _run  # the CLI runner and the one-line error check
 
 from audit.report.inventory import Finding, Inventory
-from cli import app
-
-PLANTED = Path(__file__).parent / "planted"
-runner = CliRunner()
-
-
-def _run(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def _one_error_line(res, text):
-    assert res.exit_code == 2, res.output
-    err = res.stderr.strip()
-    assert err.startswith("error:") and text in err and len(err.splitlines()) == 1, err
-    assert "Traceback" not in res.output
 
 
 @pytest.mark.parametrize("target, fail_on, code", [

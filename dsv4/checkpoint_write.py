@@ -1,7 +1,8 @@
 """Writes checkpoints in the released layout: seeded synthetic ones, and format conversions.
 
 Layout written (what dsv4/checkpoint.py reads, and what the released repos ship): an HF-style
-config.json (`ModelConfig.to_hf_dict()`), shards `model-0000i-of-0000n.safetensors` with the
+config.json (`ModelConfig.to_hf_dict()`: every field transformers' DeepseekV4Config reads, so a bf16
+checkpoint loads in DeepseekV4ForCausalLM), shards `model-0000i-of-0000n.safetensors` with the
 bare released key names and dtypes, and `model.safetensors.index.json` with
 `metadata.total_size` (tensor bytes) and `weight_map` (a single shard is `model.safetensors`
 with no index). Everything is written into a hidden sibling directory and renamed into place

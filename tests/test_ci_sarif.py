@@ -168,3 +168,16 @@ def test_package_ships_the_schema():
     patterns = cfg["tool"]["setuptools"]["package-data"]["audit.schema"]
     here = Path(audit.schema.__file__).parent
     assert any(p.name == "inventory.schema.json" for pat in patterns for p in here.glob(pat))
+
+
+def test_merged_rank_inventory_validates(tmp_path, monkeypatch):
+    """A torchrun scan's merge (rank 0 writes it) carries `rank` per finding and still matches both schemas."""
+    from audit import ranks
+
+    monkeypatch.chdir(REPO)
+    invs = [ranks.tag(scan(f"{PLANTED}/host_sync.py:make", steps=2), r, 2) for r in range(2)]
+    merged = ranks.merge(invs)
+    data, log = _written(merged, tmp_path / "m")
+    validate(data)
+    _sarif_validator().validate(log)
+    assert {f["rank"] for f in data["findings"]} == {"0,1"}

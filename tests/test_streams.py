@@ -20,7 +20,7 @@ sys.path.insert(0, str(PLANTED))
 from markers import found, markers  # noqa: E402
 
 STREAMS = PLANTED / "streams.py"
-HAZARDS = ["make", "make_no_join", "make_event_no_join"]
+HAZARDS = ["make", "make_no_join", "make_event_no_join", "make_no_wait"]
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-in streams exist without CUDA only")
 
 
@@ -111,3 +111,43 @@ def test_a_read_before_the_join_and_a_write_after_the_fork():
 
 def test_no_stream_events_means_no_opinion():
     assert _lines([("op", 1, [], [10]), ("op", 2, [10], [11])]) == []
+
+
+def test_no_wait_at_all_is_both_a_missing_fork_and_a_missing_join():
+    inv = _scan("make_no_wait") if not torch.cuda.is_available() else None
+    if inv is None:
+        pytest.skip("the stand-in streams exist without CUDA only")
+    assert set(inv.where("unjoined-stream").op) == {"stream fork", "stream join"}
+
+
+# ---------------------------------------------------------------------- bisect: the first missing kernel
+def test_side_streams_that_make_up_the_missing_kernels():
+    from audit.capture.missing import pick_streams
+
+    assert pick_streams({7: 3, 9: 2}, 2) == [9]        # exactly that many on one stream
+    assert pick_streams({7: 1, 9: 1, 11: 4}, 2) == [7, 9]
+    assert pick_streams({}, 2) == []
+
+
+def test_profiler_stack_site_is_the_innermost_user_frame():
+    from audit.capture.missing import stack_site
+
+    torch_file = torch.__file__.replace("__init__.py", "nn/functional.py")
+    stack = [f"{torch_file}(2010): tanh", f"{STREAMS}(34): step", f"{__file__}(5): run"]
+    assert stack_site(stack) == {"file": str(STREAMS), "line": 34, "function": "step"}
+    assert stack_site([f"{torch_file}(1): f"]) is None
+
+
+def test_an_uncaptured_leaf_names_the_line_of_the_first_missing_kernel():
+    from audit.capture.bisect import Node, _finding
+    from audit.capture.trial import CaptureResult
+
+    r = CaptureResult(path="model.layers.2", status="uncaptured", eager_kernels=7, graph_kernels=5,
+                      module_type="Block", source={"file": str(STREAMS), "line": 12, "function": "forward"},
+                      missing_at={"kernel": "void at::native::tanh_kernel", "op": "aten::tanh", "file": str(STREAMS),
+                                  "line": 34, "function": "step", "stream_kernels": 2})
+    f = _finding(Node("model.layers.2", result=r), [])
+    assert (f.category, f.line, f.function) == ("uncaptured-kernel", 34, "step")
+    assert "first kernel missing from the graph" in f.message and "aten::tanh" in f.message
+    r.missing_at = {"kernel": "twice", "stream_kernels": 1}  # launched outside any torch op: no stack
+    assert _finding(Node("model.layers.2", result=r), []).line == 12

@@ -41,7 +41,7 @@ SCAN_MATCH = {
     "other": ("host-sync", "pageable-copy", "lazy-init"),
     "mismatch": ("baked-host-value", "stale-input-pointer", "cpu-side-effect", "data-dependent-control",
                  "dynamic-shape", "rng", "step-allocation"),
-    "uncaptured": ("cross-device",),
+    "uncaptured": ("unjoined-stream", "cross-device"),
 }
 FIX = {
     "sync-during-capture": CATEGORIES["host-sync"].fix,
@@ -237,8 +237,11 @@ def _finding(node: Node, scan: list[dict]) -> Finding:
     sev = "blocks-capture" if cat == "capture-failure" else "silent-corruption"
     match = scan_match(node, scan) if scan else None
     src = r.source or {}
+    miss = r.missing_at if r.status in ("empty", "uncaptured") and (r.missing_at or {}).get("line") else None
     if r.status == "fail" and r.raised_at:
         file, line, func = r.raised_at.get("file"), r.raised_at.get("line"), r.raised_at.get("function")
+    elif miss:
+        file, line, func = miss.get("file"), miss.get("line"), miss.get("function")
     elif match:
         file, line, func = match.get("file"), match.get("line"), match.get("function")
     else:
@@ -249,6 +252,8 @@ def _finding(node: Node, scan: list[dict]) -> Finding:
         msg += f"; raised inside {r.raised_in}"
     if r.status == "fail" and r.raised_at and r.raised_at.get("code"):
         msg += f"; at `{r.raised_at['code']}`"
+    if miss:
+        msg += f"; first kernel missing from the graph: `{miss.get('kernel', '?')[:80]}` launched by `{miss.get('op')}`"
     scan_at = f"{_rel(match.get('file'))}:{match.get('line')}" if match else None
     if match:
         msg += f"; CPU scan: {match.get('category')} `{match.get('op')}` at {scan_at}"

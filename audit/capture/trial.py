@@ -51,6 +51,7 @@ class CaptureResult:
     graph_nodes: int | None = None       # every node of the captured graph
     graph_kernels: int | None = None     # kernel nodes (child graphs included)
     node_types: dict = field(default_factory=dict)
+    missing_at: dict | None = None       # first kernel missing from the graph and the line that launched it
     replay_steps: int = 0                # steps compared bitwise
     max_abs_diff: float | None = None
     first_diff: str | None = None        # "step 1: out[0]" or "step 1: state model.cache.kv"
@@ -216,6 +217,9 @@ def trial_capture(fn: Callable[[], Any], *, device, feed: Callable[[int], None] 
                     snap.restore()
                     feed(0)
                     res.eager_kernels, res.eager_memops = count_eager_kernels(fn, sync)
+                if count_kernels and res.graph_kernels is not None and res.eager_kernels:
+                    phase = "profile stacks"
+                    res.missing_at = _first_missing(fn, feed, snap, sync, res.eager_kernels - res.graph_kernels)
                 phase = "replay"
                 snap.restore()
                 diff = _run_replay(g, static_out, feed, snap, ref, steps, sync)
@@ -233,6 +237,20 @@ def trial_capture(fn: Callable[[], Any], *, device, feed: Callable[[int], None] 
             del g
     _verdict(res, empty_warned)
     return _timed(res, t0)
+
+
+def _first_missing(fn, feed, snap, sync, missing: int) -> dict | None:
+    """One more eager run, profiled with stacks, when the graph lacks kernels (never fails the trial)."""
+    from audit.capture.missing import first_missing_kernel
+
+    if missing <= 0:
+        return None
+    snap.restore()
+    feed(0)
+    try:
+        return first_missing_kernel(fn, sync, missing)
+    except Exception as e:  # noqa: BLE001 - the line is a bonus; the counts stand without it
+        return {"error": first_line(str(e))}
 
 
 def _verdict(res: CaptureResult, empty_warned: bool) -> None:

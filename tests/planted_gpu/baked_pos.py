@@ -18,7 +18,7 @@ class RingWriter(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         self.ring[self.pos % self.ring.shape[0]] = h  # PLANT: slot index baked at capture
-        self.pos += 1
+        self.pos += 1  # HAZARD: cpu-side-effect
         return h + self.ring.mean(0)
 
 

@@ -13,7 +13,7 @@ from planted_common import Target  # noqa: E402
 class Gate(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         scale = h.abs().amax().item()  # PLANT: device value read on the host
-        return h / (1.0 + scale)
+        return h / (1.0 + scale)  # HAZARD: baked-host-value
 
 
 def make(device):

@@ -64,6 +64,16 @@ class EventNoJoin(_Base):
         return y + h
 
 
+class NoWaitAtAll(_Base):
+    """Neither fork nor join (measured on an H200: no error, the graph lacks the block's kernels)."""
+
+    def step(self):
+        h = self.x @ self.x
+        with torch.cuda.stream(self.stream()):  # HAZARD: unjoined-stream
+            y = torch.tanh(h) * 3
+        return y + h
+
+
 class WaitStreamBoth(_Base):
     """Legal: wait_stream before and after the block."""
 
@@ -104,6 +114,10 @@ def make_no_join(device):
 
 def make_event_no_join(device):
     return EventNoJoin(device)
+
+
+def make_no_wait(device):
+    return NoWaitAtAll(device)
 
 
 def make_clean(device):

@@ -1,0 +1,85 @@
+"""Which kernel is missing from a graph, and which line launched it (uncaptured-kernel leaves).
+
+A graph that holds fewer kernel nodes than an eager run launched names no kernel. The ones it
+lacks are those issued on streams that were not part of the capture, so we profile one more eager
+run with Python stacks (torch.profiler, with_stack=True), find the capture stream from a marker
+kernel launched on it first, and take the side streams whose kernel counts make up the missing
+number. The first of their kernels, by start time, is the first kernel missing from the graph; the
+CPU op that launched it (its linked correlation id) carries the stack, and its innermost frame in
+user code is the line to fix. Kernels launched outside any torch op (an external library on a
+cached stream) have no stack: then the answer names the kernel only.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["first_missing_kernel", "pick_streams", "stack_site"]
+
+_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
+
+
+def stack_site(stack) -> dict | None:
+    """The innermost user frame of a profiler stack ("file(line): function" entries, innermost first)."""
+    from audit.scan.user_code import is_user_file
+
+    for entry in stack or ():
+        m = _FRAME.match(str(entry))
+        if m and is_user_file(m["file"]):
+            return {"file": m["file"], "line": int(m["line"]), "function": m["func"]}
+    return None
+
+
+def pick_streams(counts: dict, missing: int) -> list:
+    """Side streams (in order of first kernel) whose kernels add up to the missing number: a single
+    stream with exactly that many first, else the earliest streams until the number is reached."""
+    exact = [s for s, n in counts.items() if n == missing]
+    if exact:
+        return exact[:1]
+    out, total = [], 0
+    for s, n in counts.items():
+        if total >= missing:
+            break
+        out.append(s)
+        total += n
+    return out
+
+
+def first_missing_kernel(fn, sync, missing: int) -> dict | None:
+    """{kernel, stream_kernels, file, line, function} of the first kernel a graph lacks, or None."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from audit.capture.graph import _is_memop
+
+    if missing <= 0:
+        return None
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
+        torch.cuda._sleep(1)  # the marker: its stream is the capture stream
+        fn()
+        sync()
+    events = list(prof.events())
+    kernels = sorted((e for e in events if getattr(e, "device_type", None) == DeviceType.CUDA
+                      and not getattr(e, "is_user_annotation", False) and not _is_memop(e)),
+                     key=lambda e: e.time_range.start)
+    marker = next((k for k in kernels if "spin" in k.name.lower() or "sleep" in k.name.lower()), None)
+    if marker is None:
+        return None
+    main = marker.device_resource_id
+    side = [k for k in kernels if k is not marker and k.device_resource_id != main]
+    counts: dict = {}
+    for k in side:
+        counts[k.device_resource_id] = counts.get(k.device_resource_id, 0) + 1
+    chosen = pick_streams(counts, missing)
+    first = next((k for k in side if k.device_resource_id in chosen), None)
+    if first is None:
+        return None
+    by_id = {e.id: e for e in events if getattr(e, "device_type", None) == DeviceType.CPU}
+    op = by_id.get(getattr(first, "linked_correlation_id", 0))
+    out = {"kernel": first.name[:200], "stream_kernels": sum(counts[s] for s in chosen)}
+    site = stack_site(getattr(op, "stack", None)) if op is not None else None
+    if site:
+        out.update(site, op=op.name)
+    return out

@@ -238,7 +238,7 @@ def test_runtime_reported_syncs_only_where_nothing_else_explains_them():
     cb2 = OpRecord(0, 3, "sync", "cuda stream synchronization", (), stack=((code, 22),), note="gpu_trace")
     # the warning reaches Python as mm's C++ call returns: just after mm's record, on mm's line
     warn = OpRecord(0, 1, "sync", "sync-debug", (), stack=((code, 20),),
-                    note="sync-debug\x00called a synchronizing CUDA operation")
+                    note="sync-debug\x00after\x00called a synchronizing CUDA operation")
     mm.index, mm.stack, nz.index, nz.stack = 0, ((code, 20),), 2, ((code, 21),)
     trace = Trace(device="cuda:0", steps=[[mm, warn, nz, cb1, cb2]], complete=[True], changes=[[]], held=[set()])
     sync = Inventory.from_findings(detectors.run(trace, None, cuda=True)).where("host-sync")

@@ -124,7 +124,7 @@ def test_trial_capture_of_an_unforked_block_names_the_first_missing_kernel():
 
     t = mod.make_no_wait("cuda")
     t.prepare(0)
-    r = capture_callable(t.step)
-    assert r.status == "uncaptured" and r.graph_kernels < r.eager_kernels, r
+    r = capture_callable(t.step, capture_error_mode="relaxed")  # the side block allocates while capturing
+    assert r.status == "uncaptured" and r.graph_kernels < r.eager_kernels, (r.status, r.error, r.missing_at)
     tanh = _line(STREAMS, "y = torch.tanh(h) * 3")
     assert r.missing_at and r.missing_at.get("line") == tanh, r.missing_at

@@ -158,7 +158,7 @@ def _covered(ctx) -> set:
         if _runtime(r) or not r.frame:
             continue
         rule = SYNC_OPS.get(r.op) if r.kind == "aten" else None
-        if r.kind != "aten" or r.nested or (rule and rule(r)):
+        if r.kind != "aten" or r.nested or (rule and rule(r)) or _host_to_device(r):
             out.add((r.step,) + r.frame[:2])
     return out
 
@@ -190,10 +190,11 @@ def host_reads(ctx):
 
 
 def _syncing_op(recs: list, i: int) -> str:
-    """The op a sync-debug warning belongs to: torch hands the warning over when the C++ call that
-    synchronized returns, which is just before its record (inside the dispatch) or just after it."""
-    at = recs[i].stack
-    if i + 1 < len(recs) and recs[i + 1].kind == "aten" and recs[i + 1].stack == at:
+    """The op a sync-debug warning belongs to. Torch hands the warning to Python as the C++ call that
+    synchronized returns: inside the tracer's dispatch (the op is the next record) or after the
+    op's record (the last op before it on the same line)."""
+    at, inside = recs[i].stack, recs[i].note.split("\x00")[1:2] == ["in"]
+    if inside and i + 1 < len(recs) and recs[i + 1].kind == "aten" and recs[i + 1].stack == at:
         return recs[i + 1].op
     for r in reversed(recs[:i]):
         if r.kind == "aten" and r.stack == at:
@@ -201,6 +202,12 @@ def _syncing_op(recs: list, i: int) -> str:
         if r.stack != at:
             break
     return "synchronizing call"
+
+
+def _host_to_device(r) -> bool:
+    """A copy from pageable host memory to the device: it syncs, and pageable-copy already says so."""
+    sides = copy_sides(r)
+    return bool(sides) and sides[0].device.type == "cpu" and not sides[0].pinned and sides[1].device.type != "cpu"
 
 
 @register("host-sync", cuda_only=True)
@@ -216,7 +223,7 @@ def runtime_reported_syncs(ctx):
             if r.note == "gpu_trace":
                 op, why = r.op, f"the CUDA runtime reported a {r.op[5:]} here (torch.cuda._gpu_trace)"
             else:
-                op, why = _syncing_op(recs, i), f"sync-debug mode: {r.note.split(chr(0), 1)[-1]}"
+                op, why = _syncing_op(recs, i), f"sync-debug mode: {r.note.split(chr(0))[-1]}"
             groups.setdefault(r.frame[:2] + (op,), []).append((r, why))
     return [ctx.finding("host-sync", g[0][0], op, len(g) / ctx.n_steps, g[0][1])
             for (_, _, op), g in groups.items()]

@@ -178,8 +178,10 @@ def sync_debug_warn():
         text = str(message)
         if tr is not None and is_sync_warning(text):
             if tr._step >= 0 and not tr.host_depth:
-                tr.record_event("sync", "sync-debug", note="sync-debug\x00" + text.strip().splitlines()[0],
-                                depth=_caller_depth(sys._getframe(1)) + 2)
+                depth = _caller_depth(sys._getframe(1))
+                where = "in" if depth else "after"  # inside the op's dispatch (not recorded yet) or after it
+                tr.record_event("sync", "sync-debug", note=f"sync-debug\x00{where}\x00" + text.strip().splitlines()[0],
+                                depth=depth + 2)
             return
         if prev_show is not warnings._showwarning_orig:
             prev_show(message, category, filename, lineno, file, line)

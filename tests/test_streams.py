@@ -151,3 +151,29 @@ def test_an_uncaptured_leaf_names_the_line_of_the_first_missing_kernel():
     assert "first kernel missing from the graph" in f.message and "aten::tanh" in f.message
     r.missing_at = {"kernel": "twice", "stream_kernels": 1}  # launched outside any torch op: no stack
     assert _finding(Node("model.layers.2", result=r), []).line == 12
+
+
+def test_the_launching_op_of_the_first_missing_kernel_is_found_among_profiler_events():
+    from types import SimpleNamespace as E
+
+    from torch.autograd import DeviceType
+
+    from audit.capture.missing import locate
+
+    def t(a):
+        return E(start=a)
+
+    cuda, cpu = DeviceType.CUDA, DeviceType.CPU
+    here = f"{STREAMS}(73): step"
+    events = [E(name="spin_kernel", device_type=cuda, device_resource_id=7, time_range=t(0), linked_correlation_id=0),
+              E(name="gemm", device_type=cuda, device_resource_id=7, time_range=t(1), linked_correlation_id=1),
+              E(name="tanh_kernel", device_type=cuda, device_resource_id=9, time_range=t(3), linked_correlation_id=2),
+              E(name="mul_kernel", device_type=cuda, device_resource_id=9, time_range=t(4), linked_correlation_id=3),
+              E(name="cudaLaunchKernel", device_type=cpu, id=2, time_range=t(2), linked_correlation_id=2, stack=[]),
+              E(name="aten::tanh", device_type=cpu, id=2, time_range=t(2), linked_correlation_id=0, stack=[here],
+                kernels=[E(name="tanh_kernel")])]
+    got = locate(events, 2)
+    assert got["kernel"] == "tanh_kernel" and got["line"] == 73 and got["op"] == "aten::tanh"
+    events[-1].id = 99  # the id link is lost: the op that lists the kernel by name still names the line
+    assert locate(events, 2)["line"] == 73
+    assert locate(events[1:], 2) is None  # no marker: no capture stream, no answer

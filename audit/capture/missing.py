@@ -46,12 +46,9 @@ def pick_streams(counts: dict, missing: int) -> list:
 
 
 def first_missing_kernel(fn, sync, missing: int) -> dict | None:
-    """{kernel, stream_kernels, file, line, function} of the first kernel a graph lacks, or None."""
+    """{kernel, stream_kernels, file, line, function, op} of the first kernel a graph lacks, or None."""
     import torch
-    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-
-    from audit.capture.graph import _is_memop
 
     if missing <= 0:
         return None
@@ -60,7 +57,18 @@ def first_missing_kernel(fn, sync, missing: int) -> dict | None:
         torch.cuda._sleep(1)  # the marker: its stream is the capture stream
         fn()
         sync()
-    events = list(prof.events())
+    return locate(list(prof.events()), missing)
+
+
+def locate(events: list, missing: int) -> dict | None:
+    """The first missing kernel among profiler events, and the user line of the op that launched it."""
+    from torch.autograd import DeviceType
+
+    from audit.capture.graph import _is_memop
+
+    def is_cpu(e) -> bool:
+        return getattr(e, "device_type", None) == DeviceType.CPU
+
     kernels = sorted((e for e in events if getattr(e, "device_type", None) == DeviceType.CUDA
                       and not getattr(e, "is_user_annotation", False) and not _is_memop(e)),
                      key=lambda e: e.time_range.start)
@@ -76,10 +84,17 @@ def first_missing_kernel(fn, sync, missing: int) -> dict | None:
     first = next((k for k in side if k.device_resource_id in chosen), None)
     if first is None:
         return None
-    by_id = {e.id: e for e in events if getattr(e, "device_type", None) == DeviceType.CPU}
-    op = by_id.get(getattr(first, "linked_correlation_id", 0))
     out = {"kernel": first.name[:200], "stream_kernels": sum(counts[s] for s in chosen)}
-    site = stack_site(getattr(op, "stack", None)) if op is not None else None
-    if site:
-        out.update(site, op=op.name)
+    # the launching op: a front-end CPU event (not itself linked) whose id is the kernel's linked id;
+    # failing that, the CPU ops that list the kernel by name, the latest one starting before it
+    link = getattr(first, "linked_correlation_id", 0)
+    ops = [e for e in events if is_cpu(e) and e.id == link and not getattr(e, "linked_correlation_id", 0)]
+    ops += sorted((e for e in events if is_cpu(e) and e.time_range.start <= first.time_range.start
+                   and any(getattr(k, "name", None) == first.name for k in getattr(e, "kernels", ()))),
+                  key=lambda e: -e.time_range.start)
+    for op in ops:
+        site = stack_site(getattr(op, "stack", None))
+        if site:
+            out.update(site, op=op.name)
+            break
     return out

@@ -57,8 +57,9 @@ def test_nvfp4_logits_within_quantization_error(ckpt, nvfp4, tokens):
     each off by its NVFP4 rounding (relative Frobenius error eps ~ 7-10%: e2m1 has one mantissa
     bit; test_quantize bounds it per element). Propagated through the network that is the logit
     error that random weight noise of the same per-tensor size causes, so the NVFP4 logits must
-    be within 2x the error of that noise control (measured ratio 0.7-1.3 over seeds), and far
-    below the ~1.4 relative distance between two unrelated models."""
+    be within 3x the error of that noise control (ratio over 60 fresh seeds: median 1.06, max
+    2.66, so 2x failed about one run in 30), and far below the ~1.4 relative distance between
+    two unrelated models (a ratio of ~14 here)."""
     ref = load_model(ckpt, dtype="float32", progress=False)
     nv = load_model(nvfp4, dtype="float32", progress=False)
     control = convert_model(ref, "bf16")
@@ -75,7 +76,7 @@ def test_nvfp4_logits_within_quantization_error(ckpt, nvfp4, tokens):
     assert 0.03 < sum(eps) / len(eps) < 0.12 and max(eps) < 0.15, eps
     want = ref.prefill(tokens)
     got, ctl = _rel(nv.prefill(tokens), want), _rel(control.prefill(tokens), want)
-    assert 0.005 < got <= 2 * ctl and got < 0.35, (got, ctl)
+    assert 0.005 < got <= 3 * ctl and got < 0.35, (got, ctl)
     # the released numerics (bf16 mode, FP8 activations) stay within the same order
     a = load_model(nvfp4, dtype="bfloat16", progress=False).prefill(tokens[:, :9])
     b = load_model(ckpt, dtype="bfloat16", progress=False).prefill(tokens[:, :9])

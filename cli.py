@@ -16,6 +16,11 @@ from rich.console import Console
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help=__doc__.splitlines()[0].rstrip(".") + ". Exit codes: 0 clean, 1 findings, 2 bad input.")
+TARGET_HELP = ("FILE.py:FACTORY, pkg.module:FACTORY (installed code), hf:DIR (a local transformers model folder "
+               "or config.json; random weights when it has none) or dsv4:<preset> (default dsv4:tiny)")
+CACHE_HELP = "hf:DIR targets: dynamic (DynamicCache, default) | static (StaticCache sized for the run)"
+BATCH_HELP = "hf:DIR and dsv4 targets: decode batch size (default 1)"
+PROMPT_HELP = "hf:DIR and dsv4 targets: prompt length prefilled before the decode steps (default 8)"
 FAIL_ON_HELP = ("exit 1 when a finding at or above this severity exists: blocks-capture | silent-corruption | "
                 "performance | never (default: never without --target, the embedded demo; silent-corruption "
                 "with one: fail unless graph-ready)")
@@ -120,7 +125,7 @@ def _verify_replay(graph_dec, decoder: str) -> None:
 
 @app.command("bisect")
 def bisect_cmd(
-    target: str = typer.Option(None, "--target", help="FILE.py:FACTORY or dsv4:<preset> (default dsv4:tiny)"),
+    target: str = typer.Option(None, "--target", help=TARGET_HELP),
     path: str = typer.Option("reference", "--path", help="reference | static (dsv4 targets)"),
     layers: str = typer.Option(None, "--layers", help="layers to bisect, e.g. 0-3 or 0,2,5-6 (default all)"),
     device: str = typer.Option("cuda:0", "--device", help="cuda | cuda:N"),
@@ -132,6 +137,9 @@ def bisect_cmd(
     scan: Path = typer.Option(None, "--scan", help="inventory.json of a `scan` of the same target: leaf lines"),
     timeout: float = typer.Option(600.0, "--timeout", help="seconds one trial capture may take"),
     fail_on: str = typer.Option(None, "--fail-on", help=FAIL_ON_HELP),
+    cache: str = typer.Option(None, "--cache", help=CACHE_HELP),
+    batch: int = typer.Option(None, "--batch", help=BATCH_HELP),
+    prompt_len: int = typer.Option(None, "--prompt-len", help=PROMPT_HELP),
 ) -> None:
     """Trial-capture the step, then each layer, down to the smallest module that fails (needs CUDA).
 
@@ -143,14 +151,15 @@ def bisect_cmd(
         fail_on = default_fail_on(fail_on, target is not None)
         require_cuda(device)
         _, inv = run_bisect(target or "dsv4:tiny", path=path, layers=layers, device=device, out=out, root=root, mode=mode, steps=steps,
-                   warmup=warmup, scan=scan, timeout=timeout, console=console)
+                   warmup=warmup, scan=scan, timeout=timeout, console=console,
+                   options=_target_options(cache, batch, prompt_len))
         code = fail_on_code(inv, fail_on, err_console)
     raise typer.Exit(code)
 
 
 @app.command("scan")
 def scan_cmd(
-    target: str = typer.Option(None, "--target", help="FILE.py:FACTORY or dsv4:<preset> (default dsv4:tiny)"),
+    target: str = typer.Option(None, "--target", help=TARGET_HELP),
     path: str = typer.Option("reference", "--path", help="dsv4 targets: reference | static decode path"),
     device: str = typer.Option(None, "--device", help="cpu | cuda | cuda:N (default: cuda if available)"),
     steps: int = typer.Option(4, "--steps", help="audited steady-state steps (>= 2)"),
@@ -159,6 +168,9 @@ def scan_cmd(
     tp: int = typer.Option(None, "--tp", help="under torchrun: shard a dsv4 target over this many ranks "
                            "(default WORLD_SIZE); each rank writes OUT/rank<r>/, rank 0 the merge"),
     fail_on: str = typer.Option(None, "--fail-on", help=FAIL_ON_HELP),
+    cache: str = typer.Option(None, "--cache", help=CACHE_HELP),
+    batch: int = typer.Option(None, "--batch", help=BATCH_HELP),
+    prompt_len: int = typer.Option(None, "--prompt-len", help=PROMPT_HELP),
 ) -> None:
     """Audit a decode step for CUDA-graph hazards; writes inventory.md/.json/.csv/.sarif.
 
@@ -175,8 +187,14 @@ def scan_cmd(
         else:
             from audit.scan.command import scan_command
 
-            code = scan_command(target, path, device, steps, warmup, out, console, err_console, fail_on)
+            code = scan_command(target, path, device, steps, warmup, out, console, err_console, fail_on,
+                                options=_target_options(cache, batch, prompt_len))
     raise typer.Exit(code)
+
+
+def _target_options(cache: str | None, batch: int | None, prompt_len: int | None) -> dict:
+    """--cache / --batch / --prompt-len for hf: (and dsv4:) targets; checked where the target is built."""
+    return {k: v for k, v in (("cache", cache), ("batch", batch), ("prompt_len", prompt_len)) if v is not None}
 
 
 def _under_torchrun(tp: int | None) -> bool:

@@ -218,3 +218,20 @@ def test_attention_without_dropout_draws_no_random_numbers(tmp_path):
     """))
     inv = audit.scan(f"{tmp_path / 'sdpa.py'}:make", device="cpu")
     assert not (inv.df.category == "rng").any(), inv.df[["category", "op"]].to_string()
+
+
+def test_a_python_value_that_sets_a_shape_is_baked_too(planted):
+    """`x[:n]`, `arange(n)`, `view(n, -1)`, `new_zeros(n)` with a per-step Python n: one baked-host-value
+    and one dynamic-shape finding on the same line, each with its own fix."""
+    for name in ("baked_host_value", "dynamic_shape"):
+        path = PLANTED / f"{name}.py"
+        both = {n for n, c in markers(path) if c == "baked-host-value"} & \
+               {n for n, c in markers(path) if c == "dynamic-shape"}
+        assert len(both) >= 4, both
+        inv = planted[name]
+        for line in both:
+            rows = inv.df[inv.df.line == line].set_index("category")
+            baked, shape = rows.loc["baked-host-value"], rows.loc["dynamic-shape"]
+            assert baked.fix != shape.fix
+            assert "also sets the output shape" in baked.message and "device tensor" in baked.fix
+            assert "maximum" in shape.fix

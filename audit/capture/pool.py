@@ -25,16 +25,22 @@ _REPO = Path(__file__).resolve().parent.parent
 
 
 def worker_env() -> dict:
-    """The parent's environment with the repository importable (audit, dsv4, cli)."""
+    """The parent's environment with the repository importable (audit, dsv4, cli), and the folders the
+    parent put on sys.path at run time (a target's folder, a site dir added by hand: pkg.module targets)."""
     env = dict(os.environ)
-    parts = [str(_REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    prefixes = tuple(os.path.join(os.path.realpath(p), "") for p in {sys.prefix, sys.base_prefix})
+    extra = [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)
+             and not os.path.join(os.path.realpath(p), "").startswith(prefixes)]
+    parts = [str(_REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p] + extra
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(parts))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
 
 def _absolute_target(target: str) -> str:
-    """file.py:factory relative to the parent's cwd -> absolute (the worker may run elsewhere)."""
+    """file.py:factory and hf:DIR relative to the parent's cwd -> absolute (the worker may run elsewhere)."""
+    if isinstance(target, str) and target.startswith("hf:"):
+        return f"hf:{Path(target[3:]).expanduser().resolve()}" if Path(target[3:]).expanduser().exists() else target
     if isinstance(target, str) and not target.startswith("dsv4:") and ":" in target:
         file, _, factory = target.rpartition(":")
         if file and Path(file).is_file():

@@ -109,8 +109,10 @@ def _fallback_write(inv, out: Path) -> list[Path]:
 def run_bisect(target: str, *, path: str = "reference", layers: str | None = None, device: str = "cuda:0",
                out: Path | None = None, root: str | None = None, mode: str = "global", steps: int = 3,
                warmup: int = 2, scan: Path | None = None, timeout: float = 600.0, stream_device: str | None = None,
-               console: Console | None = None):
-    """Runs the whole bisection with a progress bar; returns (report, inventory)."""
+               console: Console | None = None, options: dict | None = None):
+    """Runs the whole bisection with a progress bar; returns (report, inventory).
+
+    options: the target's (cache, batch, prompt_len: hf: and dsv4: targets), as for `scan`."""
     from audit.capture.pool import CapturePool
 
     console = console or Console()
@@ -121,7 +123,7 @@ def run_bisect(target: str, *, path: str = "reference", layers: str | None = Non
         raise AuditError("--steps must be >= 1 and --warmup >= 2")
     scan_findings = load_scan(scan) if scan else None
     session = {"target": target, "path": path, "device": device, "mode": mode, "steps": steps, "warmup": warmup,
-               "root": root, "stream_device": stream_device}
+               "root": root, "stream_device": stream_device, "options": dict(options or {})}
     with CapturePool(session, timeout=timeout) as pool:
         with console.status(f"building {target} in a capture worker..."):
             info = pool.start()

@@ -8,7 +8,8 @@ Protocol (one JSON object per line; responses on the original stdout, everything
 prints goes to stderr):
   -> session   {"target": "dsv4:tiny" | "file.py:make", "path": "reference", "device": "cuda:0",
                 "mode": "global", "warmup": 2, "steps": 3, "target_warmup": 2, "seed": 0,
-                "stream_device": null, "root": null, "count_kernels": true, "requests": [...]?}
+                "stream_device": null, "root": null, "count_kernels": true, "requests": [...]?,
+                "options": {"cache": "static", "batch": 1, "prompt_len": 8}?}
   <- ready     {"ready": true, "label", "layers_root", "layers", "device"} or {"ready": false, "error"}
   -> request   {"module": "model.layers.2.attn"}  (null: the whole step)
   <- result    CaptureResult.to_dict()
@@ -45,7 +46,9 @@ class Worker:
         s = self.session
         torch.manual_seed(self.seed)
         self.device = torch.device(s.get("device", "cuda"))
-        resolved = resolve(s["target"], str(self.device), s.get("path", "reference"))
+        options = dict(s.get("options") or {})
+        options.setdefault("max_new_tokens", 256)  # an hf: StaticCache holds every trial's steps (state is restored)
+        resolved = resolve(s["target"], str(self.device), s.get("path", "reference"), options=options)
         self.obj, self.label, self.name = resolved.obj, resolved.label, resolved.name
         self.base = int(s.get("target_warmup", 2))
         for i in range(self.base):

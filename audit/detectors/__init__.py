@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from audit.report.inventory import CATEGORIES, Finding
+from audit.scan.user_code import display_path
 
 __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 
@@ -91,10 +92,10 @@ class Context:
 
     # ------------------------------------------------------------ attribution
     def rel(self, filename: str) -> str:
-        """Path relative to the working directory when inside it (what a person opens)."""
-        if filename not in self._rel:
-            f = os.path.realpath(filename)
-            self._rel[filename] = os.path.relpath(f, self.cwd) if f.startswith(self.cwd + os.sep) else filename
+        """What a person opens: relative to the working directory when inside it, installed code as
+        its package path (transformers/models/...), a target file outside both absolute."""
+        if filename not in self._rel:  # a target file's folder is on sys.path, yet not an install location
+            self._rel[filename] = display_path(filename, self.cwd, skip=self.trace.roots)
         return self._rel[filename]
 
     def where(self, rec) -> tuple[str, int, str]:
@@ -103,16 +104,41 @@ class Context:
             return "<no user frame>", 0, ""
         return self.rel(fr[0]), fr[1], fr[2]
 
+    def caller(self, rec) -> tuple[str, int, str] | None:
+        """(file, line, function) of the innermost frame in the target's own files that led to the
+        record's site (None: no own frame on the stack, e.g. an hf: target driven by the audit)."""
+        for code, line in reversed(rec.stack if rec is not None else ()):
+            if self.trace.is_own(code):
+                return code.co_filename, line, code.co_name
+        return None
+
+    def caller_into(self, rec, file: str, function: str):
+        """For a site found in the source (a branch, a mutation) in `function` of `file`: the target's
+        own frame that called into that function on `rec`'s stack; None when the function is the
+        target's own (the site is its own caller), `rec` itself when the function is not on it."""
+        for k, (code, _) in enumerate(rec.stack):
+            if code.co_filename == file and code.co_name == function:
+                if self.trace.is_own(code):
+                    return None
+                own = [f for f in rec.stack[:k] if self.trace.is_own(f[0])]
+                return (own[-1][0].co_filename, own[-1][1], own[-1][0].co_name) if own else None
+        return rec
+
     def finding(self, category: str, at, op: str, count: float, message: str, *,
-                severity: str | None = None, fix: str = "", module: str | None = None, **extra) -> Finding:
-        """`at` is an OpRecord or a (file, line, function) triple."""
+                severity: str | None = None, fix: str = "", module: str | None = None, caller=None,
+                **extra) -> Finding:
+        """`at` is an OpRecord or a (file, line, function) triple (the site); `caller` (a record or a
+        triple) defaults to the innermost own frame of `at`'s stack, else the site itself."""
         if isinstance(at, tuple):
             file, line, fn = self.rel(at[0]) if at[0] and not at[0].startswith("<") else at[0], at[1], at[2]
         else:
             file, line, fn = self.where(at)
             module = at.module if module is None and at is not None else module
+            caller = at if caller is None else caller
+        cfr = self.caller(caller) if caller is not None and not isinstance(caller, tuple) else caller
+        cf, cl, cfn = (self.rel(cfr[0]), int(cfr[1]), cfr[2]) if cfr else ("", 0, "")
         return Finding(category, severity or CATEGORIES[category].severity, file, int(line), fn,
-                       module or "", op, round(float(count), 3), message, fix, extra=extra)
+                       module or "", op, round(float(count), 3), message, fix, cf, cl, cfn, extra=extra)
 
     def per_site(self, records) -> dict:
         """Group records by (file, line, op) over all audited steps."""

@@ -4,8 +4,12 @@ A graph stores each kernel's scalar arguments and launch geometry. We align call
 complete steady-state steps (module path, source line, op, occurrence) and diff them:
 - output shape differs: dynamic-shape, reported where the variation starts (no input shape
   varied, or a varying input came from outside this step), not on every op downstream of it;
-- shapes equal but non-tensor arguments differ (a Python position, a slice bound, a scalar
-  operand, `torch.tensor(pos)` data): baked-host-value.
+- input shapes equal but non-tensor arguments differ (a Python position, a slice bound, a scalar
+  operand, a view / arange / zeros size, `torch.tensor(pos)` data): baked-host-value, wherever the
+  value enters. When it also sets the output's shape (`buf[:n]`, `arange(n)`), both findings stand,
+  each with its own fix: the value goes to a device tensor, the shape to a static maximum.
+  Calls whose input shapes already vary are left to dynamic-shape: their sizes follow the shapes
+  (and a misaligned call of one line reads as changed arguments too).
 """
 
 from __future__ import annotations
@@ -80,22 +84,32 @@ def varying_shapes(ctx):
     return out
 
 
+SHAPE_FIX = ("Keep the value in a device tensor that prepare() updates in place and use it as data, not as a "
+             "size or bound: slice / arange / allocate the static maximum and mask with the device value "
+             "(the dynamic-shape finding on this line has the shape's fix).")
+
+
 @register("baked-host-value")
 def varying_host_values(ctx):
-    """Shapes equal, non-tensor arguments differ: capture freezes the first step's value."""
+    """Input shapes equal, non-tensor arguments differ: capture freezes the first step's value
+    (also when the value sets the output shape: then dynamic-shape reports the shape as well)."""
     groups = defaultdict(list)
     for recs in _aligned(ctx).values():
         if len({r.args for r in recs}) < 2:
             continue
-        if len({_shapes(r.outputs) for r in recs}) > 1 or len({_shapes(r.inputs) for r in recs}) > 1:
-            continue  # shape changes are dynamic-shape (at their origin), not a baked value
+        if len({_shapes(r.inputs) for r in recs}) > 1:
+            continue  # sizes that follow a varying input shape: dynamic-shape, at the shape's origin
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
     out = []
     for ((file, line, fn), op), items in groups.items():
-        msg = _arg_diff(items[0])
+        recs = items[0]
+        msg = _arg_diff(recs)
         fix = None
-        if items[0][0].args and items[0][0].args[0] == "value":
+        if recs[0].args and recs[0].args[0] == "value":
             fix = ("Do not build tensors from Python values inside the step: keep a device tensor "
                    "(e.g. the position) that prepare() updates in place, and compute from it.")
-        out.append(ctx.finding("baked-host-value", items[0][0], op, len(items), msg, fix=fix or ""))
+        elif any(len({_shapes(r.outputs) for r in rs}) > 1 for rs in items):
+            msg += "; the value also sets the output shape (see dynamic-shape)"
+            fix = SHAPE_FIX
+        out.append(ctx.finding("baked-host-value", recs[0], op, len(items), msg, fix=fix or ""))
     return out

@@ -108,13 +108,14 @@ def op_sequence_divergence(ctx):
                 # attribute the extra ops to the loop/branch around them
                 a, b = (a, None) if tag == "delete" else (None, b)
             first = sorted({x.op for x in (ra[i1:i2][:1] + rb[j1:j2][:1])})  # sorted: stable across runs
-            hits[locate(ctx, p, a, b)].append((what, " vs ".join(first), (a or b).module))
+            hits[locate(ctx, p, a, b)].append((what, " vs ".join(first), (a or b).module, a or b))
     out = []
     n_pairs = len(steps) - 1
     for where, regions in hits.items():
-        what, ops, mod = regions[0]
+        what, ops, mod, rec = regions[0]
         msg = f"{what}; a graph replays only the captured path"
-        out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs, msg, module=mod))
+        out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs, msg, module=mod,
+                               caller=ctx.caller_into(rec, where[0], where[2])))
     return out
 
 

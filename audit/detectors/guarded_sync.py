@@ -23,12 +23,14 @@ def _guarded(test: ast.AST) -> bool:
 
 
 def _ran(ctx) -> tuple[dict, set]:
-    """User functions (by file and first line) and the (file, line) pairs that dispatched an op."""
+    """The target's own functions (by file and first line) and the (file, line) pairs that
+    dispatched an op. Library code is not read: its device branches are its authors' business."""
     funcs, lines = {}, set()
     for s in ctx.complete:
         for r in ctx.steps[s]:
             for code, line in r.stack:
-                funcs[(code.co_filename, code.co_firstlineno)] = code.co_name
+                if ctx.trace.is_own(code):
+                    funcs[(code.co_filename, code.co_firstlineno)] = code.co_name
                 lines.add((code.co_filename, line))
     return funcs, lines
 

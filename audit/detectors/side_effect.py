@@ -23,12 +23,14 @@ def _owner(ctx, path: str):
     return None
 
 
-def _executed(ctx, step: int) -> set:
-    """(file, function) pairs that ran user code in the step (from the op stacks)."""
+def _executed(ctx, step: int, own_only: bool = False) -> set:
+    """(file, function) pairs that ran in the step (from the op stacks): library code included,
+    unless own_only (the target's own files)."""
     out = set()
     for r in ctx.steps[step]:
         for code, _ in r.stack:
-            out.add((code.co_filename, code.co_name))
+            if not own_only or ctx.trace.is_own(code):
+                out.add((code.co_filename, code.co_name))
     return out
 
 
@@ -38,7 +40,7 @@ def _source_sites(ctx, change, step: int):
         mod = sys.modules.get(change.owner[8:-1])
         files = [(getattr(mod, "__file__", None), None, True)]
     elif change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran
-        files = [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step)})]
+        files = [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
     else:
         obj = _owner(ctx, change.owner)
         files = []
@@ -50,7 +52,7 @@ def _source_sites(ctx, change, step: int):
                 continue
     ran = _executed(ctx, step)
     if not change.owner.startswith(("<module ", "<closure ")):  # `self.meta.tokens += 1` lives in the caller's code
-        files += [(f, None, False) for f in sorted({f for f, _ in ran})]
+        files += [(f, None, False) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
     cands = []
     for file, span, glob in files:
         if not file:
@@ -88,5 +90,16 @@ def python_state_changes(ctx):
             out.append(ctx.finding("cpu-side-effect", ("<python state>", 0, ""), "mutate", count,
                                    msg + " (no source line found)", module=owner))
         for site in sites:
-            out.append(ctx.finding("cpu-side-effect", site, "mutate", count, msg, module=owner))
+            out.append(ctx.finding("cpu-side-effect", site, "mutate", count, msg, module=owner,
+                                   caller=_caller_of(ctx, site, s)))
     return out
+
+
+def _caller_of(ctx, site, step: int):
+    """The target's own line that led into the function of a source site, through a record of the
+    step that ran inside that function (None: the function is the target's own, or never seen)."""
+    file, _, fn = site
+    for r in ctx.steps[step]:
+        if any(code.co_filename == file and code.co_name == fn for code, _ in r.stack):
+            return ctx.caller_into(r, file, fn)
+    return None

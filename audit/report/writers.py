@@ -1,10 +1,12 @@
 """Inventory files: inventory.json (findings + scan summary), inventory.md, inventory.csv; diffs.
 
 The markdown is what an engineer would otherwise write by hand (teams keep such files by hand): summary on
-top, then one section per category, most severe first, with file:line, op, count per step, why it
-matters and the fix. Every file is written to a temporary name and renamed into place, so a
+top, then one section per category, most severe first, with file:line (the innermost frame outside
+torch, a library's own file included) and the target's own line that led there, op, count per step,
+why it matters and the fix. Every file is written to a temporary name and renamed into place, so a
 reader never sees half an inventory. `diff_markdown` compares two scans: fixed / new / remaining,
-matching findings on category + file + function + op so that edits which shift lines still match.
+matching findings on category + file + function + op so that edits which shift lines still match
+(audit/report/match.py).
 """
 
 from __future__ import annotations
@@ -92,6 +94,15 @@ def _count(v) -> str:
     return str(int(f)) if f == int(f) else f"{f:g}"
 
 
+def _via(r) -> str:
+    """' <- caller.py:31 (step)' when the target's own frame that led to the site is elsewhere."""
+    cf, cl = r.get("caller_file"), r.get("caller_line")
+    if not cf or (cf == r.get("file") and int(cl or 0) == int(r.get("line") or 0)):
+        return ""
+    fn = r.get("caller_function")
+    return f" <- `{cf}:{cl}`" + (f" ({_cell(fn)})" if fn else "")
+
+
 def _loc(r) -> str:
     return f"`{r['file']}:{r['line']}`" if r.get("line") else f"`{r['file']}`"
 
@@ -99,7 +110,9 @@ def _loc(r) -> str:
 def _summary(inv: Inventory) -> list[str]:
     m = inv.meta
     lines = [f"# CUDA-graph readiness inventory: {m.get('target', '?')}", ""]
-    facts = [("device", m.get("device")), ("path", m.get("path")), ("ranks", _ranks_fact(m)),
+    options = ", ".join(f"{k.replace('_', '-')} {v}" for k, v in (m.get("options") or {}).items()) or None
+    facts = [("device", m.get("device")), ("path", m.get("path")), ("target options", options),
+             ("ranks", _ranks_fact(m)),
              ("steps audited", f"{m.get('audited_steps', '?')} after {m.get('warmup', '?')} warmup"),
              ("ops traced", f"{m.get('traced_ops', '?')} ({m.get('ops_per_second', '?')} ops/s)"),
              ("torch", m.get("torch")), ("generated", m.get("created"))]
@@ -143,7 +156,7 @@ def _section(cat: str, df: pd.DataFrame, by_rank: bool = False) -> list[str]:
     for r in shown:
         fix = r["fix"] if not c or r["fix"] != c.fix else "usual fix (below)"
         rank = f"{_cell(r.get('rank'))} | " if by_rank else ""
-        lines.append(f"| {_loc(r)} {_cell(r.get('function') and '(' + r['function'] + ')')} | `{_cell(r['op'])}` | "
+        lines.append(f"| {_loc(r)} {_cell(r.get('function') and '(' + r['function'] + ')')}{_via(r)} | `{_cell(r['op'])}` | "
                      f"{_count(r['count_per_step'])} | {r['severity']} | {rank}{_cell(r['message'])} | {_cell(fix)} |")
     if len(rows) > len(shown):
         lines.append(f"| ... | | | | {len(rows) - len(shown)} more rows in inventory.csv | |")
@@ -176,7 +189,7 @@ def _table(rows: list[dict], moved: dict | None = None) -> list[str]:
         out = []
     for r in sorted(rows, key=lambda r: (SEVERITY_RANK.get(r["severity"], 9), r["category"], r["file"], r["line"])):
         note = f" (was line {moved[id(r)]})" if moved and id(r) in moved else ""
-        out.append(f"| {r['category']} | {r['severity']} | {_loc(r)}{note} | `{_cell(r['op'])}` | "
+        out.append(f"| {r['category']} | {r['severity']} | {_loc(r)}{note}{_via(r)} | `{_cell(r['op'])}` | "
                    f"{_count(r['count_per_step'])} | {_cell(r['message'])} |")
     if hidden:
         out += ["", f"...and {hidden} info finding(s) (allocations and the like), listed in the inventories."]

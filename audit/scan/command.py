@@ -37,7 +37,8 @@ def dsv4_out(target: str, path: str, tp: int = 1) -> Path | None:
 
 
 def scan_command(target: str | None, path: str, device: str | None, steps: int, warmup: int,
-                 out: Path | None, console: Console, err_console: Console, fail_on: str = "never") -> int:
+                 out: Path | None, console: Console, err_console: Console, fail_on: str = "never", *,
+                 options: dict | None = None) -> int:
     """Runs a scan with a progress bar, writes the inventory, prints the summary; returns the exit code.
 
     Bad input raises AuditError (the CLI turns it into exit 2). A target that raises mid-run still
@@ -45,8 +46,8 @@ def scan_command(target: str | None, path: str, device: str | None, steps: int, 
     above `fail_on` (audit/report/gate.py)."""
     target = target or "dsv4:tiny"
     device = device or default_device()
-    out = out or dsv4_out(target, path)
-    inv, failed = scan_with_bar(target, path, device, steps, warmup, err_console)
+    out = out or (None if options else dsv4_out(target, path))  # with --batch etc.: named after the scan
+    inv, failed = scan_with_bar(target, path, device, steps, warmup, err_console, options=options)
     out = out or default_out(inv.meta.get("name", "target"))
     paths = writers.write(inv, out)
     terminal.print_summary(console, inv, paths)
@@ -54,7 +55,7 @@ def scan_command(target: str | None, path: str, device: str | None, steps: int, 
 
 
 def scan_with_bar(target, path, device, steps, warmup, err_console, *, tp: int = 1,
-                  show: bool = True) -> tuple[Inventory, str | None]:
+                  show: bool = True, options: dict | None = None) -> tuple[Inventory, str | None]:
     """(inventory, failure message or None); the progress bar only where `show`."""
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=err_console, transient=True, disable=not show) as bar:
@@ -65,7 +66,7 @@ def scan_with_bar(target, path, device, steps, warmup, err_console, *, tp: int =
 
         try:
             inv = scan(target, device=device, steps=steps, warmup=warmup, path=path, progress=tick, gpu_trace=True,
-                       tp=tp)
+                       tp=tp, options=options)
         except TargetFailed as e:
             return e.inventory, str(e)
     return inv, None

@@ -37,7 +37,7 @@ class OpRecord:
     in_step: tuple = ()   # per input: produced by an earlier op of this step
     new: tuple = ()       # per output: its storage was created by this op
     module: str = ""
-    stack: tuple = ()     # user frames, outermost first: ((code, lineno), ...)
+    stack: tuple = ()     # frames outside torch/audit/stdlib, outermost first: ((code, lineno), ...)
     func: object = None   # the OpOverload (kind "aten")
     nested: bool = False  # dispatched inside a host read (bool(t) -> _local_scalar_dense)
     note: str = ""
@@ -62,6 +62,17 @@ class Trace:
     held: list = field(default_factory=list)           # per audited step: sids held by reachable objects before it
     seconds: float = 0.0                               # wall time inside audited steps
     warnings: list = field(default_factory=list)       # sync-debug warnings (CUDA)
+    codes: dict = field(default_factory=dict)          # id(code) -> (code, kind): user_code.HIDDEN/LIBRARY/OWN
+    roots: tuple = ()                                  # the target's own folders/files (normalized)
+
+    def is_own(self, code) -> bool:
+        """The code object is in the target's own files (or the model package)."""
+        ent = self.codes.get(id(code))
+        return ent is not None and ent[0] is code and ent[1] == 2
+
+    def own_frames(self, stack) -> list:
+        """The (code, line) frames of a stack that are the target's own."""
+        return [f for f in stack if self.is_own(f[0])]
 
     @property
     def n_ops(self) -> int:

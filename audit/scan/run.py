@@ -45,8 +45,12 @@ def _check(device: str, steps: int, warmup: int) -> str:
 
 
 def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str = "reference", *,
-         progress: Progress | None = None, gpu_trace: bool = False, tp: int = 1) -> Inventory:
-    """Audits `target` (a factory, 'file.py:factory' or 'dsv4:<preset>') and returns its Inventory.
+         progress: Progress | None = None, gpu_trace: bool = False, tp: int = 1,
+         options: dict | None = None) -> Inventory:
+    """Audits `target` (a factory, 'file.py:factory', 'pkg.module:factory', 'hf:DIR' or
+    'dsv4:<preset>') and returns its Inventory.
+
+    options: cache ('dynamic' | 'static', hf: targets), batch and prompt_len (hf: and dsv4:), seed.
 
     gpu_trace: also register torch.cuda._gpu_trace sync callbacks (CUDA only). They cannot be
     removed again, so only a process that will not capture afterwards should ask for them.
@@ -54,7 +58,9 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     audit/ranks.py tags and merges the ranks' inventories)."""
     device = _check(device, steps, warmup)
     t_start = time.perf_counter()
-    res = _build(target, device, path, tp)
+    options = {k: v for k, v in (options or {}).items() if v is not None}
+    options.setdefault("max_new_tokens", warmup + steps + 1)  # what an hf: StaticCache must hold
+    res = _build(target, device, path, tp, options)
     obj, total = res.obj, warmup + steps
     tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
     try:
@@ -73,6 +79,9 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "name": res.name, "error": failure,
     }
+    shown = {k: v for k, v in options.items() if k in ("cache", "batch", "prompt_len", "seed")}
+    if shown:
+        meta["options"] = shown
     if tp > 1:
         meta["tp"] = tp
     inv = Inventory.from_findings(findings, meta)
@@ -83,10 +92,10 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     return inv
 
 
-def _build(target, device: str, path: str, tp: int):
+def _build(target, device: str, path: str, tp: int, options: dict | None = None):
     """resolve(), except that a factory needing CUDA on a machine without it is told where to go."""
     try:
-        return resolve(target, device, path, tp=tp)
+        return resolve(target, device, path, tp=tp, options=options)
     except AuditError as e:
         if not torch.cuda.is_available() and cpu_cuda.needs_gpu(str(e)):
             raise AuditError(f"{e}: this target needs CUDA to be built; scan it on a machine with a GPU "

@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from audit.scan import hooks, state
 from audit.scan.records import OpRecord, TensorMeta, Trace
-from audit.scan.user_code import is_user_file, norm_dir
+from audit.scan.user_code import HIDDEN, frame_kind, is_user_file, norm_root
 
 DIGEST_MAX = 1 << 16  # a host-built tensor up to this many values is compared by its data across steps
 
@@ -56,8 +56,9 @@ class Tracer:
         self.gpu_trace = gpu_trace and self.cuda
         self.trace = Trace(device=str(self.device))
         importlib.import_module("torch._dynamo")  # the first dispatch-mode call imports it: not the step's cost
-        self._roots = tuple(norm_dir(r) for r in user_roots)
-        self._user_code: dict = {}
+        self._roots = tuple(norm_root(r) for r in user_roots)
+        self.trace.roots = self._roots
+        self._user_code: dict = {}  # id(code) -> (code, kind): the kinds live in trace.codes too
         self._stop_code = Tracer.call.__code__
         self._pins: list = []            # StorageWeakRefs: keep StorageImpl addresses unique
         self._seen: dict[int, object] = {}
@@ -70,6 +71,7 @@ class Tracer:
         self._modstack: list = []
         self._step = -1
         self.host_depth = 0
+        self.cpu_checks = 0  # inside a call whose value reads happen on a CPU only (one_hot's range check)
         self._wlog: list | None = None
         self._wseen = 0
 
@@ -78,7 +80,9 @@ class Tracer:
         return is_user_file(filename, self._roots)
 
     def stack(self, frame) -> tuple:
-        """User frames from `frame` outwards to the scan loop, outermost first."""
+        """Frames outside torch, the audit and the stdlib, from `frame` outwards to the scan loop,
+        outermost first: library frames (transformers, installed packages) and the target's own
+        (which is which: trace.codes). The innermost is a finding's site, the innermost own its caller."""
         out = []
         cache, stop = self._user_code, self._stop_code
         while frame is not None:
@@ -87,8 +91,9 @@ class Tracer:
                 break
             ent = cache.get(id(code))  # id, not the code object: hashing a code object hashes its bytecode
             if ent is None or ent[0] is not code:
-                ent = cache[id(code)] = (code, self.is_user(code.co_filename))
-            if ent[1]:
+                ent = cache[id(code)] = (code, frame_kind(code.co_filename, self._roots))
+                self.trace.codes[id(code)] = ent  # keeps the code alive: its id stays unique
+            if ent[1] != HIDDEN:
                 out.append((code, frame.f_lineno))
             frame = frame.f_back
         out.reverse()
@@ -161,7 +166,8 @@ class Tracer:
         mods = self._modstack
         self._records.append(OpRecord(
             self._step, idx, "aten", name, norm, inputs, tuple(out_metas), in_step, tuple(new),
-            mods[-1] if mods else "", self.stack(sys._getframe(2)), func, self.host_depth > 0,
+            mods[-1] if mods else "", self.stack(sys._getframe(2)), func,
+            self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
             "failed" if failed else ""))
         if self._wlog is not None and len(self._wlog) > self._wseen:
             self._drain_warnings()
@@ -243,6 +249,8 @@ class Tracer:
                     stack.enter_context(hooks.sync_debug_warn())
                     if self.gpu_trace:
                         hooks.install_gpu_trace()
+                if not self.cuda:
+                    stack.enter_context(_cpu_only_checks(self))
                 stack.enter_context(_Mode(self))
                 yield
             self.trace.complete[-1] = True
@@ -280,6 +288,32 @@ class _Mode(TorchDispatchMode):
             raise
         self.tracer.record_op(func, args, kwargs, out)
         return out
+
+
+@contextlib.contextmanager
+def _cpu_only_checks(tracer: Tracer):
+    """On a CPU scan, F.one_hot(x, num_classes=n) reads x.min() and x.max() back to check the range;
+    on a GPU it leaves that to a device assert and never syncs. Those reads are not the step's
+    (with num_classes=-1 the max is read on every device, and stays a finding)."""
+    import torch.nn.functional as F
+
+    orig = F.one_hot
+
+    def one_hot(tensor, num_classes=-1):
+        if num_classes == -1:
+            return orig(tensor, num_classes)
+        tracer.cpu_checks += 1
+        try:
+            return orig(tensor, num_classes)
+        finally:
+            tracer.cpu_checks -= 1
+
+    one_hot.__wrapped__ = orig
+    F.one_hot = one_hot
+    try:
+        yield
+    finally:
+        F.one_hot = orig
 
 
 _OPNAMES: dict = {}

@@ -1,7 +1,14 @@
-"""Which source files are user code: what a finding may point at, and whose frames are recorded.
+"""Which source files are whose: what a finding may point at, and whose frames are recorded.
 
-Not torch, not the audit itself, not the stdlib or site-packages; the model package (dsv4) always
-counts, even when installed into site-packages.
+Three kinds of frame:
+- hidden: torch itself, the audit, the stdlib (and `<string>`-like code): never a finding's site;
+- library: code outside torch that the target calls into (transformers, a serving engine, any
+  installed package, a helper module elsewhere): a finding's site is its innermost such frame;
+- own: the target's own files (the folder of its FILE.py, the package of its pkg.module, the
+  model package dsv4): the frame there that led to the site is the finding's caller.
+
+`is_user_file` is the older, broader notion (not torch, the audit, the stdlib or site-packages:
+source a person would edit) and still picks which modules' globals count as state.
 """
 
 from __future__ import annotations
@@ -13,27 +20,56 @@ import sysconfig
 
 import torch
 
-__all__ = ["is_user_file", "norm_dir"]
+__all__ = ["HIDDEN", "LIBRARY", "OWN", "display_path", "frame_kind", "is_import_root", "is_user_file", "norm_dir",
+           "norm_root"]
+
+HIDDEN, LIBRARY, OWN = 0, 1, 2
 
 
 def norm_dir(p: str) -> str:
     return os.path.join(os.path.realpath(p), "")
 
 
-def _skip_dirs() -> list[str]:
-    import audit
+def norm_root(p: str) -> str:
+    """A folder (ends with the separator) or a single file: what counts as the target's own code."""
+    r = os.path.realpath(p)
+    return r if os.path.isfile(r) else os.path.join(r, "")
 
-    dirs = {os.path.dirname(torch.__file__), os.path.dirname(audit.__file__)}
+
+def _site_dirs() -> list[str]:
     paths = sysconfig.get_paths()
-    dirs.update(paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths)
+    dirs = {paths[k] for k in ("purelib", "platlib") if k in paths}
     with contextlib.suppress(Exception):
         dirs.update(site.getsitepackages())
         dirs.add(site.getusersitepackages())
     return sorted({norm_dir(d) for d in dirs if d})
 
 
+def _hidden_dirs() -> list[str]:
+    import audit
+
+    dirs = {os.path.dirname(torch.__file__), os.path.dirname(audit.__file__)}
+    for name in ("functorch", "torchgen"):  # torch's own companions
+        with contextlib.suppress(Exception):
+            import importlib.util
+
+            spec = importlib.util.find_spec(name)
+            if spec and spec.origin:
+                dirs.add(os.path.dirname(spec.origin))
+    return sorted({norm_dir(d) for d in dirs})
+
+
+def _stdlib_dirs() -> list[str]:
+    paths = sysconfig.get_paths()
+    return sorted({norm_dir(paths[k]) for k in ("stdlib", "platstdlib") if k in paths})
+
+
+def _skip_dirs() -> list[str]:
+    return sorted(set(_hidden_dirs()) | set(_site_dirs()) | set(_stdlib_dirs()))
+
+
 def _user_dirs() -> list[str]:
-    """Always user code even if installed into site-packages: the model package."""
+    """Always the project's own code even if installed into site-packages: the model package."""
     import importlib.util
 
     spec = importlib.util.find_spec("dsv4")
@@ -42,16 +78,81 @@ def _user_dirs() -> list[str]:
 
 _SKIP: list[str] | None = None
 _KEEP: list[str] | None = None
+_HIDDEN: list[str] | None = None
+_SITE: list[str] | None = None
+_STDLIB: list[str] | None = None
+
+
+def _init() -> None:
+    global _SKIP, _KEEP, _HIDDEN, _SITE, _STDLIB
+    if _SKIP is None:
+        _HIDDEN, _SITE, _STDLIB, _KEEP = _hidden_dirs(), _site_dirs(), _stdlib_dirs(), _user_dirs()
+        _SKIP = _skip_dirs()
+
+
+def _under(f: str, roots) -> bool:
+    return any(f == r or (r.endswith(os.sep) and f.startswith(r)) for r in roots)
 
 
 def is_user_file(filename: str, extra: tuple[str, ...] = ()) -> bool:
     """True for source a person would edit: not torch, the audit, the stdlib or site-packages."""
-    global _SKIP, _KEEP
-    if _SKIP is None:
-        _SKIP, _KEEP = _skip_dirs(), _user_dirs()
+    _init()
     if not filename or (filename.startswith("<") and not filename.startswith("<ipython-input")):
         return False
     f = os.path.realpath(filename)
-    if any(f.startswith(d) for d in _KEEP) or any(f.startswith(d) for d in extra):
+    if any(f.startswith(d) for d in _KEEP) or _under(f, extra):
         return True
     return not any(f.startswith(d) for d in _SKIP)
+
+
+def frame_kind(filename: str, roots: tuple[str, ...] = ()) -> int:
+    """HIDDEN, LIBRARY or OWN for a frame's file (roots: the target's own folders or files, normalized)."""
+    _init()
+    if not filename or (filename.startswith("<") and not filename.startswith("<ipython-input")):
+        return HIDDEN
+    f = os.path.realpath(filename)
+    if any(f.startswith(d) for d in _HIDDEN):
+        return HIDDEN
+    if any(f.startswith(d) for d in _KEEP) or _under(f, roots):
+        return OWN
+    if any(f.startswith(d) for d in _SITE):
+        return LIBRARY
+    if any(f.startswith(d) for d in _STDLIB):
+        return HIDDEN
+    return LIBRARY
+
+
+def display_path(filename: str, cwd: str, skip: tuple[str, ...] = ()) -> str:
+    """What a person opens: relative to the working directory when inside it; code imported from an
+    installed location (site-packages, a folder on sys.path) as its package path
+    (`transformers/models/llama/modeling_llama.py`, the file Python actually ran); else absolute.
+    skip: folders that do not count as install locations (a target file's own folder)."""
+    if not filename or filename.startswith("<"):
+        return filename
+    f = os.path.realpath(filename)
+    if f.startswith(cwd + os.sep):
+        return os.path.relpath(f, cwd)
+    for root in _import_roots():
+        if root not in skip and f.startswith(root):
+            return os.path.relpath(f, root)
+    return filename
+
+
+def is_import_root(folder: str) -> bool:
+    """A folder code is installed into (site-packages, the stdlib): not one package's own folder."""
+    _init()
+    d = norm_dir(folder)
+    return d in _SITE or d in _STDLIB
+
+
+def _import_roots() -> list[str]:
+    """Folders code is imported from, deepest first (a package inside another root wins)."""
+    import sys
+
+    _init()
+    roots = set(_SITE)
+    for p in sys.path:
+        if p and os.path.isdir(p):
+            roots.add(norm_dir(p))
+    roots -= set(_STDLIB)  # the stdlib never hosts a finding
+    return sorted(roots, key=len, reverse=True)

@@ -1,7 +1,9 @@
 """Planted baked-host-value hazards (and a graph-safe twin): Python values that change per step.
 
 prepare(i) sets the decode position as a Python int (host-side staging is fine); the hazard is
-that the step turns it into kernel arguments, which a graph would freeze at capture.
+that the step turns it into kernel arguments, which a graph would freeze at capture. That holds
+wherever the value enters: a scalar operand, a slice bound, a view / arange / allocation size;
+when it also sets a shape, the line is a dynamic-shape finding too (each finding with its own fix).
 """
 
 import torch
@@ -27,7 +29,12 @@ class Baked:
         filled = torch.full((2,), float(pos))  # HAZARD: baked-host-value
         window = self.x.narrow(0, pos % 4, 4)  # HAZARD: baked-host-value
         blocks = torch.tensor([(pos + j) // 4 for j in range(32)])  # HAZARD: baked-host-value
-        return a.sum() + col.sum() + sel.sum() + scaled.sum() + filled.sum() + window.sum() + blocks.sum()
+        head = self.x[: pos % 4 + 1]  # HAZARD: baked-host-value, dynamic-shape
+        ramp = torch.arange(pos % 3 + 1, dtype=torch.float32)  # HAZARD: baked-host-value, dynamic-shape
+        grid = self.x.view(pos % 2 + 1, -1)  # HAZARD: baked-host-value, dynamic-shape
+        tail = self.table.new_zeros(pos % 5 + 1)  # HAZARD: baked-host-value, dynamic-shape
+        return (a.sum() + col.sum() + sel.sum() + scaled.sum() + filled.sum() + window.sum() + blocks.sum()
+                + head.sum() + ramp.sum() + grid.sum() + tail.sum())
 
 
 class BakedClean:
@@ -38,6 +45,7 @@ class BakedClean:
         self.x = torch.zeros(8, device=device)
         self.pos = torch.zeros((), dtype=torch.long, device=device)
         self.offsets = torch.arange(4, device=device)
+        self.idx = torch.arange(8, device=device)
 
     def prepare(self, i):
         self.table.copy_(torch.randn(4, 8))
@@ -51,7 +59,12 @@ class BakedClean:
         scaled = self.x / (pos + 1)
         filled = pos.float().expand(2)
         window = self.x.gather(0, pos % 4 + self.offsets)
-        return a.sum() + col.sum() + scaled.sum() + filled.sum() + window.sum()
+        head = torch.where(self.idx < pos % 4 + 1, self.x, 0.0)  # static maximum, masked by the device value
+        ramp = torch.where(self.idx[:3] < pos % 3 + 1, self.idx[:3].float(), 0.0)
+        grid = self.x.view(2, -1) * (pos % 2 + 1)
+        tail = torch.zeros(5, device=self.x.device) * (pos % 5 + 1)
+        return (a.sum() + col.sum() + scaled.sum() + filled.sum() + window.sum()
+                + head.sum() + ramp.sum() + grid.sum() + tail.sum())
 
 
 def make(device):

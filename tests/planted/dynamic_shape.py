@@ -1,6 +1,8 @@
 """Planted dynamic-shape hazards (and a graph-safe twin): shapes that grow or shrink per step.
 
-Only the op where a shape starts to vary is a finding; its consumers inherit the shape.
+Only the op where a shape starts to vary is a finding; its consumers inherit the shape. Where a
+Python value sets the shape (a slice bound, a size), that value is baked into the graph as well:
+both findings stand, each with its own fix.
 """
 
 import torch
@@ -20,10 +22,10 @@ class Dynamic:
 
     def step(self):
         self.cache = torch.cat([self.cache, self.x[None]])  # HAZARD: dynamic-shape, step-allocation
-        head = self.buf[: self.n]  # HAZARD: dynamic-shape
-        ramp = torch.arange(self.n, dtype=torch.float32)  # HAZARD: dynamic-shape
-        pad = torch.zeros(self.n)  # HAZARD: dynamic-shape
-        tiled = self.x.repeat(self.n)  # HAZARD: dynamic-shape
+        head = self.buf[: self.n]  # HAZARD: dynamic-shape, baked-host-value
+        ramp = torch.arange(self.n, dtype=torch.float32)  # HAZARD: dynamic-shape, baked-host-value
+        pad = torch.zeros(self.n)  # HAZARD: dynamic-shape, baked-host-value
+        tiled = self.x.repeat(self.n)  # HAZARD: dynamic-shape, baked-host-value
         return self.cache.sum(0) + (head * ramp + pad).sum() + tiled.sum()
 
 

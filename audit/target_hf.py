@@ -1,0 +1,216 @@
+"""`hf:DIR` targets: a Hugging Face transformers causal LM from a local folder, decoded as `generate` does.
+
+DIR is a model folder (config.json, and weights if it has any) or a config.json itself. No network
+access, ever: the hub is switched offline before transformers is imported, every load is
+local_files_only, and no remote code runs. A folder without weights gets seeded random ones
+(`from_config` under torch.manual_seed(seed)), so a config is enough to audit an architecture.
+
+The decode step is the one `generate` runs between two tokens (transformers 5's `_sample`):
+- prepare(i), host side, not audited (generate runs it outside its compiled forward too): append
+  the previous token to the ids, `_update_model_kwargs_for_generation` (the 2D attention mask
+  grows by one), `prepare_inputs_for_generation`, then stage every tensor input into a static
+  buffer with copy_ when its shape has not changed, as any graph runner does with its inputs;
+- step(), audited: `model(**model_inputs, return_dict=True)` and the greedy next token, written
+  into a static output buffer (out=), so that every finding is the model's.
+
+`cache`: "dynamic" (DynamicCache, grows with torch.cat) or "static" (StaticCache sized for the
+whole run: prompt + every scanned step). What the scan finds is then in transformers' own files.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from audit.errors import AuditError
+
+__all__ = ["CACHES", "HFDecode", "hf_target"]
+
+CACHES = ("dynamic", "static")
+_WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def _offline() -> None:
+    """Before transformers (and huggingface_hub) are imported: never reach the network."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    import sys
+
+    hub = sys.modules.get("huggingface_hub.constants")
+    if hub is not None:  # imported earlier in this process: flip the cached flag too
+        hub.HF_HUB_OFFLINE = True
+
+
+def _import_transformers(spec: str):
+    _offline()
+    try:
+        import transformers
+    except ImportError:
+        raise AuditError(f"--target {spec!r}: hf: targets need transformers (pip install -e \".[dev]\")") from None
+    return transformers
+
+
+def _config_file(spec: str, where: str) -> tuple[Path, Path]:
+    """(config.json, model folder) for DIR or DIR/config.json; one-line errors otherwise."""
+    if not where:
+        raise AuditError(f"--target {spec!r}: expected hf:DIR (a local model folder or its config.json)")
+    p = Path(where).expanduser()
+    if p.is_dir():
+        cfg = p / "config.json"
+        if not cfg.is_file():
+            raise AuditError(f"--target {spec!r}: {where} has no config.json (hf: reads local folders only)")
+        return cfg, p
+    if p.is_file():
+        if p.suffix != ".json":
+            raise AuditError(f"--target {spec!r}: {where} is not a folder or a config .json file")
+        return p, p.parent
+    raise AuditError(f"--target {spec!r}: no such folder or file {where} (hf: reads local folders only, "
+                     "nothing is downloaded)")
+
+
+def load_config(spec: str, where: str):
+    """The transformers config of DIR (or of a config.json), checked to be a known causal LM."""
+    transformers = _import_transformers(spec)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    cfg_path, folder = _config_file(spec, where)
+    try:
+        data = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise AuditError(f"--target {spec!r}: {cfg_path} is not readable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise AuditError(f"--target {spec!r}: {cfg_path} is not a JSON object")
+    mtype = data.get("model_type")
+    if not mtype:
+        raise AuditError(f"--target {spec!r}: {cfg_path} has no model_type")
+    if mtype not in CONFIG_MAPPING:
+        raise AuditError(f"--target {spec!r}: unknown architecture {mtype!r}: transformers "
+                         f"{transformers.__version__} has no such model_type (remote code is never run)")
+    if mtype not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise AuditError(f"--target {spec!r}: {mtype!r} is not a causal language model in transformers "
+                         f"{transformers.__version__} (hf: targets decode with AutoModelForCausalLM)")
+    try:
+        cfg = CONFIG_MAPPING[mtype].from_dict(data)
+    except Exception as e:  # noqa: BLE001 - a bad config is the user's one-line error
+        raise AuditError(f"--target {spec!r}: {cfg_path}: transformers rejects the config "
+                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    return cfg, folder
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(any(folder.glob(pat)) for pat in _WEIGHTS)
+
+
+def load_model(spec: str, where: str, device: str, seed: int = 0):
+    """(model in eval mode on `device`, config, whether the weights are random)."""
+    cfg, folder = load_config(spec, where)
+    from transformers import AutoModelForCausalLM
+
+    random = not _has_weights(folder)
+    try:
+        if random:
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(cfg)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(folder, config=cfg, local_files_only=True,
+                                                         trust_remote_code=False)
+    except AuditError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise AuditError(f"--target {spec!r}: building the model raised {type(e).__name__}: {msg}") from None
+    return model.to(device).eval(), cfg, random
+
+
+def cache_kwarg(model) -> str:
+    """What this transformers version calls the cache argument: `cache` (5.2x) or `past_key_values`."""
+    params = inspect.signature(model.prepare_inputs_for_generation).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class _Outputs(dict):
+    """The part of a forward's output that `_update_model_kwargs_for_generation` reads (the cache),
+    readable as a mapping and as attributes, whichever this transformers version does."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class HFDecode:
+    """One greedy decode step of a transformers causal LM, driven the way generate drives it."""
+
+    def __init__(self, spec: str, where: str, device: str, cache: str = "dynamic", batch: int = 1,
+                 prompt_len: int = 8, seed: int = 0, max_new_tokens: int = 64):
+        if cache not in CACHES:
+            raise AuditError(f"--cache must be one of {', '.join(CACHES)}, not {cache!r}")
+        if batch < 1 or prompt_len < 1:
+            raise AuditError("--batch and --prompt-len must be >= 1")
+        self.device = torch.device(device)
+        self.model, self.config, self.random_weights = load_model(spec, where, device, seed)
+        from transformers import DynamicCache, StaticCache
+
+        text_cfg = self.model.config.get_text_config() if hasattr(self.model.config, "get_text_config") \
+            else self.model.config
+        vocab = int(getattr(text_cfg, "vocab_size", 0) or 0)
+        if vocab < 2:
+            raise AuditError(f"--target {spec!r}: the config has no vocab_size")
+        self.max_cache_len = prompt_len + max_new_tokens + 1
+        if cache == "static":
+            self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
+        else:
+            self.cache = DynamicCache(config=self.model.config)
+        gen = torch.Generator().manual_seed(seed)
+        self.input_ids = torch.randint(0, vocab, (batch, prompt_len), generator=gen).to(self.device)
+        self.cache_key = cache_kwarg(self.model)
+        self.model_kwargs = {self.cache_key: self.cache, "use_cache": True,
+                             "attention_mask": torch.ones(batch, prompt_len, dtype=torch.long, device=self.device)}
+        self.buffers: dict = {}
+        with torch.no_grad():  # the prefill, as generate's _prefill: the whole prompt at once
+            inputs = self.model.prepare_inputs_for_generation(self.input_ids, is_first_iteration=True,
+                                                              **self.model_kwargs)
+            out = self.model(**inputs, return_dict=True)
+        self.next = out.logits[:, -1].argmax(-1)   # written in place by every step
+        self.inputs: dict = {}
+
+    def prepare(self, i: int) -> None:
+        """Host-side bookkeeping between two forwards, as in generate's loop; inputs staged in place."""
+        self.input_ids = torch.cat([self.input_ids, self.next[:, None].to(self.input_ids.dtype)], dim=-1)
+        self.model_kwargs = self.model._update_model_kwargs_for_generation(_Outputs({self.cache_key: self.cache}),
+                                                                            self.model_kwargs)
+        inputs = self.model.prepare_inputs_for_generation(self.input_ids, next_sequence_length=1,
+                                                          **self.model_kwargs)
+        self.inputs = {k: self._stage(k, v) for k, v in inputs.items()}
+
+    def _stage(self, key: str, v):
+        """A static buffer per tensor input, refilled with copy_ while its shape holds (a new one
+        when it changes: that input is then a dynamic shape, and the scan says so)."""
+        if not isinstance(v, torch.Tensor):
+            return v
+        buf = self.buffers.get(key)
+        if buf is None or buf.shape != v.shape or buf.dtype != v.dtype or buf.device != v.device:
+            buf = self.buffers[key] = v.clone()
+        else:
+            buf.copy_(v)
+        return buf
+
+    @torch.no_grad()
+    def step(self):
+        out = self.model(**self.inputs, return_dict=True)
+        torch.argmax(out.logits[:, -1], dim=-1, out=self.next)  # greedy, into a static buffer: nothing
+        return out.logits                                        # of the driver's own in the inventory
+
+
+def hf_target(spec: str, where: str, options: dict):
+    """The factory `make(device)` for hf:DIR with the scan's options (cache, batch, prompt_len, seed)."""
+    load_config(spec, where)  # bad paths and unknown architectures fail here, before any factory call
+    kw = {k: options[k] for k in ("cache", "batch", "prompt_len", "seed", "max_new_tokens") if options.get(k) is not None}
+    return lambda device: HFDecode(spec, where, device, **kw)

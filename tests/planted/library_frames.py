@@ -1,0 +1,60 @@
+"""A target whose hazards live in a library it calls (tests/planted_site/plantedlib, installed into a
+temporary site directory by the tests), and a graph-safe twin that calls the library's safe API.
+
+Findings name the library's line (`# HAZARD:` markers there); the line below that made the call
+is marked `# CALLS:` and is each finding's caller.
+"""
+
+import torch
+
+from plantedlib import kv, moe, numerics
+
+
+class LibraryStep:
+    def __init__(self, device):
+        self.x = torch.zeros(8, device=device)
+        self.scores = torch.zeros(4, device=device)
+        self.weights = torch.randn(4, 8, 8, device=device)
+        self.cache = kv.GrowingCache(8, device)
+        self.pos = 0
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(8))
+        self.scores.copy_(torch.randn(4))
+        self.pos = 3 + i
+
+    def step(self):
+        keys = self.cache.append(self.x)  # CALLS: plantedlib
+        y = numerics.normalize(self.x)  # CALLS: plantedlib
+        y = moe.routed(y, self.weights, self.scores)  # CALLS: plantedlib
+        y = numerics.position_bias(y, self.pos)  # CALLS: plantedlib
+        return y + keys.sum()
+
+
+class LibraryStepClean:
+    def __init__(self, device):
+        self.x = torch.zeros(8, device=device)
+        self.scores = torch.zeros(4, device=device)
+        self.weights = torch.randn(4, 8, 8, device=device)
+        self.cache = kv.StaticCache(8, device)
+        self.pos = torch.zeros((), device=device)
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(8))
+        self.scores.copy_(torch.randn(4))
+        self.pos.fill_(3 + i)
+
+    def step(self):
+        keys = self.cache.append(self.x)
+        y = numerics.normalize_on_device(self.x)
+        y = moe.dense(y, self.weights, self.scores)
+        y = numerics.position_bias_on_device(y, self.pos)
+        return y + keys.sum()
+
+
+def make(device):
+    return LibraryStep(device)
+
+
+def make_clean(device):
+    return LibraryStepClean(device)

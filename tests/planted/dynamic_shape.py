@@ -23,8 +23,8 @@ class Dynamic:
     def step(self):
         self.cache = torch.cat([self.cache, self.x[None]])  # HAZARD: dynamic-shape, step-allocation
         head = self.buf[: self.n]  # HAZARD: dynamic-shape, baked-host-value
-        ramp = torch.arange(self.n, dtype=torch.float32)  # HAZARD: dynamic-shape, baked-host-value
-        pad = torch.zeros(self.n)  # HAZARD: dynamic-shape, baked-host-value
+        ramp = torch.arange(self.n, dtype=torch.float32, device=self.x.device)  # HAZARD: dynamic-shape, baked-host-value
+        pad = torch.zeros(self.n, device=self.x.device)  # HAZARD: dynamic-shape, baked-host-value
         tiled = self.x.repeat(self.n)  # HAZARD: dynamic-shape, baked-host-value
         return self.cache.sum(0) + (head * ramp + pad).sum() + tiled.sum()
 

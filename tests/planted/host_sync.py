@@ -30,7 +30,7 @@ class HostSync:
         host = x.cpu()  # HAZARD: host-sync
         k = int(x.abs().argmax())  # HAZARD: host-sync
         picked = x[self.mask]  # HAZARD: host-sync
-        arr = x.numpy()  # HAZARD: host-sync
+        arr = x.numpy(force=True)  # HAZARD: host-sync
         scale = float(x.abs().max())  # HAZARD: host-sync
         hist = torch.bincount(self.counts, minlength=4)  # HAZARD: host-sync
         if x.is_cuda:  # a CPU scan never takes this branch: found in the source

@@ -15,11 +15,11 @@ class Random:
         self.probs.copy_(torch.rand(8) + 0.1)
 
     def step(self):
-        noise = torch.randn(8)  # HAZARD: rng
+        noise = torch.randn(8, device=self.x.device)  # HAZARD: rng
         dropped = F.dropout(self.x, p=0.25, training=True)  # HAZARD: rng
         token = torch.multinomial(self.probs, 1)  # HAZARD: rng
         coin = torch.bernoulli(self.probs / self.probs.sum())  # HAZARD: rng
-        jitter = torch.rand(8, generator=self.gen)  # HAZARD: rng
+        jitter = torch.rand(8, generator=self.gen, device=self.x.device)  # HAZARD: rng
         return noise + dropped + token + coin + jitter
 
 

@@ -1,4 +1,7 @@
-"""`# HAZARD: <category>[, <category>]` markers of a planted file: the lines the tests expect."""
+"""`# HAZARD: <category>[, <category>]` markers of a planted file: the lines the tests expect.
+
+A line may add `# CUDA: <category>` for a hazard that exists only when the step runs on a GPU
+(e.g. `torch.tensor(data, device=...)` is also a pageable host->device copy there)."""
 
 from __future__ import annotations
 
@@ -6,14 +9,16 @@ import re
 from pathlib import Path
 
 MARK = re.compile(r"#\s*HAZARD:\s*([a-z\-, ]+)")
+CUDA_MARK = re.compile(r"#\s*CUDA:\s*([a-z\-, ]+)")
 
 
-def markers(path) -> set[tuple[int, str]]:
+def markers(path, cuda: bool = False) -> set[tuple[int, str]]:
     out = set()
     for n, text in enumerate(Path(path).read_text().splitlines(), 1):
-        m = MARK.search(text)
-        if m:
-            out |= {(n, c.strip()) for c in m.group(1).split(",") if c.strip()}
+        for pat in (MARK, CUDA_MARK) if cuda else (MARK,):
+            m = pat.search(text)
+            if m:
+                out |= {(n, c.strip()) for c in m.group(1).split(",") if c.strip()}
     return out
 
 

@@ -199,7 +199,7 @@ def mark_leaves(node: Node) -> None:
 
 
 # ---------------------------------------------------------------------- findings
-def _rel(path: str | None) -> str:
+def rel_path(path: str | None) -> str:
     if not path:
         return "?"
     try:
@@ -254,17 +254,17 @@ def _finding(node: Node, scan: list[dict]) -> Finding:
         msg += f"; at `{r.raised_at['code']}`"
     if miss:
         msg += f"; first kernel missing from the graph: `{miss.get('kernel', '?')[:80]}` launched by `{miss.get('op')}`"
-    scan_at = f"{_rel(match.get('file'))}:{match.get('line')}" if match else None
+    scan_at = f"{rel_path(match.get('file'))}:{match.get('line')}" if match else None
     if match:
         msg += f"; CPU scan: {match.get('category')} `{match.get('op')}` at {scan_at}"
     extra = {k: v for k, v in {
         "status": r.status, "error_class": r.error_class, "eager_kernels": r.eager_kernels,
         "graph_kernels": r.graph_kernels, "max_abs_diff": r.max_abs_diff, "first_diff": r.first_diff,
         "raised_in": r.raised_in, "scan_match": scan_at,
-        "defined_at": f"{_rel(src.get('file'))}:{src.get('line')}" if src.get("file") else None,
+        "defined_at": f"{rel_path(src.get('file'))}:{src.get('line')}" if src.get("file") else None,
     }.items() if v is not None}
     op = r.error_class if r.status == "fail" else ("graph replay" if r.status == "mismatch" else "kernel launch")
-    return Finding(cat, sev, _rel(file), int(line or 0), func or "?", node.path, op, 1.0, msg,
+    return Finding(cat, sev, rel_path(file), int(line or 0), func or "?", node.path, op, 1.0, msg,
                    FIX.get(r.error_class or "", ""), extra=extra)
 
 
@@ -277,7 +277,7 @@ def findings(report: BisectReport, scan: list[dict] | None = None) -> list[Findi
             if "capture stream is on" in w and w not in seen:
                 seen.add(w)
                 src = n.result.source or {}
-                out.append(Finding("cross-device", "silent-corruption", _rel(src.get("file")),
+                out.append(Finding("cross-device", "silent-corruption", rel_path(src.get("file")),
                                    int(src.get("line") or 0), src.get("function") or "?", n.path, "capture stream",
                                    1.0, w))
     return out

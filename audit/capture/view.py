@@ -14,7 +14,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.tree import Tree
 
-from audit.capture.bisect import STEP, BisectReport, Node, bisect, inventory, load_scan, parse_layers, summary_line
+from audit.capture.bisect import (STEP, BisectReport, Node, bisect, inventory, load_scan, parse_layers, rel_path,
+                                  summary_line)
 from audit.errors import AuditError
 
 __all__ = ["require_cuda", "render_tree", "run_bisect", "write_outputs"]
@@ -77,8 +78,18 @@ def write_outputs(report: BisectReport, inv, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = _report_writer(inv, out)
     tree = out / "bisect.json"
-    tree.write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    tree.write_text(json.dumps(_relative(report.to_dict()), indent=2, default=str))
     return written + [tree]
+
+
+def _relative(tree):
+    """Source files in the tree as a person opens them: relative to the working directory when
+    inside it (bisect.json is a report; an absolute path names one machine)."""
+    if isinstance(tree, dict):
+        return {k: rel_path(v) if k == "file" and isinstance(v, str) else _relative(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_relative(v) for v in tree]
+    return tree
 
 
 def _report_writer(inv, out: Path) -> list[Path]:

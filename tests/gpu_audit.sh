@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The auditor's GPU slice in one device call (under 8 min on an H200): the precision measure over
+# the planted suite (CPU scan vs CUDA scan), the audit's GPU tests, hf:/library targets on CUDA, and
+# the H200 reports regenerated. Everything lands in $OUT (two tarballs + the tables); the summary is last.
+#   OUT=/tmp/gpu_audit bash tests/gpu_audit.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT="${OUT:-/tmp/gpu_audit}" PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+LOGS=/tmp/gpu_audit_logs
+mkdir -p "$OUT" $LOGS/logs
+sum="$OUT/summary.txt"; : > "$sum"
+step() { local name=$1 limit=$2; shift 2; local t0=$SECONDS
+  timeout "$limit" "$@" > "$LOGS/logs/$name.log" 2>&1; local rc=$?
+  printf '%-18s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - t0))" \
+    "$(grep -E '[0-9]+ (passed|failed)|^TOTAL|graph-ready|leaves|error:' "$LOGS/logs/$name.log" | tail -1)" | tee -a "$sum"; }
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())" >> "$sum" 2>&1
+step precision 90 python3 tests/gpu_precision.py --json "$OUT/precision.json"
+R=reports/h200
+step scan-ref-cuda 45 python3 -m cli scan --device cuda --fail-on never --out $R/scan-tiny-reference-cuda
+step scan-static-cuda 45 python3 -m cli scan --device cuda --path static --out $R/scan-tiny-static-cuda
+step gpu-tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_precision.py tests/test_capture_gpu.py \
+  tests/test_cross_device.py
+step bisect-static 60 python3 -m cli bisect --target dsv4:tiny --path static --out $R/bisect-dsv4-tiny-static
+step bisect-ref 90 python3 -m cli bisect --target dsv4:tiny --layers 0-1 --fail-on never \
+  --scan $R/scan-tiny-reference-cuda/inventory.json --out $R/bisect-dsv4-tiny-reference
+tar czf "$OUT/reports.tgz" $R
+tar czf "$OUT/logs.tgz" -C $LOGS logs
+grep -E "^TOTAL|cuda off-plant" $LOGS/logs/precision.log >> "$sum"
+grep -E "^(FAILED|ERROR)" $LOGS/logs/gpu-tests.log | head -12 >> "$sum"
+cat "$sum"

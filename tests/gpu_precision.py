@@ -15,7 +15,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "planted_gpu"))
-sys.path.insert(0, str(HERE / "planted_site"))  # plantedlib: the installed package library_frames.py calls
+SITE = str(HERE / "planted_site")  # plantedlib, the "installed" package library_frames.py calls
 from markers import markers  # noqa: E402
 
 # planted_gpu files of the capture tests mark one line with `# PLANT` (one category per file)
@@ -86,8 +86,20 @@ def measure(path: Path, factory: str, devices=("cpu", "cuda")) -> dict:
     return res
 
 
+def measure_all() -> list[dict]:
+    """Every planted target, with plantedlib importable for the scans only (other tests install
+    their own shifted copy of it)."""
+    sys.path.insert(0, SITE)
+    try:
+        return [measure(p, f) for p, f in targets()]
+    finally:
+        sys.path.remove(SITE)
+        for name in [m for m in sys.modules if m == "plantedlib" or m.startswith("plantedlib.")]:
+            del sys.modules[name]
+
+
 def main(argv: list[str]) -> int:
-    rows = [measure(p, f) for p, f in targets()]
+    rows = measure_all()
     if "--json" in argv:
         Path(argv[argv.index("--json") + 1]).write_text(json.dumps(rows, indent=1, default=str))
     print(f"{'target':58} {'cpu off':>7} {'cuda off':>8} {'missed':>6}  cuda error")

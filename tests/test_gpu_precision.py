@@ -31,7 +31,7 @@ WAITS = HERE / "planted_gpu" / "cuda_waits.py"
 
 @pytest.fixture(scope="module")
 def suite():
-    return [gpu_precision.measure(p, f) for p, f in gpu_precision.targets()]
+    return gpu_precision.measure_all()
 
 
 def test_no_cuda_finding_off_the_plants(suite):

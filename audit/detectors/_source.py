@@ -175,3 +175,38 @@ def exit_branch(filename: str, lo: int, hi: int) -> int | None:
     cands = [n for n in ast.walk(func) if isinstance(n, _BRANCH) and lo <= n.lineno <= hi
              and any(isinstance(x, _EXITS) for x in ast.walk(n))]
     return min((n.lineno for n in cands), default=None)
+
+
+def _loop_of(func, line: int):
+    """Innermost for/while statement of `func` whose body holds `line`."""
+    loops = [n for n, part in chain(func, line) if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and part == "body"]
+    return loops[-1] if loops else None
+
+
+def decider(filename: str, lo: int | None, line: int) -> int | None:
+    """The statement that decided whether `line` ran, after execution was last seen at `lo`.
+
+    Both executions agreed up to `lo` (None: the function was just entered). Forward (lo <= line):
+    the first branch in lo..line that holds `line` or can leave early (`if ...: return/continue/
+    break` guards a later line without holding it). Backward (a new loop iteration): the first
+    such guard inside the loop holding both lines, else the loop itself (its trip count); the
+    same line twice is taken as another iteration too."""
+    func = enclosing_function(filename, line)
+    if func is None or isinstance(func, ast.Module):
+        return None
+    lo = func.lineno if lo is None or not _span(func, lo) else lo
+
+    def guard(n) -> bool:
+        return _span(n, line) or any(isinstance(x, _EXITS) for x in ast.walk(n))
+
+    if lo <= line:
+        cands = [n.lineno for n in ast.walk(func) if isinstance(n, _BRANCH) and lo <= n.lineno <= line and guard(n)]
+        if cands or lo < line:
+            return min(cands, default=None)
+    loop = _loop_of(func, line)  # lo == line: the same line again, i.e. another iteration
+    if loop is None or not _span(loop, lo):
+        return None
+    cands = [n.lineno for n in ast.walk(loop) if n is not loop and isinstance(n, _BRANCH)
+             and any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n))]
+    return min(cands, default=loop.lineno)
+

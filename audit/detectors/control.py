@@ -38,10 +38,32 @@ def _at(code, line):
     return code.co_filename, line, code.co_name
 
 
+def _decided(p, x):
+    """(file, line, function) of the branch that let `x` run after the anchor `p`, or None.
+
+    x's frames are walked from where its path leaves p's, outermost first: in the first frame that
+    differs, the branch between p's line and x's (a guard clause `if ...: continue` included);
+    in frames p never entered, the branch between the function's start and x's line."""
+    ps = p.stack if p is not None else []
+    left = False
+    for d, (code, lx) in enumerate(x.stack):
+        shared = not left and d < len(ps) and ps[d][0] is code
+        if shared and ps[d][1] == lx and d < len(x.stack) - 1:
+            continue  # the same call in progress: the paths part deeper
+        line = _source.decider(code.co_filename, ps[d][1] if shared else None, lx)
+        if line:
+            return _at(code, line)
+        left = True
+    return None
+
+
 def locate(ctx, p, a, b):
     """(file, line, function) of the statement where two executions part ways.
 
     p: the last op both ran (the anchor); a, b: the first ops that differ (None: nothing more ran)."""
+    for x in (a, b):
+        if x is not None and (found := _decided(p, x)):
+            return found
     if a is None or b is None:
         x = a or b
         code, line = x.stack[-1]

@@ -1,0 +1,39 @@
+"""Hazard forms written the way unseen user code writes them, each at its exact line, with a clean twin.
+
+The planted files mark hazard lines with `# HAZARD: <category>` (as tests/planted/ does); the
+targets draw fresh random data every run, so a scan that finds them does so on new inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import audit
+from test_audit_planted import BLOCKING, markers
+
+PLANTED = Path(__file__).parent / "planted"
+FORMS = ["control_guards"]
+
+
+def _scan(name: str, factory: str):
+    return audit.scan(f"{PLANTED / name}.py:{factory}", device="cpu", steps=6)
+
+
+@pytest.mark.parametrize("name", FORMS)
+def test_each_form_found_at_its_line_and_nothing_else(name):
+    path = PLANTED / f"{name}.py"
+    inv = _scan(name, "make")
+    bad = inv.df[inv.df.severity.isin(BLOCKING) & inv.df.file.astype(str).str.endswith(f"planted/{name}.py")]
+    got = set(zip(bad.line.astype(int), bad.category))
+    expected = markers(path)
+    assert expected <= got, f"missing: {sorted(expected - got)}\n{bad[['line', 'category', 'message']].to_string()}"
+    assert got <= expected, f"unmarked: {sorted(got - expected)}\n{bad[['line', 'category', 'message']].to_string()}"
+
+
+@pytest.mark.parametrize("name", FORMS)
+def test_clean_twin_is_graph_ready(name):
+    inv = _scan(name, "make_clean")
+    bad = inv.df[inv.df.severity.isin(BLOCKING)]
+    assert bad.empty, bad[["file", "line", "category", "message"]].to_string()

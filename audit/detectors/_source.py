@@ -210,3 +210,24 @@ def decider(filename: str, lo: int | None, line: int) -> int | None:
              and any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n))]
     return min(cands, default=loop.lineno)
 
+
+def _cpu_expr(n) -> bool:
+    """"cpu" / "cpu:0", or torch.device("cpu") written in the source."""
+    if isinstance(n, ast.Constant):
+        return isinstance(n.value, str) and n.value.startswith("cpu")
+    return isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", "")) == "device" and \
+        bool(n.args) and _cpu_expr(n.args[0])
+
+
+def names_cpu(filename: str, line: int) -> bool:
+    """A `.to(...)` call on `line` whose source names the CPU as its target (not a device variable)."""
+    t = tree(filename)
+    if t is None:
+        return False
+    for n in ast.walk(t):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to" and \
+                n.lineno <= line <= (n.end_lineno or n.lineno):
+            if any(_cpu_expr(a) for a in n.args[:1]) or any(k.arg == "device" and _cpu_expr(k.value) for k in n.keywords):
+                return True
+    return False
+

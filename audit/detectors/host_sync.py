@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from audit.detectors import register
+from audit.detectors import _source, register
 
 SYNC_OPS: dict[str, Callable] = {}  # "aten.nonzero" -> rule(record) -> (message, fix) | None
 
@@ -36,7 +36,7 @@ _DEVICE_FIX = ("Keep it on the device: select with torch.where/masks, or read th
                "the step (after replay) when the host really needs it.")
 
 
-@sync_op("aten._local_scalar_dense", "aten.item", "aten.equal", "aten.is_nonzero")
+@sync_op("aten._local_scalar_dense", "aten.item", "aten.equal", "aten.allclose", "aten.is_nonzero")
 def scalar_read(rec):
     """A device value becomes a Python scalar: the host waits for every queued kernel."""
     return (f"`{rec.op}` reads a device value into a Python scalar", _DEVICE_FIX)
@@ -171,7 +171,8 @@ def host_reads(ctx):
     one finding: on a GPU its copy lands in pageable memory, which the message says (the copy is
     not a second, pageable-copy finding)."""
     out = []
-    recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r)]
+    recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r)
+            and (r.note != "cpu?" or _source.names_cpu(r.stack[-1][0].co_filename, r.stack[-1][1]))]
     for (file, line, op), group in ctx.per_site(recs).items():
         r = group[0]
         if r.kind == "host":

@@ -56,6 +56,26 @@ def _host_wrapper(name: str, orig):
     return wrapper
 
 
+def _is_cpu(d) -> bool:
+    return (isinstance(d, str) and d.startswith("cpu")) or (isinstance(d, torch.device) and d.type == "cpu")
+
+
+def _to_wrapper(orig):
+    """`Tensor.to` towards the CPU, on a CPU scan: a device->host copy on a GPU. `.to(self.device)`
+    looks the same here, so it is only a candidate (note "cpu?"); host_sync keeps the calls whose
+    source names the CPU itself. A CUDA scan sees the real copy as `_to_copy`."""
+
+    def to(self, *args, **kwargs):
+        tr = _ACTIVE
+        if tr is not None and not tr.host_depth and tr._step >= 0 and tr.device.type == "cpu" and \
+                self.device.type == "cpu" and (_is_cpu(kwargs.get("device")) or (args and _is_cpu(args[0]))):
+            tr.record_event("host", "Tensor.to", self, note="cpu?")
+        return orig(self, *args, **kwargs)
+
+    to.__wrapped__ = orig
+    return to
+
+
 def _sync_wrapper(label: str, orig):
     def wrapper(*args, **kwargs):
         tr = _ACTIVE
@@ -123,6 +143,7 @@ def active(tracer):
     with contextlib.ExitStack() as stack:
         for name in HOST_READS:
             stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, getattr(torch.Tensor, name))))
+        stack.enter_context(patched(torch.Tensor, "to", _to_wrapper(torch.Tensor.to)))
         have_cuda = torch.cuda.is_available()
         for owner, name, label in _sync_targets(have_cuda):
             stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name))))

@@ -1,0 +1,53 @@
+"""Planted host reads a CPU scan must still see (and a graph-safe twin).
+
+On a GPU `.to("cpu")` is a device->host copy that waits; on a CPU scan the tensor is already on the
+CPU and the call copies nothing, so only the source says where it goes. `.to(self.device)` is the
+same call at run time and must stay clean. `torch.allclose` returns a Python bool: a host read.
+"""
+
+import torch
+from torch import nn
+
+
+class Reads:
+    def __init__(self, device):
+        self.device = device
+        self.head = nn.Linear(8, 16).to(device)
+        self.h = torch.zeros(2, 8, device=device)
+        self.prev = torch.zeros(2, 16, device=device)
+
+    def prepare(self, i):
+        self.h.copy_(torch.randn(2, 8))
+
+    @torch.no_grad()
+    def step(self):
+        logits = self.head(self.h).to(self.device)
+        host = logits.to("cpu")  # HAZARD: host-sync
+        probs = logits.softmax(-1).to(device=torch.device("cpu"), dtype=torch.float64)  # HAZARD: host-sync
+        same = torch.allclose(logits, self.prev, atol=1e-3)  # HAZARD: host-sync
+        self.prev.copy_(logits)
+        return host, probs, same
+
+
+class ReadsClean(Reads):
+    def __init__(self, device):
+        super().__init__(device)
+        self.logits = torch.zeros(2, 16, device=device)
+        self.probs = torch.zeros(2, 16, dtype=torch.float64, device=device)
+        self.same = torch.zeros((), dtype=torch.bool, device=device)
+
+    @torch.no_grad()
+    def step(self):
+        logits = self.head(self.h).to(self.device)
+        self.logits.copy_(logits)
+        self.probs.copy_(logits.softmax(-1).to(dtype=torch.float64))
+        self.same.copy_(torch.isclose(logits, self.prev, atol=1e-3).all())
+        self.prev.copy_(logits)
+
+
+def make(device):
+    return Reads(device)
+
+
+def make_clean(device):
+    return ReadsClean(device)

@@ -231,3 +231,17 @@ def names_cpu(filename: str, line: int) -> bool:
                 return True
     return False
 
+
+def builds_on_device(filename: str, line: int) -> bool:
+    """A `torch.tensor / as_tensor / asarray(data, device=<not the CPU>)` call on `line`."""
+    t = tree(filename)
+    if t is None:
+        return False
+    for n in ast.walk(t):
+        if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno) and \
+                getattr(n.func, "attr", getattr(n.func, "id", "")) in ("tensor", "as_tensor", "asarray"):
+            dev = next((k.value for k in n.keywords if k.arg == "device"), None)
+            if dev is not None and not _cpu_expr(dev) and not (isinstance(dev, ast.Constant) and dev.value is None):
+                return True
+    return False
+

@@ -163,6 +163,27 @@ def _covered(ctx) -> set:
     return out
 
 
+def host_born(recs) -> set:
+    """Storage ids of tensors built from host data in one step (torch.tensor, from_numpy: `lift_fresh`)."""
+    return {r.inputs[0].sid for r in recs if r.kind == "aten" and r.inputs
+            and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")}
+
+
+def _to_host(ctx):
+    """The `.to(<cpu>)` candidates that would copy device->host on a GPU: the source names the CPU and
+    the tensor is not a host tensor already."""
+    keep = set()
+    for recs in ctx.steps:
+        born = None
+        for r in recs:
+            if r.kind == "host" and r.note == "cpu?" and r.stack:
+                born = host_born(recs) if born is None else born
+                if (not r.inputs or r.inputs[0].sid not in born) and _source.names_cpu(
+                        r.stack[-1][0].co_filename, r.stack[-1][1]):
+                    keep.add(id(r))
+    return keep
+
+
 @register("host-sync")
 def host_reads(ctx):
     """Tensor-method host reads (.item/.tolist/.cpu/.numpy/bool/int/float/index) and explicit waits.
@@ -171,8 +192,8 @@ def host_reads(ctx):
     one finding: on a GPU its copy lands in pageable memory, which the message says (the copy is
     not a second, pageable-copy finding)."""
     out = []
-    recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r)
-            and (r.note != "cpu?" or _source.names_cpu(r.stack[-1][0].co_filename, r.stack[-1][1]))]
+    to_host = _to_host(ctx)
+    recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r) and (r.note != "cpu?" or id(r) in to_host)]
     for (file, line, op), group in ctx.per_site(recs).items():
         r = group[0]
         if r.kind == "host":

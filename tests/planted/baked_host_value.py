@@ -24,11 +24,11 @@ class Baked:
         pos = self.pos
         a = torch.arange(pos, pos + 2, device=self.x.device)  # HAZARD: baked-host-value
         col = self.table[:, pos % 8]  # HAZARD: baked-host-value
-        sel = torch.index_select(self.table, 1, torch.tensor([pos % 8], device=self.x.device))  # HAZARD: baked-host-value  # CUDA: pageable-copy
+        sel = torch.index_select(self.table, 1, torch.tensor([pos % 8], device=self.x.device))  # HAZARD: baked-host-value, pageable-copy
         scaled = self.x * (1.0 / (pos + 1))  # HAZARD: baked-host-value
         filled = torch.full((2,), float(pos), device=self.x.device)  # HAZARD: baked-host-value
         window = self.x.narrow(0, pos % 4, 4)  # HAZARD: baked-host-value
-        blocks = torch.tensor([(pos + j) // 4 for j in range(32)], device=self.x.device)  # HAZARD: baked-host-value  # CUDA: pageable-copy
+        blocks = torch.tensor([(pos + j) // 4 for j in range(32)], device=self.x.device)  # HAZARD: baked-host-value, pageable-copy
         head = self.x[: pos % 4 + 1]  # HAZARD: baked-host-value, dynamic-shape
         ramp = torch.arange(pos % 3 + 1, dtype=torch.float32, device=self.x.device)  # HAZARD: baked-host-value, dynamic-shape
         grid = self.x.view(pos % 2 + 1, -1)  # HAZARD: baked-host-value, dynamic-shape

@@ -1,0 +1,47 @@
+"""pageable-copy on a CPU scan: host data staged to the device inside the step.
+
+On a GPU, `torch.tensor(data, device=x.device)` and `host_tensor.to(x.device)` copy from pageable
+host memory, and capture raises on that copy (docs/hazards.md). A CUDA scan sees the copy itself
+(pageable_copy.py). On a CPU scan every tensor is a host tensor and `.to(self.device)` copies
+nothing, so the copy is invisible at run time: the trace still shows where host data became a
+tensor (`lift_fresh`), and the source says whether it was sent to the step's device.
+"""
+
+from __future__ import annotations
+
+from audit.detectors import _source, register
+from audit.detectors.host_sync import host_born
+from audit.detectors.pageable_copy import FROM_DATA
+
+TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
+             "from pageable host memory, and capture raises 'Cannot copy between CPU and CUDA tensors ...'")
+FIX = ("Build the tensor once outside the step (a persistent device buffer, refilled in prepare() with "
+       "copy_), or use a device op (torch.full, fill_) for constants.")
+
+
+def _src(r):
+    code, line = r.stack[-1]
+    return code.co_filename, line
+
+
+@register("pageable-copy")
+def host_data_to_device(ctx):
+    """CPU scans: `torch.tensor(..., device=D)` and host-born tensors `.to(D)`, D not the CPU."""
+    if ctx.cuda:
+        return []
+    hits = []
+    for recs in ctx.steps:
+        born = host_born(recs)
+        for r in recs:
+            if not r.stack:
+                continue
+            if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs:
+                if _source.builds_on_device(*_src(r)):
+                    hits.append((r, FROM_DATA))
+            elif r.kind == "host" and r.note == "cpu?" and r.inputs and r.inputs[0].sid in born and \
+                    not _source.names_cpu(*_src(r)):
+                hits.append((r, TO_DEVICE))
+    msg = {id(r): m for r, m in hits}
+    return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, msg[id(g[0])], fix=FIX,
+                        severity="blocks-capture")
+            for (_, _, op), g in ctx.per_site(r for r, _ in hits).items()]

@@ -1,0 +1,54 @@
+"""Planted host data staged to the device inside the step (and a graph-safe twin).
+
+On a GPU each of these copies from pageable host memory, which capture refuses; on a CPU scan no
+copy happens, so the scan has to see where host data became a tensor and where it was sent.
+Constants built on the host without a device, or sent to the CPU, stay host tensors: no copy.
+"""
+
+import numpy as np
+import torch
+
+
+class Staging:
+    def __init__(self, device):
+        self.device = device
+        self.logits = torch.zeros(2, 10, device=device)
+        self.banned = np.array([1, 3], dtype=np.int64)
+
+    def prepare(self, i):
+        self.logits.copy_(torch.randn(2, 10))
+        self.banned[:] = np.random.randint(0, 10, size=2)
+
+    @torch.no_grad()
+    def step(self):
+        floor = torch.tensor(-1e4, device=self.logits.device)  # HAZARD: pageable-copy
+        ban = torch.from_numpy(self.banned).to(self.device)  # HAZARD: pageable-copy, baked-host-value
+        eos = torch.as_tensor([0], device=self.device)  # HAZARD: pageable-copy
+        host_only = torch.tensor([1.0, 2.0]).to("cpu")  # a host tensor stays on the host: no copy
+        out = self.logits.index_fill(1, ban, 0.0).index_fill(1, eos, 0.0)
+        return torch.maximum(out, floor), host_only
+
+
+class StagingClean(Staging):
+    def __init__(self, device):
+        super().__init__(device)
+        self.floor = torch.full((), -1e4, device=device)
+        self.ban = torch.zeros(2, dtype=torch.long, device=device)
+        self.eos = torch.zeros(1, dtype=torch.long, device=device)
+
+    def prepare(self, i):
+        super().prepare(i)
+        self.ban.copy_(torch.from_numpy(self.banned))
+
+    @torch.no_grad()
+    def step(self):
+        out = self.logits.index_fill(1, self.ban, 0.0).index_fill(1, self.eos, 0.0)
+        return torch.maximum(out, self.floor)
+
+
+def make(device):
+    return Staging(device)
+
+
+def make_clean(device):
+    return StagingClean(device)

@@ -130,6 +130,9 @@ def _fp(v, depth: int = 0):
         return (type(v).__name__, len(v))
     if isinstance(v, itertools.count):  # next() on it is a step counter; its repr shows the state
         return ("obj", repr(v))
+    if type(v).__name__ == "ndarray" and type(v).__module__ == "numpy" and v.size <= 4096:
+        # host state mutated in place (`lens += 1`): small arrays by value, larger ones by a hash
+        return ("ndarray", v.shape, str(v.dtype), tuple(v.ravel().tolist()) if v.size <= 8 else hash(v.tobytes()))
     return ("obj", type(v).__name__, id(v))
 
 
@@ -246,6 +249,8 @@ def _show(fp) -> str:
         return fp[1]  # an object shown by its state, e.g. count(3)
     if isinstance(fp, tuple) and fp and fp[0] == "obj":
         return f"<{fp[1]} object>"
+    if isinstance(fp, tuple) and fp and fp[0] == "ndarray":
+        return f"array{list(fp[3])}" if isinstance(fp[3], tuple) else f"<ndarray {list(fp[1])} {fp[2]}>"
     if isinstance(fp, tuple) and fp and fp[0] == "keys":
         return "{" + ", ".join(fp[1]) + "}"
     s = repr(fp)

@@ -36,9 +36,9 @@ def _ran(ctx) -> tuple[dict, set]:
 
 
 def _untaken(node: ast.If, file: str, lines: set):
-    """The statements of whichever side of `node` ran no op in the scan."""
-    for body in (node.body, node.orelse):
-        if body and not any((file, n) in lines for st in body
+    """The statements of whichever side of `node` ran no op in the scan (and could run under capture)."""
+    for body, safe in zip((node.body, node.orelse), _source.skipped_under_capture(node.test)):
+        if body and not safe and not any((file, n) in lines for st in body
                             for n in range(st.lineno, (st.end_lineno or st.lineno) + 1)):
             yield from body
 

@@ -207,7 +207,11 @@ def host_reads(ctx):
         else:
             msg = f"`{op}()` blocks the host until the device is idle (capture cannot contain it)"
             fix = "Remove it from the step; gate profiling syncs behind a flag that is off during capture."
-        out.append(ctx.finding("host-sync", r, op, len(group) / ctx.n_steps, msg, fix=fix))
+        guard = _source.capture_guard(r.stack[-1][0].co_filename, r.stack[-1][1]) if r.stack else None
+        sev = None
+        if guard:  # eager decode waits here, a capture never reaches it
+            sev, msg = "info", f"{msg}; skipped while a graph is captured (`{guard}`): an eager-only stall"
+        out.append(ctx.finding("host-sync", r, op, len(group) / ctx.n_steps, msg, fix=fix, severity=sev))
     return out
 
 

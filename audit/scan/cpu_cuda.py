@@ -116,7 +116,8 @@ class HostEvent:
 @contextlib.contextmanager
 def standing_in(tracer, patched):
     """Installs the stand-ins (torch.cuda.synchronize/current_stream/default_stream/set_stream,
-    Stream(), Event(), `with torch.cuda.stream(s)`) for one step; restores torch afterwards."""
+    is_current_stream_capturing, Stream(), Event(), `with torch.cuda.stream(s)`) for one step;
+    restores torch afterwards."""
     host = _HOST
     host.tracer, host.default = tracer, HostStream(stream_id=0)
     host.current = host.default
@@ -157,7 +158,8 @@ def standing_in(tracer, patched):
                 (cuda.Stream, "__new__", lambda cls, *a, **k: HostStream(*a, **k)),
                 (cuda.Event, "__new__", lambda cls, *a, **k: HostEvent(*a, **k)),
                 (cuda.StreamContext, "__enter__", enter),
-                (cuda.StreamContext, "__exit__", exit_)):
+                (cuda.StreamContext, "__exit__", exit_),
+                (cuda, "is_current_stream_capturing", lambda: False)):  # an eager step: never capturing
             stack.enter_context(patched(owner, name, new))
         if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "synchronize"):
             stack.enter_context(patched(torch.accelerator, "synchronize", acc_sync))

@@ -69,3 +69,17 @@ def random_ops(ctx):
                 f"`{op}` draws random numbers inside the step (default generator: captured with a philox "
                 "offset, so replay differs from eager)"))
     return out
+
+
+@register("rng")
+def reseeding(ctx):
+    """torch.manual_seed / set_rng_state inside the step: capture raises on a CUDA generator, and a
+    replay would keep the numbers of the captured seed."""
+    return [ctx.finding("rng", g[0], op, len(g) / ctx.n_steps,
+                        f"`{op}()` reseeds a generator inside the step: capture raises ('Cannot call "
+                        "CUDAGeneratorImpl::set_current_seed'), and a replay would not reseed",
+                        severity="blocks-capture",
+                        fix="Seed once outside the step; per-request randomness: a generator per request, "
+                            "registered with the graph, or noise drawn in prepare() into a static buffer.")
+            for (_, _, op), g in ctx.per_site(ctx.all_records(("seed",))).items()]
+

@@ -76,11 +76,11 @@ def _to_wrapper(orig):
     return to
 
 
-def _sync_wrapper(label: str, orig):
+def _sync_wrapper(label: str, orig, kind: str = "sync"):
     def wrapper(*args, **kwargs):
         tr = _ACTIVE
         if tr is not None and tr._step >= 0 and not tr.host_depth:
-            tr.record_event("sync", label)
+            tr.record_event(kind, label)
             tr.host_depth += 1
             try:
                 return orig(*args, **kwargs)
@@ -91,6 +91,15 @@ def _sync_wrapper(label: str, orig):
     wrapper.__name__ = getattr(orig, "__name__", label)
     wrapper.__wrapped__ = orig
     return wrapper
+
+
+# Reseeding in the step: a CUDA generator refuses it while capturing ("Cannot call
+# CUDAGeneratorImpl::set_current_seed"), and a replay would not reseed anyway.
+_SEEDERS = [(torch, "manual_seed", "torch.manual_seed"), (torch.random, "manual_seed", "torch.manual_seed"),
+            (torch, "set_rng_state", "torch.set_rng_state"), (torch.random, "set_rng_state", "torch.set_rng_state"),
+            (torch.cuda, "manual_seed", "torch.cuda.manual_seed"),
+            (torch.cuda, "manual_seed_all", "torch.cuda.manual_seed_all"),
+            (torch.cuda, "set_rng_state", "torch.cuda.set_rng_state")]
 
 
 def _sync_targets(cuda: bool):
@@ -144,6 +153,8 @@ def active(tracer):
         for name in HOST_READS:
             stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, getattr(torch.Tensor, name))))
         stack.enter_context(patched(torch.Tensor, "to", _to_wrapper(torch.Tensor.to)))
+        for owner, name, label in _SEEDERS:
+            stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name), kind="seed")))
         have_cuda = torch.cuda.is_available()
         for owner, name, label in _sync_targets(have_cuda):
             stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name))))

@@ -60,7 +60,9 @@ class Control:
     @torch.no_grad()
     def step(self):
         h = self.m.route(self.x, self.sel)
+        h = torch.nn.functional.layer_norm(h, (8,))  # ops both steps run keep the regions apart
         h = soften(h, self.strength)
+        h = torch.nn.functional.layer_norm(h, (8,))
         return self.m.verify(h, self.draft, self.stop_at)
 
 

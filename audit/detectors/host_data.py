@@ -35,7 +35,8 @@ def host_data_to_device(ctx):
         for r in recs:
             if not r.stack:
                 continue
-            if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs:
+            if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs[:1] and \
+                    r.inputs[0].sid in born:
                 if _source.builds_on_device(*_src(r)):
                     hits.append((r, FROM_DATA))
             elif r.kind == "host" and r.note == "cpu?" and r.inputs and r.inputs[0].sid in born and \

@@ -164,9 +164,10 @@ def _covered(ctx) -> set:
 
 
 def host_born(recs) -> set:
-    """Storage ids of tensors built from host data in one step (torch.tensor, from_numpy: `lift_fresh`)."""
+    """Storage ids of tensors built from host data in one step (torch.tensor, from_numpy: `lift_fresh`).
+    Empty ones are left out: copying nothing issues no copy, capture or not."""
     return {r.inputs[0].sid for r in recs if r.kind == "aten" and r.inputs
-            and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")}
+            and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and 0 not in r.inputs[0].shape}
 
 
 def _to_host(ctx):

@@ -25,8 +25,9 @@ class Staging:
         ban = torch.from_numpy(self.banned).to(self.device)  # HAZARD: pageable-copy, baked-host-value
         eos = torch.as_tensor([0], device=self.device)  # HAZARD: pageable-copy
         host_only = torch.tensor([1.0, 2.0]).to("cpu")  # a host tensor stays on the host: no copy
+        empty = torch.tensor([], device=self.device)  # nothing to copy: no copy
         out = self.logits.index_fill(1, ban, 0.0).index_fill(1, eos, 0.0)
-        return torch.maximum(out, floor), host_only
+        return torch.maximum(out, floor), host_only, empty
 
 
 class StagingClean(Staging):

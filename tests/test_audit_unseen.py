@@ -37,3 +37,17 @@ def test_clean_twin_is_graph_ready(name):
     inv = _scan(name, "make_clean")
     bad = inv.df[inv.df.severity.isin(BLOCKING)]
     assert bad.empty, bad[["file", "line", "category", "message"]].to_string()
+
+
+def test_expert_dispatch_is_blamed_on_the_loop_not_inside_the_expert():
+    """Steps that differ only in which expert ran: the finding sits in the dispatch loop (its guard
+    or the loop), never inside the expert's own code, which both steps ran the same way."""
+    path = PLANTED / "control_experts.py"
+    guard = next(n for n, c in markers(path) if c == "data-dependent-control")
+    src = path.read_text().splitlines()
+    loop = next(n for n, t in enumerate(src, 1) if t.strip().startswith("for e in range(E)"))
+    for _ in range(3):  # fresh routing each scan
+        inv = _scan("control_experts", "make")
+        rows = inv.df[inv.df.category == "data-dependent-control"]
+        lines = set(rows.line.astype(int))
+        assert lines and lines <= {guard, loop}, rows[["line", "message"]].to_string()

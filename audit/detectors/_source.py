@@ -190,7 +190,7 @@ def decider(filename: str, lo: int | None, line: int) -> int | None:
     the first branch in lo..line that holds `line` or can leave early (`if ...: return/continue/
     break` guards a later line without holding it). Backward (a new loop iteration): the first
     such guard inside the loop holding both lines, else the loop itself (its trip count); the
-    same line twice is taken as another iteration too."""
+    same line twice is taken as another iteration too, and leaving the loop `lo` was in the same way."""
     func = enclosing_function(filename, line)
     if func is None or isinstance(func, ast.Module):
         return None
@@ -199,11 +199,16 @@ def decider(filename: str, lo: int | None, line: int) -> int | None:
     def guard(n) -> bool:
         return _span(n, line) or any(isinstance(x, _EXITS) for x in ast.walk(n))
 
-    if lo <= line:
+    left = _loop_of(func, lo)
+    if left is not None and lo < line and not _span(left, line):
+        loop = left  # execution left the loop it was in: its trip count (or a guard in it) decided
+    elif lo <= line:
         cands = [n.lineno for n in ast.walk(func) if isinstance(n, _BRANCH) and lo <= n.lineno <= line and guard(n)]
         if cands or lo < line:
             return min(cands, default=None)
-    loop = _loop_of(func, line)  # lo == line: the same line again, i.e. another iteration
+        loop = _loop_of(func, line)  # lo == line: the same line again, i.e. another iteration
+    else:
+        loop = _loop_of(func, line)
     if loop is None or not _span(loop, lo):
         return None
     cands = [n.lineno for n in ast.walk(loop) if n is not loop and isinstance(n, _BRANCH)
@@ -271,4 +276,12 @@ def capture_guard(filename: str, line: int) -> str | None:
             if (body and part == "body") or (orelse and part == "orelse"):
                 return ast.unparse(node.test)
     return None
+
+
+def exit_after(filename: str, line: int) -> int | None:
+    """The first branch after `line`, in its function, that can leave the function early."""
+    func = enclosing_function(filename, line)
+    if func is None or isinstance(func, ast.Module):
+        return None
+    return exit_branch(filename, line + 1, func.end_lineno or line)
 

@@ -38,18 +38,29 @@ def _at(code, line):
     return code.co_filename, line, code.co_name
 
 
+def _same_path(a, b) -> bool:
+    """Both executions at the same lines of the same code: only the module instance differs."""
+    return len(a.stack) == len(b.stack) and all(fa[0] is fb[0] and fa[1] == fb[1] for fa, fb in zip(a.stack, b.stack))
+
+
 def _decided(p, x):
     """(file, line, function) of the branch that let `x` run after the anchor `p`, or None.
 
     x's frames are walked from where its path leaves p's, outermost first: in the first frame that
     differs, the branch between p's line and x's (a guard clause `if ...: continue` included);
-    in frames p never entered, the branch between the function's start and x's line."""
+    in frames p never entered, the branch between the function's start and x's line; in calls p was
+    in and x has left, the branch that returned early."""
     ps = p.stack if p is not None else []
     left = False
     for d, (code, lx) in enumerate(x.stack):
         shared = not left and d < len(ps) and ps[d][0] is code
         if shared and ps[d][1] == lx and d < len(x.stack) - 1:
+            if len(ps) == d + 1 and (line := _source.decider(code.co_filename, lx, lx)):
+                return _at(code, line)  # p's op ended that call: x's call is another loop iteration
             continue  # the same call in progress: the paths part deeper
+        for pc, lp in reversed(ps[d + 1:] if shared else ()):  # x left calls p was in: how they returned
+            if (line := _source.exit_after(pc.co_filename, lp)):
+                return _at(pc, line)
         line = _source.decider(code.co_filename, ps[d][1] if shared else None, lx)
         if line:
             return _at(code, line)
@@ -61,9 +72,10 @@ def locate(ctx, p, a, b):
     """(file, line, function) of the statement where two executions part ways.
 
     p: the last op both ran (the anchor); a, b: the first ops that differ (None: nothing more ran)."""
-    for x in (a, b):
-        if x is not None and (found := _decided(p, x)):
-            return found
+    if a is None or b is None or not _same_path(a, b):  # the same path: another module ran (below)
+        for x in (a, b):
+            if x is not None and (found := _decided(p, x)):
+                return found
     if a is None or b is None:
         x = a or b
         code, line = x.stack[-1]

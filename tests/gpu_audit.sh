@@ -18,10 +18,11 @@ step precision 90 python3 tests/gpu_precision.py --json "$OUT/precision.json"
 R=reports/h200
 step scan-ref-cuda 45 python3 -m cli scan --device cuda --fail-on never --out $R/scan-tiny-reference-cuda
 step scan-static-cuda 45 python3 -m cli scan --device cuda --path static --out $R/scan-tiny-static-cuda
+tar czf "$OUT/reports.tgz" $R  # again at the end; a call cut short still brings the scans back
 step gpu-tests 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_precision.py tests/test_capture_gpu.py \
   tests/test_cross_device.py
 step bisect-static 60 python3 -m cli bisect --target dsv4:tiny --path static --out $R/bisect-dsv4-tiny-static
-step bisect-ref 90 python3 -m cli bisect --target dsv4:tiny --layers 0-1 --fail-on never \
+step bisect-ref 75 python3 -m cli bisect --target dsv4:tiny --layers 0-1 --fail-on never \
   --scan $R/scan-tiny-reference-cuda/inventory.json --out $R/bisect-dsv4-tiny-reference
 tar czf "$OUT/reports.tgz" $R
 tar czf "$OUT/logs.tgz" -C $LOGS logs

@@ -46,3 +46,23 @@ def test_a_pageable_host_to_device_copy_is_one_finding():
     inv = _run([copy, _warn(1, 19, "after"), _op(2, "aten.add", 19, [_m("cuda:0", 2)], [_m("cuda:0", 3)])])
     bad = inv.df[inv.df.severity != "info"]
     assert list(zip(bad.line, bad.category)) == [(19, "pageable-copy")]
+
+
+def test_host_data_lifted_onto_the_device_is_one_pageable_copy():
+    """torch.tensor(data, device=cuda): the copy is not dispatched on its own, the sync-debug warning
+    lands on the lifted op; that is the copy's own sync, explained by one pageable-copy finding."""
+    n = int(torch.randint(1, 64, (1,)))
+    lifted = TensorMeta((n,), (1,), torch.float32, torch.device("cuda:0"), 7, 7, 7, None)
+    lift = OpRecord(0, 0, "aten", "aten.lift_fresh", (), (lifted,), (lifted,), (False,), (False,),
+                    stack=((_code(), 24),))
+    inv = _run([_warn(0, 24, "in"), lift, _op(2, "aten.add", 25, [lifted], [_m("cuda:0", 8)])])
+    bad = inv.df[inv.df.severity != "info"]
+    assert list(zip(bad.line, bad.category)) == [(24, "pageable-copy")]
+
+
+def test_empty_host_data_copies_nothing():
+    empty = TensorMeta((0,), (1,), torch.float32, torch.device("cuda:0"), 9, 9, 9, None)
+    lift = OpRecord(0, 0, "aten", "aten.lift_fresh", (), (empty,), (empty,), (False,), (False,),
+                    stack=((_code(), 28),))
+    inv = _run([lift, _op(1, "aten.add", 29, [_m("cuda:0", 4)], [_m("cuda:0", 5)])])
+    assert inv.where("pageable-copy").empty and inv.where("host-sync").empty

@@ -10,7 +10,7 @@ one finding.
 from __future__ import annotations
 
 from audit.detectors import register
-from audit.detectors.host_sync import copy_sides, non_blocking
+from audit.detectors.host_sync import copy_sides, from_host_data, non_blocking
 
 PINNED = ("pinned host->device copy inside the step (captured as a memcpy node; the pinned buffer must be "
           "persistent and refilled in prepare())")
@@ -38,7 +38,7 @@ def host_device_copies(ctx):
         elif dst.pinned and non_blocking(r) and not r.nested:
             hits.append((r, "info", PINNED_BACK))
     for r in ctx.all_records():
-        if r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs and r.inputs[0].device.type != "cpu":
+        if from_host_data(r):
             hits.append((r, "blocks-capture", FROM_DATA))
     info = {id(r): (sev, msg) for r, sev, msg in hits}
     out = []

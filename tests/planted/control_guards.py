@@ -33,7 +33,7 @@ class Guards(nn.Module):
         return out
 
     def verify(self, h, draft, stop_at):
-        acc = torch.zeros(h.shape[0], 6)
+        acc = torch.zeros(h.shape[0], 6, device=h.device)
         for j in range(K):
             if j == stop_at:  # HAZARD: data-dependent-control
                 break

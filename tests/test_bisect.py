@@ -268,3 +268,23 @@ def test_run_bisect_end_to_end_with_a_fake_pool(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # no --out: reports/bisect-<target name>/, like scan's reports/scan-*/
     V.run_bisect("x.py:make", layers="1", mode="thread_local", console=console)
     assert (tmp_path / "reports" / "bisect-planted-host-sync" / "inventory.json").exists()
+
+
+def test_bisect_json_names_source_files_relative_to_the_working_directory(tmp_path, monkeypatch):
+    """An absolute path in a report names one machine; files inside the working directory are
+    written relative to it wherever they appear (a node's file, its line ranges)."""
+    import os
+
+    from audit.capture.view import _relative
+
+    src = tmp_path / "pkg" / "model.py"
+    src.parent.mkdir()
+    src.write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    line = int.from_bytes(os.urandom(2), "little") % 500 + 1
+    tree = {"file": str(src), "ranges": [[str(src), line, line + 3]], "note": "/no/such/file.py",
+            "children": [{"file": os.path.abspath("/etc/hostname")}]}
+    out = _relative(tree)
+    assert out["file"] == os.path.join("pkg", "model.py") and out["ranges"] == [[os.path.join("pkg", "model.py"), line,
+                                                                                  line + 3]]
+    assert out["note"] == "/no/such/file.py" and out["children"][0]["file"] == os.path.abspath("/etc/hostname")

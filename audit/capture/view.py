@@ -7,6 +7,7 @@ output or a GPU.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -86,9 +87,11 @@ def _relative(tree):
     """Source files in the tree as a person opens them: relative to the working directory when
     inside it (bisect.json is a report; an absolute path names one machine)."""
     if isinstance(tree, dict):
-        return {k: rel_path(v) if k == "file" and isinstance(v, str) else _relative(v) for k, v in tree.items()}
-    if isinstance(tree, list):
+        return {k: _relative(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
         return [_relative(v) for v in tree]
+    if isinstance(tree, str) and os.path.isabs(tree) and os.path.isfile(tree):
+        return rel_path(tree)
     return tree
 
 

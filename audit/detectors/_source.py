@@ -122,6 +122,23 @@ def innermost_branch(filename: str, line: int) -> int | None:
     return c[-1][0].lineno if c else None
 
 
+def chooser(filename: str, line: int) -> int | None:
+    """The statement that chose which instance `line` ran on (steps ran the same line on different
+    modules, e.g. experts): the innermost branch holding `line`, unless that is a loop whose body
+    skips iterations before `line` with a guard (`if ...: continue/break`): the first such guard."""
+    func = enclosing_function(filename, line)
+    c = chain(func, line) if func is not None else []
+    if not c:
+        return None
+    node = c[-1][0]
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+        guards = [n.lineno for n in ast.walk(node) if isinstance(n, ast.If) and n.lineno < line
+                  and not _span(n, line) and any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n))]
+        if guards:
+            return min(guards)
+    return node.lineno
+
+
 def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = None,
                    global_name: bool = False) -> list[tuple[int, str]]:
     """(line, function) of statements that mutate `<x>.attr` (or global `attr`) in a file or a span.

@@ -106,7 +106,7 @@ def locate(ctx, p, a, b):
     if i == len(sa) == len(sb) and a.module != b.module:
         fr = _module_call_frame(ctx, a, b)
         if fr:
-            return _at(fr[0], _source.innermost_branch(fr[0].co_filename, fr[1]) or fr[1])
+            return _at(fr[0], _source.chooser(fr[0].co_filename, fr[1]) or fr[1])
     code, line = (sa[i - 1] if 0 < i <= len(sa) else sa[-1])
     return _at(code, line)
 

@@ -61,7 +61,6 @@ class Trace:
     objects: list = field(default_factory=list)        # state.reachable(target)
     held: list = field(default_factory=list)           # per audited step: sids held by reachable objects before it
     seconds: float = 0.0                               # wall time inside audited steps
-    warnings: list = field(default_factory=list)       # sync-debug warnings (CUDA)
     codes: dict = field(default_factory=dict)          # id(code) -> (code, kind): user_code.HIDDEN/LIBRARY/OWN
     roots: tuple = ()                                  # the target's own folders/files (normalized)
 

@@ -73,7 +73,6 @@ class Tracer:
         self.host_depth = 0
         self.cpu_checks = 0  # inside a call whose value reads happen on a CPU only (one_hot's range check)
         self._wlog: list | None = None
-        self._wseen = 0
 
     # ------------------------------------------------------------ helpers
     def is_user(self, filename: str) -> bool:
@@ -169,8 +168,6 @@ class Tracer:
             mods[-1] if mods else "", self.stack(sys._getframe(2)), func,
             self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
             "failed" if failed else ""))
-        if self._wlog is not None and len(self._wlog) > self._wseen:
-            self._drain_warnings()
 
     def _small_values(self, t: torch.Tensor):
         """The data of a tensor built from Python values (to diff it across steps): the values when
@@ -206,14 +203,6 @@ class Tracer:
             self._step, len(self._records), kind, op, (), inputs, (), (False,) * len(inputs), (),
             mods[-1] if mods else "", self.stack(sys._getframe(depth)), note=note))
 
-    def _drain_warnings(self) -> None:
-        for w in self._wlog[self._wseen:]:
-            msg = str(w.message)
-            # torch announces the mode itself once ("... is a prototype feature ..."): not a sync
-            if "synchroniz" in msg.lower() and "prototype feature" not in msg and self._records:
-                self.trace.warnings.append((self._step, self._records[-1].index, msg))
-        self._wseen = len(self._wlog)
-
     # ------------------------------------------------------------ module attribution
     def _pre_hook(self, mod, args):
         self._modstack.append(self._names.get(id(mod)) or type(mod).__name__)
@@ -245,7 +234,6 @@ class Tracer:
                     stack.callback(self._replay_warnings)  # runs after catch_warnings is gone
                     self._wlog = stack.enter_context(warnings.catch_warnings(record=True))
                     warnings.simplefilter("always")
-                    self._wseen = 0
                     stack.enter_context(hooks.sync_debug_warn())
                     if self.gpu_trace:
                         hooks.install_gpu_trace()

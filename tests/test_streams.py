@@ -177,3 +177,53 @@ def test_the_launching_op_of_the_first_missing_kernel_is_found_among_profiler_ev
     events[-1].id = 99  # the id link is lost: the op that lists the kernel by name still names the line
     assert locate(events, 2)["line"] == 73
     assert locate(events[1:], 2) is None  # no marker: no capture stream, no answer
+
+
+def test_side_stream_ops_are_recorded_at_their_user_line():
+    """torch's profiler gives aten ops no Python stack (only function events, at their def line), so
+    the first missing kernel's line comes from our dispatch record of side-stream ops."""
+    import inspect
+
+    from audit.capture.missing import SideStreamSites
+
+    current = ["main"]
+    x = torch.randn(int(torch.randint(3, 9, ()).item()))
+
+    def body():
+        a = x * 2
+        current[0] = "side"
+        b = torch.tanh(a)
+        c = b + 1
+        current[0] = "main"
+        return c.sum()
+
+    rec = SideStreamSites(lambda: current[0])
+    with rec:
+        body()
+    src, lo = inspect.getsourcelines(body)
+    line = {text.strip(): lo + i for i, text in enumerate(src)}
+    assert [(n, s["line"], s["function"]) for n, s in rec.sites] == [
+        ("aten::tanh", line["b = torch.tanh(a)"], "body"), ("aten::add", line["c = b + 1"], "body")]
+
+
+def test_the_first_missing_kernel_takes_its_line_from_the_side_stream_record():
+    from types import SimpleNamespace as NS
+
+    from torch.autograd import DeviceType
+
+    from audit.capture.missing import locate
+
+    def ev(name, dev, start, stream=0, id=0, link=0):
+        return NS(name=name, device_type=dev, time_range=NS(start=start), device_resource_id=stream,
+                  id=id, linked_correlation_id=link, stack=[], kernels=[], is_user_annotation=False)
+
+    cuda, cpu = DeviceType.CUDA, DeviceType.CPU
+    side_line = int(torch.randint(20, 400, ()).item())
+    sites = [("aten::mul", {"file": str(STREAMS), "line": side_line - 1, "function": "step"}),
+             ("aten::tanh", {"file": str(STREAMS), "line": side_line, "function": "step"})]
+    events = [ev("spin_kernel", cuda, 0, stream=7), ev("aten::tanh", cpu, 1, id=41),
+              ev("void at::native::tanh_kernel", cuda, 2, stream=13, link=41),
+              ev("void at::native::mul_kernel", cuda, 3, stream=13, link=42), ev("aten::mul", cpu, 2.5, id=42)]
+    got = locate(events, 2, sites)
+    assert (got["op"], got["line"], got["stream_kernels"]) == ("aten::tanh", side_line, 2)
+    assert "line" not in locate(events, 2, [])   # no record, no stack: the kernel alone

@@ -4,17 +4,23 @@ A graph that holds fewer kernel nodes than an eager run launched names no kernel
 lacks are those issued on streams that were not part of the capture, so we profile one more eager
 run with Python stacks (torch.profiler, with_stack=True), find the capture stream from a marker
 kernel launched on it first, and take the side streams whose kernel counts make up the missing
-number. The first of their kernels, by start time, is the first kernel missing from the graph; the
-CPU op that launched it (its linked correlation id) carries the stack, and its innermost frame in
-user code is the line to fix. Kernels launched outside any torch op (an external library on a
-cached stream) have no stack: then the answer names the kernel only.
+number. The first of their kernels, by start time, is the first kernel missing from the graph, and
+the CPU op that launched it is found through its linked correlation id.
+
+The line comes from our own record, not the profiler's: current torch attaches Python stacks to
+its function events only (at the function's first line), never to the aten op, so a dispatch mode
+notes the user frame of every op dispatched while a stream other than the entry stream is current.
+The first such op with the launching op's name is the line to fix. Kernels launched outside any
+torch op (an external library on a cached stream) pass no dispatch: the answer names the kernel only.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["first_missing_kernel", "pick_streams", "stack_site"]
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["SideStreamSites", "first_missing_kernel", "pick_streams", "stack_site"]
 
 _FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
 
@@ -28,6 +34,36 @@ def stack_site(stack) -> dict | None:
         if m and is_user_file(m["file"]):
             return {"file": m["file"], "line": int(m["line"]), "function": m["func"]}
     return None
+
+
+def _user_site() -> dict | None:
+    """The innermost frame of the running Python stack in code a person would edit."""
+    import sys
+
+    from audit.scan.user_code import is_user_file
+
+    f = sys._getframe(1)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            return {"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name}
+        f = f.f_back
+    return None
+
+
+class SideStreamSites(TorchDispatchMode):
+    """Notes (aten name, user site) of each op dispatched while the current stream is not the one
+    current on entry; an op on the entry stream costs one stream lookup."""
+
+    def __init__(self, stream_key):
+        super().__init__()
+        self.key, self.main, self.sites = stream_key, stream_key(), []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.key() != self.main:
+            site = _user_site()
+            if site:
+                self.sites.append((func._schema.name, site))
+        return func(*args, **(kwargs or {}))
 
 
 def pick_streams(counts: dict, missing: int) -> list:
@@ -53,15 +89,18 @@ def first_missing_kernel(fn, sync, missing: int) -> dict | None:
     if missing <= 0:
         return None
     sync()
+    recorder = SideStreamSites(lambda: torch.cuda.current_stream().cuda_stream)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
         torch.cuda._sleep(1)  # the marker: its stream is the capture stream
-        fn()
+        with recorder:
+            fn()
         sync()
-    return locate(list(prof.events()), missing)
+    return locate(list(prof.events()), missing, recorder.sites)
 
 
-def locate(events: list, missing: int) -> dict | None:
-    """The first missing kernel among profiler events, and the user line of the op that launched it."""
+def locate(events: list, missing: int, sites: list = ()) -> dict | None:
+    """The first missing kernel among profiler events, and the user line of the op that launched it
+    (sites: (aten name, user site) of the ops dispatched on side streams, in order)."""
     from torch.autograd import DeviceType
 
     from audit.capture.graph import _is_memop
@@ -96,5 +135,13 @@ def locate(events: list, missing: int) -> dict | None:
         site = stack_site(getattr(op, "stack", None))
         if site:
             out.update(site, op=op.name)
-            break
+            return out
+    names = [op.name for op in ops]
+    for name in names:
+        site = next((s for n, s in sites if n == name), None)
+        if site:
+            out.update(site, op=name)
+            return out
+    if sites and not names:  # no launching op found: the first side-stream op is the best lead
+        out.update(sites[0][1], op=sites[0][0])
     return out

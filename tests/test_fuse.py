@@ -7,6 +7,7 @@ that dynamo traces a whole layer without a graph break. GPU behaviour: tests/tes
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch._dynamo.utils import counters
 
@@ -66,3 +67,16 @@ def test_custom_ops_fall_back_to_the_twins_on_cpu(rng):
     idx = torch.randint(0, 4, (3,), generator=rng)
     assert torch.equal(ops.fp4_grouped_gemv(x.bfloat16(), wq, sq, idx),
                        twins.fp4_grouped_gemv_ref(x.bfloat16(), wq, sq, idx))
+
+
+def test_inductor_options_from_the_environment(monkeypatch):
+    from dsv4.decode.fuse import extra_options
+    from dsv4.errors import DSV4Error
+
+    monkeypatch.setenv("DSV4_INDUCTOR", "combo_kernels=1, split_reductions=false,max_fusion_size=128")
+    assert extra_options() == {"combo_kernels": True, "split_reductions": False, "max_fusion_size": 128}
+    monkeypatch.setenv("DSV4_INDUCTOR", "combo_kernels")
+    with pytest.raises(DSV4Error, match="name=value"):
+        extra_options()
+    monkeypatch.delenv("DSV4_INDUCTOR")
+    assert extra_options() == {}

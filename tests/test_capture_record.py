@@ -213,3 +213,28 @@ def test_children_include_grandchildren_called_directly():
     kids = _children(o, "o", w)
     assert [(k["path"], k["called"]) for k in kids] == [("o.mid", False), ("o.idle", False), ("o.mid.leaf", True)]
     assert kids[-1]["direct_call"] is True
+
+
+@pytest.mark.slow
+def test_a_spare_worker_takes_over_after_a_failure(monkeypatch):
+    """Where a second copy fits, the next worker is built while the current one answers: after an
+    error the spare (already past its ready line) serves the next request."""
+    import time
+
+    from audit.capture import pool as P
+
+    assert not P._room_for_another({}) and not P._room_for_another({"gpu_reserved": 40, "gpu_free": 100})
+    assert P._room_for_another({"gpu_reserved": 30, "gpu_free": 100})
+    monkeypatch.setattr(P, "_room_for_another", lambda info: True)
+    with P.CapturePool({"target": f"{PLANTED / 'host_sync.py'}:make", "device": "cpu"}, timeout=300) as pool:
+        pool.start()
+        spare = pool._spare[0]
+        assert pool.spawned == 2 and spare.poll() is None
+        assert pool.capture("model.layers.1.gate").status == "error"
+        time.sleep(0.1)
+        r2 = pool.capture(None)
+        # the spare answered (and, failing too, was closed); a new spare stands by
+        assert r2.path == "<step>" and spare.poll() is not None and pool.spawned == 3
+        last = pool._spare[0]
+        assert last.poll() is None
+    assert last.poll() is not None  # nothing left running

@@ -3,7 +3,9 @@
 Building the target and warming it up costs seconds, so a worker that keeps passing answers many
 requests. A failed capture may have poisoned its process (docs/hazards.md: an invalidated capture
 breaks every later random op), so after a `fail` or `error` result, a crash or a timeout the
-worker is discarded and the next request starts a fresh one.
+worker is discarded and the next request starts a fresh one. On a GPU with room for a second
+copy of the target, a spare worker is built while the current one answers, so a bisection of a
+path with many failing leaves waits for a process start once, not once per failure.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class CapturePool:
         self.spawned = 0
         self.served = 0
         self._err = None
+        self._spare: tuple | None = None  # (process, stderr file) already sent the session
         self._timed_out = False
 
     # ------------------------------------------------------------ lifecycle
@@ -68,24 +71,38 @@ class CapturePool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+        _discard(self._spare)
+        self._spare = None
 
     def start(self) -> dict:
         """Starts a worker (if none runs) and returns its ready info; AuditError if the target fails."""
         if self.proc is not None and self.proc.poll() is None:
             return self.info
-        self._err = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen([self.python, "-m", "audit.capture.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._err, cwd=str(_REPO), env=worker_env())
-        self.spawned += 1
+        spare, self._spare = self._spare, None
+        if spare is not None and spare[0].poll() is None:
+            self.proc, self._err = spare
+        else:
+            _discard(spare)
+            self.proc, self._err = self._spawn()
         self.served = 0
-        self._write(self.session)
         msg = self._read()
         if msg is None or not msg.get("ready"):
             why = (msg or {}).get("error") or self._crash_note()
             self.close()
             raise AuditError(f"capture worker could not start the target: {first_line(why)}")
         self.info = msg
+        if _room_for_another(msg):
+            self._spare = self._spawn()
         return msg
+
+    def _spawn(self) -> tuple:
+        err = tempfile.TemporaryFile(mode="w+b")
+        proc = subprocess.Popen([self.python, "-m", "audit.capture.worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err, cwd=str(_REPO), env=worker_env())
+        self.spawned += 1
+        proc.stdin.write((json.dumps(self.session) + "\n").encode())
+        proc.stdin.flush()
+        return proc, err
 
     def close(self) -> None:
         p, self.proc = self.proc, None
@@ -184,3 +201,25 @@ class CapturePool:
                 pass
         lines = [l for l in tail.splitlines() if l.strip()]
         return head + (": " + " | ".join(lines[-6:]) if lines else "")
+
+
+def _room_for_another(info: dict) -> bool:
+    """A spare copy of the target fits: the worker's reserved GPU memory is under a third of what is free."""
+    used, free = info.get("gpu_reserved"), info.get("gpu_free")
+    return bool(used) and bool(free) and 3 * used < free
+
+
+def _discard(spare: tuple | None) -> None:
+    if spare is None:
+        return
+    proc, err = spare
+    try:
+        if proc.stdin:
+            proc.stdin.close()
+        proc.wait(timeout=10)
+    except Exception:
+        proc.kill()
+        proc.wait()
+    for f in (proc.stdout, err):
+        if f:
+            f.close()

@@ -10,7 +10,8 @@ prints goes to stderr):
                 "mode": "global", "warmup": 2, "steps": 3, "target_warmup": 2, "seed": 0,
                 "stream_device": null, "root": null, "count_kernels": true, "requests": [...]?,
                 "options": {"cache": "static", "batch": 1, "prompt_len": 8}?}
-  <- ready     {"ready": true, "label", "layers_root", "layers", "device"} or {"ready": false, "error"}
+  <- ready     {"ready": true, "label", "layers_root", "layers", "device", "gpu_reserved"?, "gpu_free"?}
+               or {"ready": false, "error"}
   -> request   {"module": "model.layers.2.attn"}  (null: the whole step)
   <- result    CaptureResult.to_dict()
 With "requests" in the session, those are answered and the worker exits (one-shot use).
@@ -216,6 +217,16 @@ def _send(proto, obj: dict) -> None:
     proto.flush()
 
 
+def _gpu_memory(device) -> dict:
+    """What the built target holds on its GPU and what is still free (the parent sizes a spare worker by it)."""
+    import torch
+
+    if not (isinstance(device, str) and device.startswith("cuda") and torch.cuda.is_available()):
+        return {}
+    dev = torch.device(device)
+    return {"gpu_reserved": torch.cuda.memory_reserved(dev), "gpu_free": torch.cuda.mem_get_info(dev)[0]}
+
+
 def main() -> int:
     proto = _protocol_stream()
     line = sys.stdin.readline()
@@ -234,7 +245,7 @@ def main() -> int:
         _send(proto, {"ready": False, "error": text[:2000], "error_class": classify_error(text),
                       "raised_at": raised_at(e)})
         return 1
-    _send(proto, {"ready": True, **info})
+    _send(proto, {"ready": True, **info, **_gpu_memory(session.get("device"))})
     requests = session.get("requests")
     source = iter(requests) if requests is not None else (json.loads(l) for l in sys.stdin if l.strip())
     for req in source:

@@ -2,7 +2,12 @@
 
 Skipped where Triton is not installed (the CPU torch wheels don't bring it). Each case runs in a
 child process because TRITON_INTERPRET is read when a kernel is defined. The GPU runs of the same
-kernels are in tests/test_fuse_gpu.py.
+kernels are in tests/test_fuse_gpu.py and tests/test_bf16_gemv_gpu.py.
+
+The interpreter does not support `tl.dot` on bfloat16 (it multiplies the uint16 bit patterns:
+triton-lang/triton#11584), so each child first replaces its bf16 dot with a model of a tensor core:
+exact products, and an fp32 accumulator that each 16-wide K chunk is added into with truncation
+(round toward zero), the pessimistic reading of Fasi et al. 2021. The kernel code is unchanged.
 """
 
 from __future__ import annotations
@@ -22,9 +27,32 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="Triton not installed (its interpreter runs the kernels)")
 
 
+_BF16_DOT = '''
+import numpy as np
+import triton.language as tl
+from triton.runtime import interpreter as _I
+_dot, bf16_dots = _I.InterpreterBuilder.create_dot, [0]
+def _create_dot(self, a, b, d, *args, **kwargs):
+    if a.dtype != tl.bfloat16 or b.dtype != tl.bfloat16:
+        return _dot(self, a, b, d, *args, **kwargs)
+    bf16_dots[0] += 1
+    bits = [np.ascontiguousarray(t.data).view(np.uint16).astype(np.uint32) << 16 for t in (a, b)]
+    A, B = (v.view(np.float32).astype(np.float64) for v in bits)  # bf16 values, exactly
+    acc = d.data.astype(np.float32)
+    for k in range(0, A.shape[-1], 16):
+        exact = acc.astype(np.float64) + A[..., k:k + 16] @ B[..., k:k + 16, :]
+        acc = exact.astype(np.float32)
+        up = np.abs(acc) > np.abs(exact)  # rounded away from zero: step back (truncate)
+        acc[up] = np.nextafter(acc[up], np.float32(0))
+    return _I.TensorHandle(acc, d.dtype.scalar)
+_I.InterpreterBuilder.create_dot = _create_dot
+'''
+
+
 def _interpret(body: str) -> None:
     seed = int.from_bytes(os.urandom(4), "little")
-    code = f"import torch\ng = torch.Generator().manual_seed({seed})\n" + textwrap.dedent(body) + "\nprint('ok')\n"
+    code = (f"import torch\ng = torch.Generator().manual_seed({seed})\n" + _BF16_DOT + textwrap.dedent(body)
+            + "\nprint('ok')\n")
     env = {**os.environ, "TRITON_INTERPRET": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, check=False)
@@ -51,7 +79,9 @@ def test_bf16_gemv_matches_float64_with_and_without_split_k():
     _interpret("""
         from dsv4.kernels import _triton_gemv as K
         seen = set()
-        for M, N, K_ in ((1, 512, 4096), (1, 1000, 1000), (4, 64, 4096), (3, 300, 200), (16, 256, 2048), (2, 7, 4000)):
+        for M, N, K_ in ((1, 512, 4096), (1, 1000, 1000), (2, 64, 4096), (2, 300, 200), (1, 256, 2048),
+                         (2, 7, 4000)):
+            assert not K.tiles(M, N, K_)[4]  # below the tensor-core threshold
             x = torch.randn(M, K_, generator=g)
             w = torch.randn(N, K_, generator=g).bfloat16()
             y = K.bf16_gemv(x, w)
@@ -63,4 +93,54 @@ def test_bf16_gemv_matches_float64_with_and_without_split_k():
             assert K.bf16_gemv(x, w, out=out) is out and torch.equal(out, y)
             seen.add(K.tiles(M, N, K_)[3] > 1)
         assert seen == {True, False}  # both the split-K and the single-pass paths ran
+    """)
+
+
+def test_bf16_gemv_tensor_core_path_matches_float64():
+    """M from the threshold past the decode cap (80: two row tiles), N not a multiple of the tile, split-K
+    and one pass; rows scaled by 2^-20..2^20 so each row's error is judged against its own max |y|. The
+    last case runs one pass over K = 4096 (the LM head's chain length; split-K would cut it short):
+    summing all of K in one tensor-core accumulator gives ~2e-5 there under the truncating model, the
+    kernel ~4e-7."""
+    _interpret("""
+        from dsv4.kernels import _triton_gemv as K
+        seen = set()
+        for M, N, K_ in ((3, 300, 256), (5, 100, 1024), (16, 300, 512), (17, 100, 768), (40, 300, 1000),
+                         (64, 100, 1024), (80, 100, 256), (16, 8512, 256), (16, 300, 4096)):
+            if K_ == 4096:
+                K.TARGET_PROGRAMS = 1  # no split: one chain over all of K
+            x = torch.randn(M, K_, generator=g) * torch.exp2(torch.randint(-20, 21, (M, 1), generator=g).float())
+            w = torch.randn(N, K_, generator=g).bfloat16()
+            assert M >= K.TC_MIN_M and K.tiles(M, N, K_)[4]
+            y = K.bf16_gemv(x, w)
+            ref = x.double() @ w.double().t()
+            err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
+            assert err < 2e-6, (M, N, K_, err)
+            assert torch.equal(y, K.bf16_gemv(x, w))
+            out = torch.full((M, N), float("nan"))
+            assert K.bf16_gemv(x, w, out=out) is out and torch.equal(out, y)
+            seen.add(K.tiles(M, N, K_)[3] > 1)
+        assert seen == {True, False}  # both the split-K and the single-pass paths ran
+        assert bf16_dots[0] > 0  # the tensor-core model ran
+    """)
+
+
+def test_bf16_gemv_paths_agree_at_the_threshold():
+    _interpret("""
+        from dsv4.kernels import _triton_gemv as K
+        M = K.TC_MIN_M
+        for N, K_ in ((300, 1024), (100, 4096)):
+            x = torch.randn(M, K_, generator=g)
+            w = torch.randn(N, K_, generator=g).bfloat16()
+            ref = x.double() @ w.double().t()
+            assert K.tiles(M, N, K_)[4]
+            y_tc = K.bf16_gemv(x, w)
+            K.TC_MIN_M = M + 1  # the CUDA-core path for the same M
+            assert not K.tiles(M, N, K_)[4]
+            y_cc = K.bf16_gemv(x, w)
+            K.TC_MIN_M = M
+            scale = ref.abs().max()
+            for y in (y_tc, y_cc):
+                assert ((y.double() - ref).abs().max() / scale).item() < 2e-6, (N, K_)
+            assert ((y_tc.double() - y_cc.double()).abs().max() / scale).item() < 2e-6, (N, K_)
     """)

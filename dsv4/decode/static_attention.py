@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from dsv4 import kernels
 from dsv4.cache import CompressorState
 from dsv4.layers.attention import Attention, sparse_attention
 from dsv4.layers.compressor import Compressor
@@ -84,9 +85,10 @@ class StaticAttention:
         iq, iw = a.indexer.queries(x, qr, pos.view(1))
         scores = Indexer.scores(iq, iw, cache.index_keys)[:, 0]
         scores = scores.masked_fill(~visible, float("-inf"))
-        top = scores.topk(self.topk, dim=-1)
-        keys = cache.comp.gather(1, top.indices.unsqueeze(-1).expand(-1, -1, cache.comp.shape[-1]))
-        return keys, (top.values > float("-inf")).unsqueeze(1)
+        top = kernels.topk(scores, self.topk)  # one Triton launch (index order), or None: torch.topk
+        values, indices = top if top is not None else scores.topk(self.topk, dim=-1)
+        keys = cache.comp.gather(1, indices.unsqueeze(-1).expand(-1, -1, cache.comp.shape[-1]))
+        return keys, (values > float("-inf")).unsqueeze(1)
 
     def output(self, o: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         return self.attn.output(o, pos.view(1))

@@ -2,12 +2,13 @@
 
 `enabled()` is true when `use(True)` was called or the environment has DSV4_KERNELS=1. The
 model's integration points (Linear.forward for FP8 and bf16 weights, the grouped wo_a, the LM
-head, the MoE gate, StaticMoE.expert_linear for FP4 and NVFP4 expert banks) ask `dense_gemv`,
-`bf16_dense_gemv` and `expert_gemv`, which return None when the kernels do not apply (switch off,
-CPU tensors, float32 activations for the FP8 path, prefill-sized inputs): the caller then runs its
-pure-torch twin, so CPU behaviour never changes. When they apply they call the custom ops in
-`ops.py`, which torch.compile sees as single opaque ops, and which themselves fall back to the
-twin for what only real tensors can tell (alignment, a shape the compiler rejects, no CuTe DSL).
+head, the MoE gate and its top-k, the indexer's top-k, StaticMoE.expert_linear for FP4 and NVFP4
+expert banks) ask `dense_gemv`, `bf16_dense_gemv`, `expert_gemv` and `topk`, which return None
+when the kernels do not apply (switch off, CPU tensors, float32 activations for the FP8 path,
+prefill-sized inputs): the caller then runs its pure-torch twin, so CPU behaviour never changes.
+When they apply they call the custom ops in `ops.py`, which torch.compile sees as single opaque
+ops, and which themselves fall back to the twin for what only real tensors can tell (alignment, a
+shape the compiler rejects, no CuTe DSL).
 
 Nothing here imports cutlass or triton: they are imported only when a GPU kernel is about to
 run, so the package imports and every CPU test passes without CUDA or the native libraries.
@@ -19,7 +20,7 @@ import os
 
 import torch
 
-__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "bf16_dense_gemv", "sinkhorn",
+__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "bf16_dense_gemv", "sinkhorn", "topk",
            "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
@@ -127,3 +128,20 @@ def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor | Non
 
     hc = logits.shape[-1]
     return ops.sinkhorn(logits.reshape(-1, hc, hc), iters, eps).view(logits.shape)
+
+
+def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(values, indices) of the k largest along the last dim in one Triton launch, or None to use torch.topk.
+
+    fp32 CUDA input with any leading dims and 1 <= k <= n <= 2**21 - 1. The k come in ascending index
+    order (torch.topk sorts them by value): callers use them as a set. Ties at the k-th value go to
+    the lowest indices, so the result is bitwise deterministic."""
+    n = x.shape[-1] if x.dim() else 0
+    if not _applies(x) or x.dtype != torch.float32 or not 1 <= k <= n:
+        return None
+    from dsv4.kernels import ops
+
+    if n > ops.TOPK_MAX_N:
+        return None
+    values, indices = ops.topk(x.reshape(-1, n), k)
+    return values.view(*x.shape[:-1], k), indices.view(*x.shape[:-1], k)

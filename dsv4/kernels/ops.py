@@ -16,7 +16,7 @@ from torch.library import custom_op
 
 from dsv4.ops import gemv as twins
 
-__all__ = ["fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "sinkhorn"]
+__all__ = ["fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "sinkhorn", "topk"]
 
 _TRITON: list[bool] = []
 
@@ -108,6 +108,31 @@ def sinkhorn(logits: Tensor, iters: int, eps: float) -> Tensor:
 @sinkhorn.register_fake
 def _(logits, iters, eps):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+TOPK_MAX_N = (1 << 21) - 1  # _triton_topk.MAX_N (its counts are packed into 21-bit fields)
+
+
+@custom_op("dsv4::topk", mutates_args=())
+def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest of each row of x [R, n] fp32 -> (values [R, k] fp32, indices [R, k] int64) in
+    ascending index order, ties at the k-th value to the lowest indices (one Triton launch on CUDA)."""
+    if x.is_cuda and _triton() and x.shape[-1] <= TOPK_MAX_N:
+        from dsv4.kernels import _triton_topk
+
+        return _triton_topk.topk(x, k)
+    return _topk_ref(x, k)
+
+
+@topk.register_fake
+def _(x, k):
+    return x.new_empty((x.shape[0], k), dtype=torch.float32), x.new_empty((x.shape[0], k), dtype=torch.int64)
+
+
+def _topk_ref(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The kernel's semantics in torch: a stable descending sort keeps the lowest indices among ties."""
+    idx = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :k].sort(dim=-1).values
+    return x.gather(-1, idx), idx
 
 
 def _triton() -> bool:

@@ -40,7 +40,9 @@ class Gate(nn.Module):
         if self.hash:
             idx = self.tid2eid[ids]
         else:
-            idx = (scores + self.bias.float()).topk(self.topk, dim=-1).indices
+            biased = scores + self.bias.float()
+            top = kernels.topk(biased, self.topk)  # one Triton launch (index order), or None: torch.topk
+            idx = top[1] if top is not None else biased.topk(self.topk, dim=-1).indices
         w = scores.gather(-1, idx)
         return w / w.sum(-1, keepdim=True) * self.route_scale, idx
 

@@ -181,6 +181,21 @@ def test_scan_findings_point_a_leaf_at_the_hazard_line():
     assert rm.extra["defined_at"].endswith("ring.py:20")
 
 
+def test_a_step_leaf_is_matched_to_the_scan_finding_at_the_line_it_raised():
+    """The whole step fails outside any layer: of the scan's host-syncs, the one on the raising line
+    explains it, not the first one in the inventory."""
+    import random
+
+    line = random.randint(30, 400)
+    raised = {"file": os.path.join(os.getcwd(), "pkg", "model.py"), "line": line, "function": "check"}
+    spec = {STEP: dict(SYNC, raised_at=raised, kids=LAYERS[:1]), LAYERS[0]: {}}
+    report = bisect(tree_capture(spec), LAYERS[:1])
+    scan = [{"category": "host-sync", "file": "pkg/moe.py", "line": 87, "module": "model.layers.0.ffn", "op": "aten.bincount"},
+            {"category": "host-sync", "file": "pkg/model.py", "line": line, "module": "", "op": "Tensor.__int__"}]
+    f = next(f for f in findings(report, scan) if f.module == STEP)
+    assert (f.line, f.extra["scan_match"]) == (line, f"pkg/model.py:{line}") and "Tensor.__int__" in f.message
+
+
 def test_inventory_files_and_tree_json(tmp_path):
     report = _mixed_report()
     inv = inventory(report)

@@ -214,12 +214,22 @@ def _in_ranges(file: str, line: int, ranges: list) -> bool:
     return any(os.path.realpath(a) == f and b <= line <= c for a, b, c in ranges)
 
 
+def _same_site(finding: dict, site: dict) -> bool:
+    """A scan finding (path relative to where the scan ran, or absolute) at the line a capture raised."""
+    f, g = str(finding.get("file") or ""), str(site.get("file") or "")
+    if not f or not g or int(finding.get("line") or 0) != int(site.get("line") or -1):
+        return False
+    return os.path.realpath(f) == os.path.realpath(g) or g.endswith(os.sep + f)
+
+
 def scan_match(node: Node, scan: list[dict]) -> dict | None:
-    """The first CPU-scan finding inside this module that matches the failure's kind."""
+    """The CPU-scan finding that explains this failure: one of the failure's kind at the very line
+    the capture raised, else the first of that kind inside this module."""
     r = node.result
     key = r.error_class if r.status == "fail" else ("mismatch" if r.status == "mismatch" else "uncaptured")
     cats = SCAN_MATCH.get(key or "other", ())
     ranges = (r.source or {}).get("ranges", [])
+    inside = []
     for f in scan:
         if f.get("category") not in cats:
             continue
@@ -227,8 +237,10 @@ def scan_match(node: Node, scan: list[dict]) -> dict | None:
         if node.path != STEP and not (_within(mod, node.path) or _in_ranges(str(f.get("file") or ""),
                                                                           int(f.get("line") or 0), ranges)):
             continue
-        return f
-    return None
+        inside.append(f)
+    at = r.raised_at if r.status == "fail" and r.raised_at else None
+    exact = [f for f in inside if at and _same_site(f, at)]
+    return (exact or inside or [None])[0]
 
 
 def _finding(node: Node, scan: list[dict]) -> Finding:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from dsv4 import kernels
+from dsv4.kernels import ops
 
 pytestmark = pytest.mark.gpu
 
@@ -45,14 +46,14 @@ def _rows(R, n, rng):
 @pytest.mark.parametrize("R,n,k", SHAPES)
 def test_topk_matches_torch_topk(R, n, k, rng, kernels_on):
     x = _rows(R, n, rng)
-    v, i = kernels.topk(x, k)
+    v, i = ops.topk(x, k)
     wv, wi = _want(x, k)
     assert torch.equal(i, wi) and torch.equal(v, wv)
     if R < 3:  # distinct values: the same set as torch.topk
         ref = x.topk(k, dim=-1)
         assert torch.equal(v.sort(dim=-1, descending=True).values, ref.values)
         assert torch.equal(i, ref.indices.sort(dim=-1).values)
-    v2, i2 = kernels.topk(x, k)
+    v2, i2 = ops.topk(x, k)
     assert torch.equal(v.view(torch.int32), v2.view(torch.int32)) and torch.equal(i, i2)
 
 
@@ -62,6 +63,8 @@ def test_topk_leading_dims_and_fallbacks(rng, kernels_on):
     assert v.shape == i.shape == (2, 3, 20)
     assert torch.equal(i.view(6, 20), _want(x.view(6, 300), 20)[1])
     assert kernels.topk(x.double(), 20) is None and kernels.topk(x.cpu(), 20) is None
+    long_row = torch.randn(1, kernels.TOPK_MAX_ROW + 1, generator=rng).cuda()
+    assert kernels.topk(long_row, 512) is None  # slower than torch.topk there: the caller keeps it
 
 
 @pytest.mark.parametrize("R,n,k", [(1, 32, 6), (4, 4096, 512), (2, 20000, 512)])
@@ -69,27 +72,27 @@ def test_topk_is_one_launch(R, n, k, rng, kernels_on):
     from torch.profiler import ProfilerActivity, profile
 
     x = _rows(R, n, rng)
-    kernels.topk(x, k)  # compiles
+    ops.topk(x, k)  # compiles
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        kernels.topk(x, k)
+        ops.topk(x, k)
         torch.cuda.synchronize()
     launched = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
-    assert len(launched) == 1 and ("_rank_kernel" in launched[0] or "_select_kernel" in launched[0]), launched
+    assert len(launched) == 1 and ("_topk_rank_kernel" in launched[0] or "_topk_select_kernel" in launched[0]), launched
 
 
 @pytest.mark.parametrize("R,n,k", [(16, 32, 6), (4, 4096, 512), (2, 256, 256)])
 def test_topk_graph_replay_is_bitwise_eager(R, n, k, rng, kernels_on):
     x = _rows(R, n, rng)
-    kernels.topk(x, k)  # compiles outside the capture
+    ops.topk(x, k)  # compiles outside the capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out_v, out_i = kernels.topk(x, k)
+        out_v, out_i = ops.topk(x, k)
     for _ in range(3):
         x.copy_(_rows(R, n, rng))
         g.replay()
-        v, i = kernels.topk(x, k)
+        v, i = ops.topk(x, k)
         torch.cuda.synchronize()
         assert torch.equal(out_v.view(torch.int32), v.view(torch.int32)) and torch.equal(out_i, i)
         assert torch.equal(out_i, _want(x, k)[1])
@@ -118,7 +121,7 @@ def test_topk_timing_table(rng, kernels_on):
     for R, n, k in ((1, 4096, 512), (16, 4096, 512), (1, 32, 6), (16, 32, 6),
                     (1, 256, 256), (1, 16384, 512), (1, 65536, 512), (1, 262144, 512)):
         x = torch.randn(R, n, generator=rng).cuda()
-        ours = _us_per_call(lambda: kernels.topk(x, k))
+        ours = _us_per_call(lambda: ops.topk(x, k))
         ref = _us_per_call(lambda: torch.topk(x, k, dim=-1))
         rows.append(f"R={R:<3d} n={n:<7d} k={k:<4d} triton {ours:8.2f} us   torch.topk {ref:8.2f} us")
     print("\n" + "\n".join(rows))

@@ -46,7 +46,7 @@ def _value(key):
 
 
 @triton.jit(do_not_specialize=["k"])
-def _rank_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr):
+def _topk_rank_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     key = _keys(x_ptr + row * n, offs, n)
@@ -61,7 +61,7 @@ def _rank_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["k"])
-def _select_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, NCHUNK: tl.constexpr, ALL: tl.constexpr):
+def _topk_select_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, NCHUNK: tl.constexpr, ALL: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     xr = x_ptr + row * n
     offs = tl.arange(0, BLOCK)
@@ -143,8 +143,8 @@ def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     kind, block, nchunk, warps = launch_config(n, k)
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         if kind == "rank":
-            _rank_kernel[(R,)](x, values, indices, n, k, BLOCK=block, num_warps=warps)
+            _topk_rank_kernel[(R,)](x, values, indices, n, k, BLOCK=block, num_warps=warps)
         else:
-            _select_kernel[(R,)](x, values, indices, n, k, BLOCK=block, NCHUNK=nchunk, ALL=k == n,
+            _topk_select_kernel[(R,)](x, values, indices, n, k, BLOCK=block, NCHUNK=nchunk, ALL=k == n,
                                  num_warps=warps)
     return values, indices

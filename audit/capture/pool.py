@@ -106,20 +106,11 @@ class CapturePool:
 
     def close(self) -> None:
         p, self.proc = self.proc, None
+        err, self._err = self._err, None
         if p is not None:
-            try:
-                if p.stdin:
-                    p.stdin.close()
-                p.wait(timeout=10)
-            except Exception:
-                p.kill()
-                p.wait()
-            for f in (p.stdout,):
-                if f:
-                    f.close()
-        if self._err is not None:
-            self._err.close()
-            self._err = None
+            _discard((p, err))
+        elif err is not None:
+            err.close()
 
     # ------------------------------------------------------------ requests
     def capture(self, module: str | None) -> CaptureResult:

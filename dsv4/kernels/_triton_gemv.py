@@ -49,17 +49,22 @@ TC_MAX_BLOCK_M = 64  # rows per tensor-core program (the decode batch cap); more
 
 
 @triton.jit
-def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
+def _tile(K, K_PER_SPLIT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """This program's rows, columns, K offsets and K range (grid: N tiles, M tiles, K splits)."""
     pid_s = tl.program_id(2)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_begin = pid_s * K_PER_SPLIT
     k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
+    return rm, rn, rk, k_begin, k_end, pid_s
+
+
+@triton.jit
+def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     y_ptr += pid_s * sys
     for k0 in range(k_begin, k_end, BLOCK_K):
         kk = k0 + rk
@@ -72,15 +77,8 @@ def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, 
 @triton.jit
 def _bf16_gemv_tc_kernel(x_ptr, w_ptr, y_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    pid_s = tl.program_id(2)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
+    rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    k_begin = pid_s * K_PER_SPLIT
-    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
     y_ptr += pid_s * sys
     for k0 in range(k_begin, k_end, BLOCK_K):
         kk = k0 + rk

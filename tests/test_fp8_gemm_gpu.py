@@ -1,0 +1,122 @@
+"""On a GPU: the Triton FP8 weight GEMM (dsv4/kernels/_triton_fp8.py) at Flash shapes against float64,
+CUDA-graph replays bitwise equal to the eager call, and a timing table printed for the person running
+it (`pytest -s` shows it; nothing about speed is asserted). The CPU interpreter runs are in
+tests/test_triton_fp8_interpret.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+# (N, K, groups): wq (4096 x 4096), wq_a|wkv-like (1536 x 4096), wo_a (8192 x 1024, 8 groups of 1024
+# rows, each reading its own x row m*8 + g), a wide 32768 x 1024
+SHAPES = [(4096, 4096, 1), (1536, 4096, 1), (8192, 1024, 8), (32768, 1024, 1)]
+
+
+def _kernel():
+    pytest.importorskip("triton")
+    from dsv4.kernels import _triton_fp8
+
+    return _triton_fp8
+
+
+def _gen(rng: torch.Generator) -> torch.Generator:
+    return torch.Generator(device="cuda").manual_seed(int(torch.randint(2**62, (), generator=rng)))
+
+
+def _weight(N: int, K: int, gen: torch.Generator):
+    from dsv4.ops.quantize import quantize_fp8_blockwise
+
+    return quantize_fp8_blockwise(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
+
+
+def _x(rows: int, K: int, gen: torch.Generator) -> torch.Tensor:
+    from dsv4.ops.quantize import fp8_fake_quant
+
+    return fp8_fake_quant(torch.randn(rows, K, device="cuda", generator=gen)).bfloat16()
+
+
+def _ref64(x, w, s, groups):
+    from dsv4.ops.quantize import dequantize_fp8_blockwise
+
+    wd = dequantize_fp8_blockwise(w, s, dtype=torch.float64)
+    xg = x.double().unflatten(0, (-1, groups))  # [M, G, K]
+    return torch.einsum("mgk,gnk->mgn", xg, wd.unflatten(0, (groups, -1))).flatten(1)
+
+
+@pytest.mark.parametrize("N,K,groups", SHAPES)
+@pytest.mark.parametrize("M", [3, 16, 64])
+def test_fp8_gemm_matches_float64(M, N, K, groups, rng):
+    F = _kernel()
+    gen = _gen(rng)
+    w, s = _weight(N, K, gen)
+    x = _x(M * groups, K, gen)
+    y = F.fp8_gemm(x, w, s, groups=groups)
+    ref = _ref64(x, w, s, groups)
+    err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
+    assert err < 2e-6, (M, N, K, groups, err, F.tiles(M, N, K, groups))
+    assert torch.equal(y, F.fp8_gemm(x, w, s, groups=groups))
+    assert torch.equal(y, F.fp8_gemm(x, w, s.view(torch.uint8), groups=groups))  # scale as bytes
+    out = torch.full((M, N), float("nan"), device="cuda")
+    assert F.fp8_gemm(x, w, s, groups=groups, out=out) is out and torch.equal(out, y)
+
+
+@pytest.mark.parametrize("N,K,groups", SHAPES)
+@pytest.mark.parametrize("M", [3, 16, 64])
+def test_fp8_gemm_graph_replay_is_bitwise_equal_to_eager(M, N, K, groups, rng):
+    F = _kernel()
+    gen = _gen(rng)
+    w, s = _weight(N, K, gen)
+    x = _x(M * groups, K, gen)
+    y = torch.empty(M, N, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile and warm up off the capture
+        F.fp8_gemm(x, w, s, groups=groups, out=y)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        F.fp8_gemm(x, w, s, groups=groups, out=y)
+    for _ in range(2):
+        x.copy_(_x(M * groups, K, gen))
+        graph.replay()
+        assert torch.equal(y, F.fp8_gemm(x, w, s, groups=groups))
+
+
+def test_fp8_gemm_timing_is_printed(rng):
+    """us per call: 50 calls captured in one CUDA graph, its replay timed with CUDA events (eager Triton
+    launches are host-bound). The weights cycle through copies worth >= 256 MB so the figure is HBM's,
+    not L2's. GB/s = e4m3 weight bytes (N*K) / time."""
+    F = _kernel()
+    gen = _gen(rng)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for N, K, groups in SHAPES:
+        copies = max(1, -(-(256 << 20) // (N * K)))
+        ws = [_weight(N, K, gen) for _ in range(copies)]
+        for M in (1, 4, 16, 64):
+            if M < F.MIN_M:
+                print(f"fp8_gemm M={M:2d} N={N} K={K} G={groups}: not supported (M < {F.MIN_M}: the GEMV's case)")
+                continue
+            x = _x(M * groups, K, gen)
+            y = torch.empty(M, N, device="cuda")
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                F.fp8_gemm(x, *ws[0], groups=groups, out=y)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(50):
+                    F.fp8_gemm(x, *ws[i % copies], groups=groups, out=y)
+            graph.replay()  # warm
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            us = start.elapsed_time(end) * 1e3 / 50
+            bm, bn, bk, splits = F.tiles(M, N, K, groups)
+            print(f"fp8_gemm M={M:2d} N={N} K={K} G={groups}: {us:7.1f} us/call, {N * K / us / 1e3:6.0f} GB/s "
+                  f"(BLOCK {bm}x{bn}x{bk}, splits {splits})")
+            del graph

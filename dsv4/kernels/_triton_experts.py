@@ -1,0 +1,182 @@
+"""Routed MoE experts at decode (FP4 / NVFP4 banks), grouped by expert, on tensor cores, in Triton.
+
+Why: the CuTe kernel gives every (row, expert) pair its own pass over that expert's weights, so a
+batch-16 step (96 rows over ~31 of 32 experts) reads ~3x the distinct expert bytes and took 19.0 ms
+against 1.5 ms at batch 1 on an H200. Here each selected expert's weight tile is read once per K step
+for all rows routed to it and multiplied on tensor cores (rows padded to BLOCK_M = 16).
+
+Two launches, both capture-safe (fixed grids sized from R and E only, no host read of idx, current
+stream):
+1. `_group_kernel`, grid cdiv(R, BLOCK_R) + 1. Row programs give each row r its position in the
+   stable sort by expert, pos[r] = #{j: idx[j] < idx[r]} + #{j < r: idx[j] == idx[r]} (an R x R
+   comparison count, chunked), and write rows[pos[r]] = r (a permutation: every entry written once).
+   The last program counts rows per expert (E x R comparisons), numbers the present experts in
+   expert order by a cumsum (slot p = p-th distinct expert) and writes each slot's expert, first
+   sorted position and row count; slots p >= #distinct get count 0. P = min(R, E) slots always suffice.
+2. `_experts_kernel`, grid (N tiles, P slots). A program loops over its slot's rows in chunks of
+   BLOCK_M (zero iterations for an empty slot); per K step it loads the expert's packed tile
+   [BLOCK_N, BLOCK_K/2] once, decodes it to bf16 in registers and runs tl.dot against the gathered x
+   rows, split into even/odd columns (the low nibble is the even element). Every output row is written
+   by one program (the slot of its expert) with a fixed summation order: deterministic, no atomics.
+
+Exactness of the decode (everything below is exact, so the only rounding is fp32 accumulation):
+- An e2m1 nibble s.ee.m placed at fp16 bits s.00ee.m000000000 is the fp16 number e2m1 * 2^-14 (for
+  ee = 0 an fp16 subnormal, m * 2^-15, the same identity); fp16 -> fp32 is exact and gives an fp32
+  normal number, so no flush-to-zero can bite.
+- FP4: times the UE8M0 scale 2^(b-127) * 2^14, built as the fp32 bits (b + 14) << 23 (exact for scale
+  bytes b <= 240, i.e. scales up to 2^113; the released rule gives scales far below 1). The product is
+  e2m1 * 2^(b-127): two significant bits, bf16-exact for b >= 2.
+- NVFP4: an e4m3 byte placed at fp16 bits s.0eeee.mmm0000000 is e4m3 * 2^-8 (subnormals too); times
+  2^22 gives e4m3 * 2^14 in fp32. e2m1 (<= 2 significant bits) * e4m3 (<= 4) has <= 6 significant
+  bits, in [2^-10, 2688]: bf16-exact. The fp32 global scale multiplies the fp32 output of the expert.
+- bf16 x bf16 products are exact in fp32. Each K step's two dots start from zero and the partial
+  joins the running total with an ordinary fp32 add (tensor cores may truncate inside their own
+  accumulation chain: see _triton_gemv.py).
+Expert ids outside [0, E) are not checked (the twin would raise): such rows' outputs stay unwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M = 16  # rows per tl.dot (its minimum); a slot with more rows loops over row chunks
+BLOCK_R = 64  # rows per program of the grouping kernel
+TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200
+FORMATS = {"fp4": 32, "nvfp4": 16}  # elements per scale
+
+
+@triton.jit
+def _group_kernel(idx_ptr, rows_ptr, slot_expert_ptr, slot_start_ptr, slot_count_ptr, R, P,
+                  BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr):
+    pid = tl.program_id(0)
+    jr = tl.arange(0, BLOCK_R)
+    if pid < tl.cdiv(R, BLOCK_R):  # sorted position of each of this program's rows
+        r = pid * BLOCK_R + jr
+        ir = tl.load(idx_ptr + r, mask=r < R, other=0).to(tl.int32)
+        pos = tl.zeros((BLOCK_R,), dtype=tl.int32)
+        for j0 in range(0, R, BLOCK_R):
+            j = j0 + jr
+            ij = tl.load(idx_ptr + j, mask=j < R, other=0).to(tl.int32)
+            before = (ij[None, :] < ir[:, None]) | ((ij[None, :] == ir[:, None]) & (j[None, :] < r[:, None]))
+            pos += tl.sum((before & (j[None, :] < R)).to(tl.int32), axis=1)
+        tl.store(rows_ptr + pos, r, mask=r < R)
+    else:  # the slots: present experts in expert order
+        e = tl.arange(0, BLOCK_E)
+        cnt = tl.zeros((BLOCK_E,), dtype=tl.int32)
+        less = tl.zeros((BLOCK_E,), dtype=tl.int32)
+        for j0 in range(0, R, BLOCK_R):
+            j = j0 + jr
+            ij = tl.load(idx_ptr + j, mask=j < R, other=0).to(tl.int32)
+            ok = (j < R)[None, :]
+            cnt += tl.sum(((ij[None, :] == e[:, None]) & ok).to(tl.int32), axis=1)
+            less += tl.sum(((ij[None, :] < e[:, None]) & ok).to(tl.int32), axis=1)
+        present = cnt > 0
+        slot = tl.cumsum(present.to(tl.int32), axis=0) - 1
+        tl.store(slot_expert_ptr + slot, e, mask=present)
+        tl.store(slot_start_ptr + slot, less, mask=present)
+        tl.store(slot_count_ptr + slot, cnt, mask=present)
+        n_used = tl.sum(present.to(tl.int32), axis=0)
+        tl.store(slot_count_ptr + e, tl.zeros((BLOCK_E,), dtype=tl.int32), mask=(e >= n_used) & (e < P))
+
+
+@triton.jit
+def _e2m1_x(code, mult):
+    """e2m1 codes (low 4 bits of an int32) times mult (fp32, already holding the 2^14) -> bf16, exactly."""
+    h = (((code & 8) << 12) | ((code & 7) << 9)).to(tl.uint16).to(tl.float16, bitcast=True)
+    return (h.to(tl.float32) * mult).to(tl.bfloat16)
+
+
+@triton.jit
+def _experts_kernel(x_ptr, w_ptr, s_ptr, g_ptr, y_ptr, rows_ptr, slot_expert_ptr, slot_start_ptr, slot_count_ptr,
+                    N, K, sxm, swe, swn, sse, ssn, sym, NV: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    SB: tl.constexpr = 16 if NV else 32  # elements per scale
+    G: tl.constexpr = BLOCK_K // SB  # scale groups per K step
+    slot = tl.program_id(1)
+    count = tl.load(slot_count_ptr + slot)
+    expert = tl.load(slot_expert_ptr + slot).to(tl.int64)
+    start = tl.load(slot_start_ptr + slot)
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rg = tl.arange(0, G)
+    rb = tl.arange(0, SB // 2)
+    rk = tl.arange(0, BLOCK_K)
+    n_ok = rn < N
+    w_tile = w_ptr + expert * swe + rn[:, None, None] * swn + rg[None, :, None] * (SB // 2) + rb[None, None, :]
+    s_tile = s_ptr + expert * sse + rn[:, None] * ssn + rg[None, :]
+    for m0 in range(0, count, BLOCK_M):  # no iteration for an empty slot
+        m = m0 + tl.arange(0, BLOCK_M)
+        m_ok = m < count
+        rows = tl.load(rows_ptr + start + m, mask=m_ok, other=0).to(tl.int64)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            x = tl.load(x_ptr + rows[:, None] * sxm + k0 + rk[None, :], mask=m_ok[:, None], other=0.0)
+            x_even, x_odd = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_K // 2, 2)))
+            wb = tl.load(w_tile + k0 // 2, mask=n_ok[:, None, None], other=0).to(tl.int32) & 0xFF
+            sb = tl.load(s_tile + k0 // SB, mask=n_ok[:, None], other=0).to(tl.int32) & 0xFF
+            if NV:  # e4m3 * 2^14: fp16 bits s.0eeee.mmm0000000 are e4m3 * 2^-8
+                h = (((sb & 0x80) << 8) | ((sb & 0x7F) << 7)).to(tl.uint16).to(tl.float16, bitcast=True)
+                mult = h.to(tl.float32) * 4194304.0  # 2^22
+            else:  # 2^(b - 127) * 2^14
+                mult = ((sb + 14) << 23).to(tl.float32, bitcast=True)
+            mult = mult[:, :, None]
+            w_lo = tl.reshape(_e2m1_x(wb, mult), (BLOCK_N, BLOCK_K // 2))  # even elements
+            w_hi = tl.reshape(_e2m1_x(wb >> 4, mult), (BLOCK_N, BLOCK_K // 2))  # odd elements
+            part = tl.dot(x_odd, tl.trans(w_hi))
+            part = tl.dot(x_even, tl.trans(w_lo), part)
+            acc += part  # an fp32 add, not a tensor-core accumulation (see the module docstring)
+        if NV:
+            acc *= tl.load(g_ptr + expert)
+        tl.store(y_ptr + rows[:, None] * sym + rn[None, :], acc, mask=m_ok[:, None] & n_ok[None, :])
+
+
+def tiles(R: int, E: int, N: int, K: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, P). BLOCK_K 128 (a 64-byte packed row segment per step) where K allows;
+    BLOCK_N 64, or 32 when the slots are few (batch 1: 6 slots x 64 tiles would be 384 programs at
+    N = 4096; 32 gives 768, more weight bytes in flight per SM). sm_90 build (ptxas): ~98 registers at
+    BLOCK_N 32, ~142 at 64, no spills; the weight and x tiles stream through 16-byte cp.async in a
+    4-stage pipeline (~8 KB a stage at BLOCK_N 64). Not yet tuned on a GPU."""
+    P = min(R, E)
+    bk = 128 if K % 128 == 0 else 64 if K % 64 == 0 else 32
+    bn = 64 if P * triton.cdiv(N, 64) >= 2 * TARGET_PROGRAMS else 32
+    return bn, bk, P
+
+
+def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, idx: torch.Tensor,
+                        global_scale: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Row r of x [R, K] bf16 through expert idx[r] of weight [E, N, K/2] (packed e2m1) with scale
+    [E, N, K/32] UE8M0 (fp4) or [E, N, K/16] e4m3 and global_scale [E] fp32 (nvfp4) -> fp32 [R, N]."""
+    if fmt not in FORMATS:
+        raise ValueError(f"grouped_expert_gemm: format {fmt!r}, expected one of {sorted(FORMATS)}")
+    nv = fmt == "nvfp4"
+    R, K = x.shape
+    E, N, Kh = weight.shape
+    sb = FORMATS[fmt]
+    if (Kh * 2 != K or K % 32 or x.dtype != torch.bfloat16 or scale.shape != (E, N, K // sb)
+            or idx.shape != (R,) or (nv and (global_scale is None or global_scale.numel() != E))):
+        raise ValueError(f"grouped_expert_gemm({fmt}): x {x.dtype} {tuple(x.shape)}, weight {tuple(weight.shape)}, "
+                         f"scale {tuple(scale.shape)}, idx {tuple(idx.shape)}")
+    y = out if out is not None else torch.empty(R, N, dtype=torch.float32, device=x.device)
+    if R == 0:
+        return y
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    w = weight.view(torch.uint8)
+    s = scale.view(torch.uint8)
+    if w.stride(2) != 1 or s.stride(2) != 1:
+        w, s = w.contiguous(), s.contiguous()
+    g = global_scale.reshape(E).float().contiguous() if nv else y  # not read for fp4
+    bn, bk, P = tiles(R, E, N, K)
+    work = torch.empty(R + 3 * P, dtype=torch.int32, device=x.device)
+    rows, slot_expert, slot_start, slot_count = work[:R], work[R:R + P], work[R + P:R + 2 * P], work[R + 2 * P:]
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+        _group_kernel[(triton.cdiv(R, BLOCK_R) + 1,)](idx, rows, slot_expert, slot_start, slot_count, R, P,
+                                                       BLOCK_R=BLOCK_R, BLOCK_E=triton.next_power_of_2(E))
+        _experts_kernel[(triton.cdiv(N, bn), P)](
+            x, w, s, g, y, rows, slot_expert, slot_start, slot_count, N, K, x.stride(0), w.stride(0), w.stride(1),
+            s.stride(0), s.stride(1), y.stride(0), NV=nv, BLOCK_M=BLOCK_M, BLOCK_N=bn, BLOCK_K=bk,
+            num_warps=4, num_stages=4)
+    return y

@@ -1,0 +1,167 @@
+"""The Triton grouped expert GEMM (dsv4/kernels/_triton_experts.py) on the CPU through Triton's
+interpreter, against the float64 twin; and an ahead-of-time sm_90 build that must use tensor cores.
+
+Each case runs in a child process (TRITON_INTERPRET is read when a kernel is defined) whose bf16
+tl.dot is replaced by the tensor-core model of tests/test_triton_interpret.py (exact products, an fp32
+accumulator truncated after each 16-wide K chunk). Banks come from quantize.py (per-row magnitudes
+2^-12..1, so NVFP4 gets subnormal e4m3 scales); routings give some experts no rows, one expert more
+than BLOCK_M rows, and duplicates. The GPU runs are in tests/test_experts_gemm_gpu.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                reason="Triton not installed (its interpreter runs the kernels)")
+
+_BF16_DOT = '''
+import numpy as np
+import triton.language as tl
+from triton.runtime import interpreter as _I
+_dot, bf16_dots = _I.InterpreterBuilder.create_dot, [0]
+def _create_dot(self, a, b, d, *args, **kwargs):
+    if a.dtype != tl.bfloat16 or b.dtype != tl.bfloat16:
+        return _dot(self, a, b, d, *args, **kwargs)
+    bf16_dots[0] += 1
+    bits = [np.ascontiguousarray(t.data).view(np.uint16).astype(np.uint32) << 16 for t in (a, b)]
+    A, B = (v.view(np.float32).astype(np.float64) for v in bits)  # bf16 values, exactly
+    acc = d.data.astype(np.float32)
+    for k in range(0, A.shape[-1], 16):
+        exact = acc.astype(np.float64) + A[..., k:k + 16] @ B[..., k:k + 16, :]
+        acc = exact.astype(np.float32)
+        up = np.abs(acc) > np.abs(exact)  # rounded away from zero: step back (truncate)
+        acc[up] = np.nextafter(acc[up], np.float32(0))
+    return _I.TensorHandle(acc, d.dtype.scalar)
+_I.InterpreterBuilder.create_dot = _create_dot
+'''
+
+_HELPERS = '''
+from dsv4.kernels import _triton_experts as T
+from dsv4.ops import quantize as Q
+
+def bank(fmt, E, N, K):
+    ws, ss, gs = [], [], []
+    for e in range(E):
+        w = torch.randn(N, K, generator=g) * torch.exp2(torch.randint(-12, 1, (N, 1), generator=g).float())
+        w = w * 2.0 ** (e % 5 - 2)  # experts of different magnitudes (different NVFP4 global scales)
+        q = Q.quantize_fp4(w) if fmt == "fp4" else Q.quantize_nvfp4(w)
+        ws.append(q[0]); ss.append(q[1]); gs.append(q[2] if fmt == "nvfp4" else torch.ones(()))
+    return torch.stack(ws), torch.stack(ss), torch.stack(gs) if fmt == "nvfp4" else None
+
+def route(R, E):
+    """Half the rows to one hot expert, the rest over a random half of the others: empty experts,
+    one with > BLOCK_M rows once R >= 48, duplicates."""
+    hot = int(torch.randint(E, (), generator=g))
+    some = torch.randperm(E, generator=g)[:max(1, E // 2)]
+    idx = some[torch.randint(len(some), (R,), generator=g)]
+    idx[torch.rand(R, generator=g) < 0.5] = hot
+    return idx.long()
+
+def ref64(fmt, x, w, s, gl, idx):
+    vals = Q._e2m1_values(Q.unpack_fp4(w)).double()
+    sc = Q.e8m0_to_float(s).double() if fmt == "fp4" else s.float().double() * gl.double()[:, None, None]
+    W = (vals.unflatten(-1, (sc.shape[-1], -1)) * sc[..., None]).flatten(-2)  # [E, N, K]
+    return torch.einsum("rk,rnk->rn", x.double(), W[idx])
+
+def check(fmt, E, N, K, R, uint8_bytes=False):
+    w, s, gl = bank(fmt, E, N, K)
+    x = (torch.randn(R, K, generator=g) * torch.exp2(torch.randint(-20, 21, (R, 1), generator=g).float())).bfloat16()
+    idx = route(R, E)
+    counts = torch.bincount(idx, minlength=E)
+    assert (counts == 0).any() or R >= 3 * E, counts
+    if R >= 48:
+        assert counts.max() > T.BLOCK_M, counts
+    ref = ref64(fmt, x, w, s, gl, idx)
+    if uint8_bytes:  # the bank as raw bytes: uint8 weight, uint8 UE8M0 scale
+        w, s = w.view(torch.uint8), s.view(torch.uint8)
+    y = T.grouped_expert_gemm(fmt, x, w, s, idx, global_scale=gl)
+    assert y.dtype == torch.float32 and y.shape == (R, N)
+    err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
+    assert err < 2e-6, (fmt, E, N, K, R, err)
+    assert torch.equal(y, T.grouped_expert_gemm(fmt, x, w, s, idx, global_scale=gl))  # deterministic
+    out = torch.full((R, N), float("nan"))
+    assert T.grouped_expert_gemm(fmt, x, w, s, idx, global_scale=gl, out=out) is out and torch.equal(out, y)
+    return err
+'''
+
+# (E, N, K, R): every listed E, N, K and R appears; R = 96 with E = 4 gives 4 slots, R = 3 with E = 32 gives 3
+CASES = ((4, 64, 256, 3), (32, 256, 512, 6), (4, 256, 256, 16), (32, 64, 512, 48), (4, 64, 512, 96),
+         (32, 64, 256, 96))
+
+
+def _interpret(body: str) -> None:
+    seed = int.from_bytes(os.urandom(4), "little")
+    code = (f"import torch\ng = torch.Generator().manual_seed({seed})\n" + _BF16_DOT + _HELPERS
+            + textwrap.dedent(body) + "\nprint('ok')\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), f"seed {seed}\n{r.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("fmt", ["fp4", "nvfp4"])
+def test_grouped_experts_match_float64(fmt):
+    _interpret(f"""
+        fmt = {fmt!r}
+        for i, (E, N, K, R) in enumerate({CASES!r}):
+            check(fmt, E, N, K, R, uint8_bytes=(fmt == "fp4" and i % 2 == 1))
+        T.TARGET_PROGRAMS = 1  # BLOCK_N 64 (the wide tile)
+        assert T.tiles(48, 32, 256, 512)[0] == 64
+        check(fmt, 32, 256, 512, 48)
+        assert bf16_dots[0] > 0  # the tensor-core model ran
+    """)
+
+
+def test_grouping_of_extreme_routings():
+    """All rows to one expert (one slot of 96 rows: six row chunks), to the last expert, one row per
+    expert (every slot filled), R > E with every expert used."""
+    _interpret("""
+        E, N, K = 32, 64, 256
+        w, s, _ = bank("fp4", E, N, K)
+        for idx in (torch.zeros(96, dtype=torch.long), torch.full((5,), E - 1, dtype=torch.long),
+                    torch.randperm(E, generator=g), torch.arange(96) % E, torch.arange(48).flip(0) % E):
+            R = len(idx)
+            x = torch.randn(R, K, generator=g).bfloat16()
+            ref = ref64("fp4", x, w, s, None, idx)
+            y = T.grouped_expert_gemm("fp4", x, w, s, idx)
+            err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
+            assert err < 2e-6, (idx.tolist(), err)
+    """)
+
+
+def test_sm90_build_uses_tensor_cores():
+    """Ahead-of-time build for sm_90 (no GPU needed): the PTX has mma and streams the weights with
+    cp.async (the pipeline), for both formats and both tile widths."""
+    pytest.importorskip("triton.backends.nvidia")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from dsv4.kernels import _triton_experts as T
+
+    names = ["x_ptr", "w_ptr", "s_ptr", "g_ptr", "y_ptr", "rows_ptr", "slot_expert_ptr", "slot_start_ptr",
+             "slot_count_ptr", "N", "K", "sxm", "swe", "swn", "sse", "ssn", "sym"]
+    types = ["*bf16", "*u8", "*u8", "*fp32", "*fp32", "*i32", "*i32", "*i32", "*i32"] + ["i32"] * 8
+    sig = dict(zip(names, types)) | dict.fromkeys(("NV", "BLOCK_M", "BLOCK_N", "BLOCK_K"), "constexpr")
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(names))}  # what the JIT sees at Flash shapes
+    for nv in (False, True):
+        for bn in (32, 64):
+            src = ASTSource(fn=T._experts_kernel, signature=sig, attrs=attrs,
+                            constexprs={"NV": nv, "BLOCK_M": T.BLOCK_M, "BLOCK_N": bn, "BLOCK_K": 128})
+            ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                 options={"num_warps": 4, "num_stages": 4}).asm["ptx"]
+            assert "mma.sync" in ptx and "cp.async" in ptx, (nv, bn)
+    gsig = {"idx_ptr": "*i64", "rows_ptr": "*i32", "slot_expert_ptr": "*i32", "slot_start_ptr": "*i32",
+            "slot_count_ptr": "*i32", "R": "i32", "P": "i32", "BLOCK_R": "constexpr", "BLOCK_E": "constexpr"}
+    triton.compile(ASTSource(fn=T._group_kernel, signature=gsig, constexprs={"BLOCK_R": T.BLOCK_R, "BLOCK_E": 256}),
+                   target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})

@@ -211,3 +211,16 @@ def test_switch_on_does_not_change_cpu_results():
         outs.append(y)
     for a, b in zip(*outs):
         assert torch.equal(a, b)
+
+
+def test_triton_batched_gemms_are_opt_in(monkeypatch):
+    """The Triton FP8 / expert GEMMs replace the CuTe GEMVs only with DSV4_TRITON_GEMM=1 and from 3 rows."""
+    from dsv4.kernels import ops
+
+    monkeypatch.setattr(ops, "_TRITON", [True])
+    monkeypatch.delenv("DSV4_TRITON_GEMM", raising=False)
+    assert not ops._triton_gemm(16)
+    monkeypatch.setenv("DSV4_TRITON_GEMM", "1")
+    assert ops._triton_gemm(ops.TRITON_GEMM_MIN_ROWS) and not ops._triton_gemm(ops.TRITON_GEMM_MIN_ROWS - 1)
+    monkeypatch.setattr(ops, "_TRITON", [False])
+    assert not ops._triton_gemm(16)

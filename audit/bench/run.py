@@ -149,8 +149,10 @@ def _row(model, mode, batch, ctx, steps, verify_steps, rng, cuda, fuse) -> ModeR
     try:
         row = run_mode(model, mode, batch, ctx, steps, verify_steps, rng, fuse)
         extra = os.environ.get("DSV4_INDUCTOR", "")
-        if extra and fuse and mode in ("full", "ab"):
-            row.note = "; ".join(filter(None, (row.note, f"inductor {extra}")))
+        notes = [f"inductor {extra}"] if extra and fuse and mode in ("full", "ab") else []
+        if os.environ.get("DSV4_TRITON_GEMM", "0") not in ("", "0"):
+            notes.append("Triton batched GEMMs (DSV4_TRITON_GEMM)")
+        row.note = "; ".join(filter(None, (row.note, *notes)))
         return row
     except Exception as e:  # noqa: BLE001 - one row failing is a result: reported in its note, the run goes on
         return ModeResult(mode, batch, ctx, note=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")

@@ -10,6 +10,8 @@ output shape without running anything.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import Tensor
 from torch.library import custom_op
@@ -29,6 +31,13 @@ def _rows_out(x: Tensor, n: int) -> Tensor:
 def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor, groups: int = 1) -> Tensor:
     """x [M, K] bf16 @ dequant(weight [N, K] e4m3, scale UE8M0 128x128)^T -> fp32 [M, N]; with
     groups G, x is [M*G, K] and output rows of group g read x row m*G + g (wo_a, one launch)."""
+    if x.is_cuda and _triton_gemm(x.shape[0] // groups):
+        from dsv4.kernels import _triton_fp8
+
+        try:
+            return _triton_fp8.fp8_gemm(x, weight, scale, groups)
+        except ValueError:  # a shape it does not tile: the CuTe kernel or the twin below
+            pass
     if x.is_cuda:
         from dsv4.kernels import launch
 
@@ -46,6 +55,13 @@ def _(x, weight, scale, groups=1):
 @custom_op("dsv4::fp4_grouped_gemv", mutates_args=())
 def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor) -> Tensor:
     """Row r of x [R, K] bf16 through expert idx[r] of the FP4 bank weight [E, N, K/2] -> fp32 [R, N]."""
+    if x.is_cuda and _triton_gemm(x.shape[0]):
+        from dsv4.kernels import _triton_experts
+
+        try:
+            return _triton_experts.grouped_expert_gemm("fp4", x, weight, scale, idx)
+        except ValueError:  # a shape it does not tile: the CuTe kernel or the twin below
+            pass
     if x.is_cuda:
         from dsv4.kernels import launch
 
@@ -63,6 +79,13 @@ def _(x, weight, scale, idx):
 @custom_op("dsv4::nvfp4_grouped_gemv", mutates_args=())
 def nvfp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, global_scale: Tensor, idx: Tensor) -> Tensor:
     """As fp4_grouped_gemv for an NVFP4 bank (e4m3 scale per 16, fp32 global scale per expert)."""
+    if x.is_cuda and _triton_gemm(x.shape[0]):
+        from dsv4.kernels import _triton_experts
+
+        try:
+            return _triton_experts.grouped_expert_gemm("nvfp4", x, weight, scale, idx, global_scale=global_scale)
+        except ValueError:  # a shape it does not tile: the CuTe kernel or the twin below
+            pass
     if x.is_cuda:
         from dsv4.kernels import launch
 
@@ -133,6 +156,17 @@ def _topk_ref(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The kernel's semantics in torch: a stable descending sort keeps the lowest indices among ties."""
     idx = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :k].sort(dim=-1).values
     return x.gather(-1, idx), idx
+
+
+TRITON_GEMM_MIN_ROWS = 3  # below this the CuTe GEMVs (one pass per row) are the measured choice
+
+
+def _triton_gemm(rows: int) -> bool:
+    """The Triton tensor-core GEMMs for batched decode (FP8 dense, FP4/NVFP4 grouped experts), which read
+    each weight tile once for all rows: opt-in with DSV4_TRITON_GEMM=1 until an H200 run has timed them
+    against the CuTe kernels (dsv4/kernels/NOTES.md, session 5)."""
+    return rows >= TRITON_GEMM_MIN_ROWS and _triton() and \
+        os.environ.get("DSV4_TRITON_GEMM", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _triton() -> bool:

@@ -14,7 +14,8 @@ import audit
 from test_audit_planted import BLOCKING, markers
 
 PLANTED = Path(__file__).parent / "planted"
-FORMS = ["control_guards", "host_reads_unseen", "host_data_staging", "host_state_unseen", "capture_guard", "rng_reseed"]
+FORMS = ["control_guards", "control_dispatch", "host_reads_unseen", "host_data_staging", "host_state_unseen", "host_state_hidden",
+         "capture_guard", "rng_reseed"]
 
 
 def _scan(name: str, factory: str):

@@ -139,6 +139,18 @@ def chooser(filename: str, line: int) -> int | None:
     return node.lineno
 
 
+def loop_guards(filename: str, line: int) -> set[int]:
+    """Lines of the guard clauses (`if ...: continue/break`) in the body of the loop that starts on
+    `line`; empty when no loop starts there."""
+    t = tree(filename)
+    loop = next((n for n in ast.walk(t) if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and n.lineno == line),
+                None) if t is not None else None
+    if loop is None:
+        return set()
+    return {n.lineno for n in ast.walk(loop) if isinstance(n, ast.If) and n is not loop
+            and any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n))}
+
+
 def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = None,
                    global_name: bool = False) -> list[tuple[int, str]]:
     """(line, function) of statements that mutate `<x>.attr` (or global `attr`) in a file or a span.
@@ -254,16 +266,42 @@ def names_cpu(filename: str, line: int) -> bool:
     return False
 
 
-def builds_on_device(filename: str, line: int) -> bool:
-    """A `torch.tensor / as_tensor / asarray(data, device=<not the CPU>)` call on `line`."""
+def _calls_on(filename: str, line: int, names) -> list[ast.Call]:
     t = tree(filename)
     if t is None:
-        return False
-    for n in ast.walk(t):
-        if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno) and \
-                getattr(n.func, "attr", getattr(n.func, "id", "")) in ("tensor", "as_tensor", "asarray"):
-            dev = next((k.value for k in n.keywords if k.arg == "device"), None)
-            if dev is not None and not _cpu_expr(dev) and not (isinstance(dev, ast.Constant) and dev.value is None):
+        return []
+    return [n for n in ast.walk(t) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
+            and getattr(n.func, "attr", getattr(n.func, "id", "")) in names]
+
+
+def _device_kw(n: ast.Call):
+    dev = next((k.value for k in n.keywords if k.arg == "device"), None)
+    return None if isinstance(dev, ast.Constant) and dev.value is None else dev
+
+
+def builds_on_device(filename: str, line: int) -> bool:
+    """A `torch.tensor / as_tensor / asarray(data, device=<not the CPU>)` call on `line`, or
+    `t.new_tensor(data)` (the data goes to t's device unless a CPU device is named)."""
+    for n in _calls_on(filename, line, ("tensor", "as_tensor", "asarray", "new_tensor")):
+        dev = _device_kw(n)
+        if getattr(n.func, "attr", "") == "new_tensor" and (dev is None or not _cpu_expr(dev)):
+            return True
+        if dev is not None and not _cpu_expr(dev):
+            return True
+    return False
+
+
+HOST_FACTORIES = ("ones", "zeros", "empty", "full", "arange", "rand", "randn", "randint", "linspace", "eye",
+                  "randperm", "scalar_tensor")
+
+
+def factory_on_host(filename: str, line: int) -> bool:
+    """A `torch.<factory>(...)` call on `line` that names no device, or names the CPU: its tensor is
+    born in host memory (then `.to(device)` is a host->device copy)."""
+    for n in _calls_on(filename, line, HOST_FACTORIES):
+        if isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch":
+            dev = _device_kw(n)
+            if dev is None or _cpu_expr(dev):
                 return True
     return False
 

@@ -143,6 +143,7 @@ def op_sequence_divergence(ctx):
                 a, b = (a, None) if tag == "delete" else (None, b)
             first = sorted({x.op for x in (ra[i1:i2][:1] + rb[j1:j2][:1])})  # sorted: stable across runs
             hits[locate(ctx, p, a, b)].append((what, " vs ".join(first), (a or b).module, a or b))
+    _fold_loops_into_guards(hits)
     out = []
     n_pairs = len(steps) - 1
     for where, regions in hits.items():
@@ -151,6 +152,17 @@ def op_sequence_divergence(ctx):
         out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs, msg, module=mod,
                                caller=ctx.caller_into(rec, where[0], where[2])))
     return out
+
+
+def _fold_loops_into_guards(hits: dict) -> None:
+    """A loop line blamed next to a guard clause of its own body (`if ...: continue`) that was also
+    blamed: the iterations differ because of the guard, so its finding takes the loop's regions
+    (when a different iteration is skipped each step the alignment also cuts across the loop)."""
+    for where in list(hits):
+        guards = _source.loop_guards(where[0], where[1])
+        into = next((w for w in hits if w[0] == where[0] and w[1] in guards), None) if guards else None
+        if into is not None:
+            hits[into].extend(hits.pop(where))
 
 
 def _what(ctx, tag, s0, s1, extra_a, extra_b, a, b) -> str:

@@ -24,6 +24,17 @@ def _src(r):
     return code.co_filename, line
 
 
+def _host_factories(recs) -> set:
+    """Storage ids of tensors a `torch.ones(...)`-style call made in host memory in this step (no
+    device named), among those later sent somewhere with `.to(...)`."""
+    sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
+    if not sent:
+        return set()
+    return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.outputs[0].sid in sent
+            and r.op.split(".")[1] in _source.HOST_FACTORIES and r.stack and 0 not in r.outputs[0].shape
+            and _source.factory_on_host(*_src(r))}
+
+
 @register("pageable-copy")
 def host_data_to_device(ctx):
     """CPU scans: `torch.tensor(..., device=D)` and host-born tensors `.to(D)`, D not the CPU."""
@@ -31,7 +42,7 @@ def host_data_to_device(ctx):
         return []
     hits = []
     for recs in ctx.steps:
-        born = host_born(recs)
+        born = host_born(recs) | _host_factories(recs)
         for r in recs:
             if not r.stack:
                 continue

@@ -36,7 +36,7 @@ def _is_user_object(v) -> bool:
                                                             types.MethodType)) and mod.split(".")[0] not in _FOREIGN
 
 
-def reachable(root, max_depth: int = 4, limit: int = 50000) -> list[tuple[str, object]]:
+def reachable(root, max_depth: int = 8, limit: int = 50000) -> list[tuple[str, object]]:
     """(path, obj) for root and every module / user object reachable through attributes and
     containers, breadth first (so each object gets its shortest path). root's path is ''.
     Module trees are followed to any depth; other objects up to `max_depth` hops."""
@@ -130,10 +130,39 @@ def _fp(v, depth: int = 0):
         return (type(v).__name__, len(v))
     if isinstance(v, itertools.count):  # next() on it is a step counter; its repr shows the state
         return ("obj", repr(v))
+    if isinstance(v, types.GeneratorType):  # next() on it advances state held in its frame
+        return ("obj", _generator_state(v))
+    if _iterator_position(v) is not None:  # iter(list) / iter(range): the position is the state
+        return ("obj", f"<{type(v).__name__} at {_iterator_position(v)}>")
     if type(v).__name__ == "ndarray" and type(v).__module__ == "numpy" and v.size <= 4096:
         # host state mutated in place (`lens += 1`): small arrays by value, larger ones by a hash
         return ("ndarray", v.shape, str(v.dtype), tuple(v.ravel().tolist()) if v.size <= 8 else hash(v.tobytes()))
     return ("obj", type(v).__name__, id(v))
+
+
+def _iterator_position(v):
+    """The position of a builtin iterator (list, tuple, range...: its __reduce__ carries it), else None."""
+    if type(v).__module__ != "builtins" or not type(v).__name__.endswith("iterator"):
+        return None
+    try:
+        r = v.__reduce__()
+    except Exception:  # noqa: BLE001 - not every iterator reduces
+        return None
+    return r[2] if len(r) > 2 and isinstance(r[2], int) else None
+
+
+def _generator_state(g) -> str:
+    """`<generator name: local=value, ...>` from the suspended frame (exhausted: `done`)."""
+    fr = g.gi_frame
+    if fr is None:
+        return f"<generator {g.__name__}: done>"
+    parts = []
+    for k, x in list(fr.f_locals.items())[:_MAX_ITEMS]:
+        if isinstance(x, _PRIMS):
+            parts.append(f"{k}={x!r}")
+        elif _iterator_position(x) is not None:
+            parts.append(f"{k}@{_iterator_position(x)}")
+    return f"<generator {g.__name__}: {', '.join(parts)}>"
 
 
 def _attrs(obj):
@@ -142,9 +171,24 @@ def _attrs(obj):
         yield "_buffers", ("keys", tuple(obj._buffers))
         yield "_modules", ("keys", tuple(obj._modules))
     for k, v in list(getattr(obj, "__dict__", {}).items()):
-        if k in _SKIP_ATTRS or "hooks" in k or isinstance(v, (nn.Module, types.FunctionType, types.MethodType)):
+        if k in _SKIP_ATTRS or "hooks" in k:
+            continue
+        if isinstance(v, (nn.Module, types.FunctionType, types.MethodType)):
             continue
         yield k, _fp(v)
+
+
+def _cells(fn) -> list[tuple[str, object]]:
+    """(free variable, fingerprint) of a function's plain closure cells (`nonlocal n`)."""
+    out = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            val = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(val, _PLAIN):
+            out.append((name, _fp(val)))
+    return out
 
 
 def user_modules(is_user) -> list[tuple[str, types.ModuleType]]:
@@ -163,6 +207,9 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
     for path, obj in objects:
         for k, fp in _attrs(obj):
             snap[(path, k)] = fp
+        for v in list(getattr(obj, "__dict__", {}).values()):
+            if isinstance(v, types.FunctionType):  # a closure hung on the object: its cells are state
+                snap.update(((f"<closure {v.__qualname__}>", name), fp) for name, fp in _cells(v))
     for name, mod in modules:
         for k, v in list(vars(mod).items()):
             if k.startswith("__") or isinstance(v, (types.ModuleType, type, types.FunctionType,
@@ -195,14 +242,9 @@ def _class_state(cls: type) -> dict:
         if isinstance(v, _PLAIN):
             out[(f"<class {cls.__qualname__}>", k)] = _fp(v)
         fn = v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
-        if isinstance(fn, types.FunctionType) and fn.__closure__:
-            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
-                try:
-                    val = cell.cell_contents
-                except ValueError:  # an empty cell
-                    continue
-                if isinstance(val, _PLAIN):
-                    out[(f"<closure {fn.__qualname__}>", name)] = _fp(val)
+        if isinstance(fn, types.FunctionType):
+            for name, fp in _cells(fn):
+                out[(f"<closure {fn.__qualname__}>", name)] = fp
     return out
 
 

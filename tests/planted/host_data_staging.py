@@ -26,7 +26,9 @@ class Staging:
         eos = torch.as_tensor([0], device=self.device)  # HAZARD: pageable-copy
         host_only = torch.tensor([1.0, 2.0]).to("cpu")  # a host tensor stays on the host: no copy
         empty = torch.tensor([], device=self.device)  # nothing to copy: no copy
-        out = self.logits.index_fill(1, ban, 0.0).index_fill(1, eos, 0.0)
+        scale = torch.ones(2, 1).to(self.device, non_blocking=True)  # HAZARD: pageable-copy
+        temp = self.logits.new_tensor([0.5])  # HAZARD: pageable-copy
+        out = self.logits.index_fill(1, ban, 0.0).index_fill(1, eos, 0.0) * scale * temp
         return torch.maximum(out, floor), host_only, empty
 
 
@@ -36,6 +38,8 @@ class StagingClean(Staging):
         self.floor = torch.full((), -1e4, device=device)
         self.ban = torch.zeros(2, dtype=torch.long, device=device)
         self.eos = torch.zeros(1, dtype=torch.long, device=device)
+        self.scale = torch.ones(2, 1, device=device)
+        self.temp = torch.full((1,), 0.5, device=device)
 
     def prepare(self, i):
         super().prepare(i)
@@ -43,7 +47,7 @@ class StagingClean(Staging):
 
     @torch.no_grad()
     def step(self):
-        out = self.logits.index_fill(1, self.ban, 0.0).index_fill(1, self.eos, 0.0)
+        out = self.logits.index_fill(1, self.ban, 0.0).index_fill(1, self.eos, 0.0) * self.scale * self.temp
         return torch.maximum(out, self.floor)
 
 

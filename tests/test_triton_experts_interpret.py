@@ -11,39 +11,15 @@ than BLOCK_M rows, and duplicates. The GPU runs are in tests/test_experts_gemm_g
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from test_triton_interpret import _interpret as _run  # the child-process runner and its tensor-core model
+
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="Triton not installed (its interpreter runs the kernels)")
-
-_BF16_DOT = '''
-import numpy as np
-import triton.language as tl
-from triton.runtime import interpreter as _I
-_dot, bf16_dots = _I.InterpreterBuilder.create_dot, [0]
-def _create_dot(self, a, b, d, *args, **kwargs):
-    if a.dtype != tl.bfloat16 or b.dtype != tl.bfloat16:
-        return _dot(self, a, b, d, *args, **kwargs)
-    bf16_dots[0] += 1
-    bits = [np.ascontiguousarray(t.data).view(np.uint16).astype(np.uint32) << 16 for t in (a, b)]
-    A, B = (v.view(np.float32).astype(np.float64) for v in bits)  # bf16 values, exactly
-    acc = d.data.astype(np.float32)
-    for k in range(0, A.shape[-1], 16):
-        exact = acc.astype(np.float64) + A[..., k:k + 16] @ B[..., k:k + 16, :]
-        acc = exact.astype(np.float32)
-        up = np.abs(acc) > np.abs(exact)  # rounded away from zero: step back (truncate)
-        acc[up] = np.nextafter(acc[up], np.float32(0))
-    return _I.TensorHandle(acc, d.dtype.scalar)
-_I.InterpreterBuilder.create_dot = _create_dot
-'''
 
 _HELPERS = '''
 from dsv4.kernels import _triton_experts as T
@@ -100,13 +76,7 @@ CASES = ((4, 64, 256, 3), (32, 256, 512, 6), (4, 256, 256, 16), (32, 64, 512, 48
 
 
 def _interpret(body: str) -> None:
-    seed = int.from_bytes(os.urandom(4), "little")
-    code = (f"import torch\ng = torch.Generator().manual_seed({seed})\n" + _BF16_DOT + _HELPERS
-            + textwrap.dedent(body) + "\nprint('ok')\n")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), f"seed {seed}\n{r.stderr[-3000:]}"
+    _run(_HELPERS + textwrap.dedent(body))
 
 
 @pytest.mark.parametrize("fmt", ["fp4", "nvfp4"])

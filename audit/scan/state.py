@@ -132,8 +132,8 @@ def _fp(v, depth: int = 0):
         return ("obj", repr(v))
     if isinstance(v, types.GeneratorType):  # next() on it advances state held in its frame
         return ("obj", _generator_state(v))
-    if _iterator_position(v) is not None:  # iter(list) / iter(range): the position is the state
-        return ("obj", f"<{type(v).__name__} at {_iterator_position(v)}>")
+    if (at := _iterator_position(v)) is not None:  # iter(list) / iter(range): the position is the state
+        return ("obj", f"<{type(v).__name__} at {at}>")
     if type(v).__name__ == "ndarray" and type(v).__module__ == "numpy" and v.size <= 4096:
         # host state mutated in place (`lens += 1`): small arrays by value, larger ones by a hash
         return ("ndarray", v.shape, str(v.dtype), tuple(v.ravel().tolist()) if v.size <= 8 else hash(v.tobytes()))
@@ -160,8 +160,8 @@ def _generator_state(g) -> str:
     for k, x in list(fr.f_locals.items())[:_MAX_ITEMS]:
         if isinstance(x, _PRIMS):
             parts.append(f"{k}={x!r}")
-        elif _iterator_position(x) is not None:
-            parts.append(f"{k}@{_iterator_position(x)}")
+        elif (at := _iterator_position(x)) is not None:
+            parts.append(f"{k}@{at}")
     return f"<generator {g.__name__}: {', '.join(parts)}>"
 
 
@@ -171,9 +171,7 @@ def _attrs(obj):
         yield "_buffers", ("keys", tuple(obj._buffers))
         yield "_modules", ("keys", tuple(obj._modules))
     for k, v in list(getattr(obj, "__dict__", {}).items()):
-        if k in _SKIP_ATTRS or "hooks" in k:
-            continue
-        if isinstance(v, (nn.Module, types.FunctionType, types.MethodType)):
+        if k in _SKIP_ATTRS or "hooks" in k or isinstance(v, (nn.Module, types.FunctionType, types.MethodType)):
             continue
         yield k, _fp(v)
 

@@ -34,10 +34,9 @@ def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor, groups: int = 1) -> Tenso
     if x.is_cuda and _triton_gemm(x.shape[0] // groups):
         from dsv4.kernels import _triton_fp8
 
-        try:
-            return _triton_fp8.fp8_gemm(x, weight, scale, groups)
-        except ValueError:  # a shape it does not tile: the CuTe kernel or the twin below
-            pass
+        y = _tiled(_triton_fp8.fp8_gemm, x, weight, scale, groups)
+        if y is not None:
+            return y
     if x.is_cuda:
         from dsv4.kernels import launch
 
@@ -58,10 +57,9 @@ def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor) -> T
     if x.is_cuda and _triton_gemm(x.shape[0]):
         from dsv4.kernels import _triton_experts
 
-        try:
-            return _triton_experts.grouped_expert_gemm("fp4", x, weight, scale, idx)
-        except ValueError:  # a shape it does not tile: the CuTe kernel or the twin below
-            pass
+        y = _tiled(_triton_experts.grouped_expert_gemm, "fp4", x, weight, scale, idx)
+        if y is not None:
+            return y
     if x.is_cuda:
         from dsv4.kernels import launch
 
@@ -82,10 +80,9 @@ def nvfp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, global_scale: T
     if x.is_cuda and _triton_gemm(x.shape[0]):
         from dsv4.kernels import _triton_experts
 
-        try:
-            return _triton_experts.grouped_expert_gemm("nvfp4", x, weight, scale, idx, global_scale=global_scale)
-        except ValueError:  # a shape it does not tile: the CuTe kernel or the twin below
-            pass
+        y = _tiled(_triton_experts.grouped_expert_gemm, "nvfp4", x, weight, scale, idx, global_scale=global_scale)
+        if y is not None:
+            return y
     if x.is_cuda:
         from dsv4.kernels import launch
 
@@ -167,6 +164,15 @@ def _triton_gemm(rows: int) -> bool:
     against the CuTe kernels (dsv4/kernels/NOTES.md, session 5)."""
     return rows >= TRITON_GEMM_MIN_ROWS and _triton() and \
         os.environ.get("DSV4_TRITON_GEMM", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _tiled(kernel, *args, **kwargs) -> Tensor | None:
+    """A Triton batched GEMM's result, or None for a shape it does not tile (its ValueError): the
+    caller goes on to the CuTe kernel or the twin."""
+    try:
+        return kernel(*args, **kwargs)
+    except ValueError:
+        return None
 
 
 def _triton() -> bool:

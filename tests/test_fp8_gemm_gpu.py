@@ -47,7 +47,7 @@ def _ref64(x, w, s, groups):
 
 
 @pytest.mark.parametrize("N,K,groups", SHAPES)
-@pytest.mark.parametrize("M", [3, 16, 64])
+@pytest.mark.parametrize("M", [1, 2, 3, 16, 64])
 def test_fp8_gemm_matches_float64(M, N, K, groups, rng):
     F = _kernel()
     gen = _gen(rng)
@@ -64,7 +64,24 @@ def test_fp8_gemm_matches_float64(M, N, K, groups, rng):
 
 
 @pytest.mark.parametrize("N,K,groups", SHAPES)
-@pytest.mark.parametrize("M", [3, 16, 64])
+@pytest.mark.parametrize("M", [1, 16])
+def test_fp8_gemm_rounds_the_activation_as_fp8_fake_quant(M, N, K, groups, rng):
+    """quant=True on unrounded x (a different power-of-two magnitude per 128 block) equals the kernel
+    on fp8_fake_quant(x) bit for bit: the hardware path of the in-kernel rounding."""
+    from dsv4.ops.quantize import fp8_fake_quant
+
+    F = _kernel()
+    gen = _gen(rng)
+    w, s = _weight(N, K, gen)
+    mag = torch.exp2(torch.randint(-30, 31, (M * groups, K // 128), device="cuda", generator=gen).float())
+    x = (torch.randn(M * groups, K, device="cuda", generator=gen) * mag.repeat_interleave(128, 1)).bfloat16()
+    rounded = fp8_fake_quant(x, 128)
+    assert not torch.equal(rounded, x)
+    assert torch.equal(F.fp8_gemm(x, w, s, groups=groups, quant=True), F.fp8_gemm(rounded, w, s, groups=groups))
+
+
+@pytest.mark.parametrize("N,K,groups", SHAPES)
+@pytest.mark.parametrize("M", [1, 3, 16, 64])
 def test_fp8_gemm_graph_replay_is_bitwise_equal_to_eager(M, N, K, groups, rng):
     F = _kernel()
     gen = _gen(rng)
@@ -95,21 +112,18 @@ def test_fp8_gemm_timing_is_printed(rng):
     for N, K, groups in SHAPES:
         copies = max(1, -(-(256 << 20) // (N * K)))
         ws = [_weight(N, K, gen) for _ in range(copies)]
-        for M in (1, 4, 16, 64):
-            if M < F.MIN_M:
-                print(f"fp8_gemm M={M:2d} N={N} K={K} G={groups}: not supported (M < {F.MIN_M}: the GEMV's case)")
-                continue
+        for M, quant in ((1, False), (1, True), (2, False), (4, False), (16, False), (16, True), (64, False)):
             x = _x(M * groups, K, gen)
             y = torch.empty(M, N, device="cuda")
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                F.fp8_gemm(x, *ws[0], groups=groups, out=y)
+                F.fp8_gemm(x, *ws[0], groups=groups, out=y, quant=quant)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 for i in range(50):
-                    F.fp8_gemm(x, *ws[i % copies], groups=groups, out=y)
+                    F.fp8_gemm(x, *ws[i % copies], groups=groups, out=y, quant=quant)
             graph.replay()  # warm
             start.record()
             graph.replay()
@@ -117,6 +131,6 @@ def test_fp8_gemm_timing_is_printed(rng):
             end.synchronize()
             us = start.elapsed_time(end) * 1e3 / 50
             bm, bn, bk, splits = F.tiles(M, N, K, groups)
-            print(f"fp8_gemm M={M:2d} N={N} K={K} G={groups}: {us:7.1f} us/call, {N * K / us / 1e3:6.0f} GB/s "
+            print(f"fp8_gemm M={M:2d}{' q' if quant else '  '} N={N} K={K} G={groups}: {us:7.1f} us/call, {N * K / us / 1e3:6.0f} GB/s "
                   f"(BLOCK {bm}x{bn}x{bk}, splits {splits})")
             del graph

@@ -219,8 +219,8 @@ def test_triton_batched_gemms_are_opt_in(monkeypatch):
 
     monkeypatch.setattr(ops, "_TRITON", [True])
     monkeypatch.delenv("DSV4_TRITON_GEMM", raising=False)
-    assert not ops._triton_gemm(16)
+    assert not ops.triton_gemm(16)
     monkeypatch.setenv("DSV4_TRITON_GEMM", "1")
-    assert ops._triton_gemm(ops.TRITON_GEMM_MIN_ROWS) and not ops._triton_gemm(ops.TRITON_GEMM_MIN_ROWS - 1)
+    assert ops.triton_gemm(ops.TRITON_GEMM_MIN_ROWS) and not ops.triton_gemm(ops.TRITON_GEMM_MIN_ROWS - 1)
     monkeypatch.setattr(ops, "_TRITON", [False])
-    assert not ops._triton_gemm(16)
+    assert not ops.triton_gemm(16)

@@ -99,3 +99,34 @@ def test_fp8_gemm_one_pass_over_long_k():
         check(16, 128, 4096, 1)
         check(3, 256, 4096, 2)
     """))
+
+
+def test_fp8_gemm_rounds_the_activation_in_the_kernel_as_fp8_fake_quant_does():
+    """quant=True takes x unrounded (here with a different power-of-two magnitude per 128 block and
+    row, so each block has its own activation scale, and some exact zeros and ties) and equals, bit
+    for bit, the kernel on `fp8_fake_quant(x, 128)`: the rounding happens in the prologue, not in a
+    kernel of its own. M = 1 and 2 (batch-1 decode) included; K % 128 != 0 is refused."""
+    _interpret(_SETUP + textwrap.dedent("""
+        for M, N, K, G in ((1, 256, 512, 1), (2, 384, 256, 1), (5, 256, 1536, 1), (1, 2048, 256, 8),
+                           (17, 256, 512, 2)):
+            _, w, s = make(M, N, K, G)
+            mag = torch.exp2(torch.randint(-30, 31, (M * G, K // 128), generator=g).float())
+            x = (torch.randn(M * G, K, generator=g) * mag.repeat_interleave(128, 1))
+            x[0, :64] = 0.0  # a half-zero block, and a whole zero block where K allows
+            if K >= 512:
+                x[-1, 256:384] = 0.0
+            x = x.bfloat16()
+            fused = F.fp8_gemm(x, w, s, groups=G, quant=True)
+            rounded = Q.fp8_fake_quant(x, 128)
+            assert not torch.equal(rounded, x)  # the rounding changes x: the comparison can fail
+            assert torch.equal(fused, F.fp8_gemm(rounded, w, s, groups=G)), (M, N, K, G)
+            ref = ref64(rounded, w, s, G)
+            err = ((fused.double() - ref).abs().amax(1) / ref.abs().amax(1).clamp(min=1e-300)).max().item()
+            assert err < 2e-6, (M, N, K, G, err)
+        _, w, s = make(1, 256, 320, 1)
+        try:
+            F.fp8_gemm(torch.randn(1, 320).bfloat16(), w, s, quant=True)
+            raise AssertionError("K = 320 accepted for the in-kernel rounding")
+        except ValueError:
+            pass
+    """))

@@ -20,7 +20,7 @@ import os
 
 import torch
 
-__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "bf16_dense_gemv", "sinkhorn", "topk",
+__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "rounds_in_kernel", "bf16_dense_gemv", "sinkhorn", "topk",
            "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
@@ -92,10 +92,12 @@ def expert_gemv(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor) -> tor
     return ops.nvfp4_grouped_gemv(x, bank["weight"], bank["scale"], bank["global_scale"], idx)
 
 
-def dense_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: int = 1) -> torch.Tensor | None:
+def dense_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: int = 1,
+               quant: bool = False) -> torch.Tensor | None:
     """The FP8 dense kernel for Linear.forward (any leading dims, fp32 out), or None to use the twin.
 
-    groups G > 1 (wo_a): x [..., G, K] and weight [G * R, K]; group g through rows g*R.. -> [..., G*R]."""
+    groups G > 1 (wo_a): x [..., G, K] and weight [G * R, K]; group g through rows g*R.. -> [..., G*R].
+    quant: x is unrounded and the op applies the FP8 activation rounding (see `rounds_in_kernel`)."""
     K = weight.shape[-1]
     if not _applies(x) or x.dtype != torch.bfloat16 or weight.dtype != torch.float8_e4m3fn or x.shape[-1] != K:
         return None
@@ -107,7 +109,17 @@ def dense_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, group
         return None
     from dsv4.kernels import ops
 
-    return ops.fp8_gemv(x2, weight, scale, groups).view(*lead, weight.shape[0])
+    return ops.fp8_gemv(x2, weight, scale, groups, quant).view(*lead, weight.shape[0])
+
+
+def rounds_in_kernel(x: torch.Tensor) -> bool:
+    """Whether dense_gemv(x, ..., quant=True) folds the FP8 activation rounding into the GEMM kernel,
+    so a caller should hand it x unrounded (anywhere else it rounds first, with torch ops)."""
+    if not _applies(x) or x.dim() < 1:
+        return False
+    from dsv4.kernels import ops
+
+    return ops.rounds_in_kernel(x.reshape(-1, x.shape[-1]))
 
 
 def bf16_dense_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:

@@ -42,7 +42,6 @@ import triton.language as tl
 from dsv4.kernels._triton_gemv import _tile
 
 TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200: enough weight bytes in flight
-MIN_M = 3  # batches below this keep the GEMV (padding 1-2 rows to 16 is pure waste there)
 MAX_BLOCK_M = 64  # rows per program (the decode batch cap); more rows take a grid dim
 SCALE_BLOCK = 128
 
@@ -56,9 +55,37 @@ def _e8m0(b):
 
 
 @triton.jit
+def _act_round(xt):
+    """The released FP8 activation rounding of an x^T tile [128, BLOCK_M] (one block per column):
+    -> (the e4m3 values as bf16, each row's UE8M0 scale 2^ceil(log2(max(amax, 1e-4) / 448)) in fp32).
+    The scale is built from the fp32 bits as in `ue8m0_scale`; dividing by it is a multiply by its
+    exact reciprocal, and e4m3 values are bf16 values, so (values, scale) equals fp8_fake_quant's x."""
+    xf = xt.to(tl.float32)
+    y = tl.maximum(tl.max(tl.abs(xf), axis=0), 1e-4) / 448.0
+    bits = y.to(tl.int32, bitcast=True)
+    e = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(tl.int32)  # biased exponent of the scale
+    scale = (e << 23).to(tl.float32, bitcast=True)
+    inv = ((254 - e) << 23).to(tl.float32, bitcast=True)
+    v = tl.clamp(xf * inv[None, :], -448.0, 448.0)
+    return _round_e4m3(v).to(tl.bfloat16), scale
+
+
+@triton.jit
+def _round_e4m3(v):
+    """fp32 values in [-448, 448] -> the nearest e4m3 value (ties to even), as fp32, by arithmetic:
+    the grid spacing is 2^(exponent - 3), or 2^-9 below the smallest normal 2^-6, and adding then
+    subtracting 1.5 * 2^23 * spacing rounds to a multiple of it in fp32's own round-to-nearest-even.
+    (Triton's interpreter converts e4m3 subnormals by truncation; this is one rule on CPU and GPU,
+    and the same values as the hardware's cvt.rn.satfinite.)"""
+    eb = (v.to(tl.int32, bitcast=True) >> 23) & 0xFF
+    magic = (((tl.maximum(eb, 121) - 3 + 23) << 23) | 0x400000).to(tl.float32, bitcast=True)
+    return (v + magic) - magic
+
+
+@triton.jit
 def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, K_PER_SPLIT, N_PER_GROUP, G,
                      sxm, swn, ssn, sym, sys,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, QUANT: tl.constexpr):
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     n0 = tl.program_id(0) * BLOCK_N
     xrow = rm * G + n0 // N_PER_GROUP  # the tile lies in one group (the host checks N/G % BLOCK_N == 0)
@@ -72,8 +99,12 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, K_PER_SPLIT, N_PER_GRO
         wb = tl.load(w_ptr + rn[:, None] * swn + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < k_end),
                      other=0)  # e4m3 bytes [BLOCK_N, BLOCK_K]
         w = wb.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)  # exact
-        part = tl.dot(w, xt)  # fresh fp32 partial for this scale block
-        acc += part * _e8m0(tl.load(s_ptr + k0 // 128))  # power of two: exact; fp32 add
+        ws = _e8m0(tl.load(s_ptr + k0 // 128))
+        if QUANT:  # the activation block rounded here: its scale joins the weight block's
+            xq, xs = _act_round(xt)
+            acc += tl.dot(w, xq) * (ws * xs[None, :])  # powers of two: exact
+        else:
+            acc += tl.dot(w, xt) * ws  # a fresh fp32 partial per scale block, scaled exactly
     tl.store(y_ptr + rm[None, :] * sym + rn[:, None], acc, mask=(rm[None, :] < M) & (rn[:, None] < N))
 
 
@@ -95,9 +126,10 @@ def tiles(M: int, N: int, K: int, groups: int = 1) -> tuple[int, int, int, int]:
 
 
 def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: int = 1,
-             out: torch.Tensor | None = None) -> torch.Tensor:
+             out: torch.Tensor | None = None, quant: bool = False) -> torch.Tensor:
     """x [M*groups, K] bf16, weight [N, K] float8_e4m3fn, scale [ceil(N/128), ceil(K/128)] UE8M0
-    (float8_e8m0fnu or uint8) -> fp32 [M, N] on the current stream (see the module docstring)."""
+    (float8_e8m0fnu or uint8) -> fp32 [M, N] on the current stream (see the module docstring).
+    quant: x is first rounded as `fp8_fake_quant(x, 128)` does, inside the kernel (K % 128 == 0)."""
     N, K = weight.shape
     if x.dim() != 2 or x.shape[1] != K or x.dtype != torch.bfloat16 or weight.dtype != torch.float8_e4m3fn:
         raise ValueError(f"fp8_gemm: x {x.dtype} {tuple(x.shape)}, weight {weight.dtype} {tuple(weight.shape)}")
@@ -107,8 +139,8 @@ def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups:
     if groups < 1 or N % groups or x.shape[0] % groups:
         raise ValueError(f"fp8_gemm: groups {groups} for N {N} and {x.shape[0]} x rows")
     M = x.shape[0] // groups
-    if M < MIN_M:
-        raise ValueError(f"fp8_gemm: M = {M} < {MIN_M} rows (use the GEMV)")
+    if quant and K % SCALE_BLOCK:
+        raise ValueError(f"fp8_gemm: the activation rounding needs K % {SCALE_BLOCK} == 0, got K = {K}")
     bm, bn, bk, splits = tiles(M, N, K, groups)
     assert groups == 1 or (bn >= 16 and (N // groups) % bn == 0), f"fp8_gemm: N/G = {N // groups}: no 16+ tile"
     if x.stride(1) != 1:
@@ -126,7 +158,7 @@ def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups:
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         _fp8_gemm_kernel[grid](x, w8, s8, ws, M, N, K, per, N // groups, groups, x.stride(0), w8.stride(0),
                                s8.stride(0), ws.stride(-2), ws.stride(0) if splits > 1 else 0,
-                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=4, num_stages=4)
+                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, QUANT=quant, num_warps=4, num_stages=4)
         if splits > 1:
             torch.sum(ws, dim=0, out=y)  # fixed order: deterministic
     return y

@@ -18,7 +18,7 @@ from torch.library import custom_op
 
 from dsv4.ops import gemv as twins
 
-__all__ = ["fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "sinkhorn", "topk"]
+__all__ = ["triton_gemm", "rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "sinkhorn", "topk"]
 
 _TRITON: list[bool] = []
 
@@ -28,15 +28,21 @@ def _rows_out(x: Tensor, n: int) -> Tensor:
 
 
 @custom_op("dsv4::fp8_gemv", mutates_args=())
-def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor, groups: int = 1) -> Tensor:
+def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor, groups: int = 1, quant: bool = False) -> Tensor:
     """x [M, K] bf16 @ dequant(weight [N, K] e4m3, scale UE8M0 128x128)^T -> fp32 [M, N]; with
-    groups G, x is [M*G, K] and output rows of group g read x row m*G + g (wo_a, one launch)."""
-    if x.is_cuda and _triton_gemm(x.shape[0] // groups):
+    groups G, x is [M*G, K] and output rows of group g read x row m*G + g (wo_a, one launch).
+    quant: x is the unrounded activation, rounded first as fp8_fake_quant(x, 128) (the Triton
+    kernel does it in its prologue; `rounds_in_kernel` says when that path runs)."""
+    if x.is_cuda and triton_gemm(x.shape[0] // groups):
         from dsv4.kernels import _triton_fp8
 
-        y = _tiled(_triton_fp8.fp8_gemm, x, weight, scale, groups)
+        y = _tiled(_triton_fp8.fp8_gemm, x, weight, scale, groups, quant=quant)
         if y is not None:
             return y
+    if quant:
+        from dsv4.ops.quantize import fp8_fake_quant
+
+        x = fp8_fake_quant(x, 128)
     if x.is_cuda:
         from dsv4.kernels import launch
 
@@ -47,14 +53,14 @@ def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor, groups: int = 1) -> Tenso
 
 
 @fp8_gemv.register_fake
-def _(x, weight, scale, groups=1):
+def _(x, weight, scale, groups=1, quant=False):
     return x.new_empty((x.shape[0] // groups, weight.shape[0]), dtype=torch.float32)
 
 
 @custom_op("dsv4::fp4_grouped_gemv", mutates_args=())
 def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor) -> Tensor:
     """Row r of x [R, K] bf16 through expert idx[r] of the FP4 bank weight [E, N, K/2] -> fp32 [R, N]."""
-    if x.is_cuda and _triton_gemm(x.shape[0]):
+    if x.is_cuda and triton_gemm(x.shape[0]):
         from dsv4.kernels import _triton_experts
 
         y = _tiled(_triton_experts.grouped_expert_gemm, "fp4", x, weight, scale, idx)
@@ -77,7 +83,7 @@ def _(x, weight, scale, idx):
 @custom_op("dsv4::nvfp4_grouped_gemv", mutates_args=())
 def nvfp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, global_scale: Tensor, idx: Tensor) -> Tensor:
     """As fp4_grouped_gemv for an NVFP4 bank (e4m3 scale per 16, fp32 global scale per expert)."""
-    if x.is_cuda and _triton_gemm(x.shape[0]):
+    if x.is_cuda and triton_gemm(x.shape[0]):
         from dsv4.kernels import _triton_experts
 
         y = _tiled(_triton_experts.grouped_expert_gemm, "nvfp4", x, weight, scale, idx, global_scale=global_scale)
@@ -155,15 +161,24 @@ def _topk_ref(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return x.gather(-1, idx), idx
 
 
-TRITON_GEMM_MIN_ROWS = 3  # below this the CuTe GEMVs (one pass per row) are the measured choice
+TRITON_GEMM_MIN_ROWS = 3  # with DSV4_TRITON_GEMM=1; "all" takes every row count
 
 
-def _triton_gemm(rows: int) -> bool:
-    """The Triton tensor-core GEMMs for batched decode (FP8 dense, FP4/NVFP4 grouped experts), which read
-    each weight tile once for all rows: opt-in with DSV4_TRITON_GEMM=1 until an H200 run has timed them
-    against the CuTe kernels (dsv4/kernels/NOTES.md, session 5)."""
-    return rows >= TRITON_GEMM_MIN_ROWS and _triton() and \
-        os.environ.get("DSV4_TRITON_GEMM", "0").strip().lower() in ("1", "true", "yes", "on")
+def triton_gemm(rows: int) -> bool:
+    """Whether the Triton tensor-core GEMMs (FP8 dense, FP4/NVFP4 grouped experts; each weight tile
+    read once for all rows) run for `rows` input rows, else the CuTe GEMVs (one pass per row).
+    DSV4_TRITON_GEMM: 0 (default) never, 1 from TRITON_GEMM_MIN_ROWS rows, all at any row count
+    (dsv4/kernels/NOTES.md has the measurements behind the default)."""
+    mode = os.environ.get("DSV4_TRITON_GEMM", "0").strip().lower()
+    if mode in ("", "0", "false", "no", "off") or not _triton():
+        return False
+    return mode == "all" or rows >= TRITON_GEMM_MIN_ROWS
+
+
+def rounds_in_kernel(x: Tensor, groups: int = 1) -> bool:
+    """True where fp8_gemv(x, ..., quant=True) rounds the activation inside the GEMM kernel (one
+    launch, no rounding kernel in front); elsewhere the op rounds with torch ops first."""
+    return x.is_cuda and triton_gemm(x.shape[0] // groups)
 
 
 def _tiled(kernel, *args, **kwargs) -> Tensor | None:

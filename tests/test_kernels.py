@@ -213,14 +213,34 @@ def test_switch_on_does_not_change_cpu_results():
         assert torch.equal(a, b)
 
 
-def test_triton_batched_gemms_are_opt_in(monkeypatch):
-    """The Triton FP8 / expert GEMMs replace the CuTe GEMVs only with DSV4_TRITON_GEMM=1 and from 3 rows."""
+def test_triton_gemm_thresholds_follow_the_defaults_and_the_environment(monkeypatch):
+    """FP8 from 3 rows and the grouped experts from 96 by default; each threshold moves with its
+    variable, DSV4_TRITON_GEMM=0 turns both off, and without Triton neither runs."""
     from dsv4.kernels import ops
 
     monkeypatch.setattr(ops, "_TRITON", [True])
-    monkeypatch.delenv("DSV4_TRITON_GEMM", raising=False)
-    assert not ops.triton_gemm(16)
-    monkeypatch.setenv("DSV4_TRITON_GEMM", "1")
-    assert ops.triton_gemm(ops.TRITON_GEMM_MIN_ROWS) and not ops.triton_gemm(ops.TRITON_GEMM_MIN_ROWS - 1)
+    for name in ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS"):
+        monkeypatch.delenv(name, raising=False)
+    assert ops.triton_gemm(3) and not ops.triton_gemm(2)
+    assert ops.triton_gemm(96, "experts") and not ops.triton_gemm(95, "experts")
+    assert ops.settings() == ""
+    monkeypatch.setenv("DSV4_TRITON_FP8_ROWS", "1")
+    monkeypatch.setenv("DSV4_TRITON_EXPERTS_ROWS", "24")
+    assert ops.triton_gemm(1) and ops.triton_gemm(24, "experts") and not ops.triton_gemm(23, "experts")
+    assert ops.settings() == "DSV4_TRITON_FP8_ROWS=1, DSV4_TRITON_EXPERTS_ROWS=24"
+    monkeypatch.setenv("DSV4_TRITON_GEMM", "0")
+    assert not ops.triton_gemm(64) and not ops.triton_gemm(384, "experts")
+    monkeypatch.delenv("DSV4_TRITON_GEMM")
     monkeypatch.setattr(ops, "_TRITON", [False])
     assert not ops.triton_gemm(16)
+
+def test_fp8_op_with_quant_rounds_the_activation_first(rng):
+    """dsv4::fp8_gemv(quant=True) on an unrounded x is the op on fp8_fake_quant(x) (here through the
+    twin; on CUDA with the Triton GEMM the rounding runs in the kernel, tests/test_fp8_gemm_gpu.py)."""
+    from dsv4.kernels import ops
+    from dsv4.ops.quantize import fp8_fake_quant, quantize_fp8_blockwise
+
+    w, s = quantize_fp8_blockwise(torch.randn(256, 384, generator=rng))
+    x = (torch.randn(2, 384, generator=rng) * 3).bfloat16()
+    assert not torch.equal(fp8_fake_quant(x, 128), x)
+    assert torch.equal(ops.fp8_gemv(x, w, s, 1, True), ops.fp8_gemv(fp8_fake_quant(x, 128), w, s))

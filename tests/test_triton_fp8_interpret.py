@@ -69,6 +69,8 @@ def test_fp8_gemm_matches_float64():
                         (80, 384, 256)):
             seen.add(check(M, N, K, 1))
         assert seen == {True, False}  # both the split-K and the single-pass paths ran
+        from dsv4.kernels import _triton_splitk as S  # split tiles were finished in the kernel, counters reset
+        assert S._COUNTERS and all(int(c.abs().sum()) == 0 for c in S._COUNTERS.values())
         assert check(16, 384, 512, 1, scale_bytes=True) is not None  # uint8 scale bytes work alike
         assert bf16_dots[0] > 0  # the tensor-core model ran
     """))

@@ -150,8 +150,9 @@ def _row(model, mode, batch, ctx, steps, verify_steps, rng, cuda, fuse) -> ModeR
         row = run_mode(model, mode, batch, ctx, steps, verify_steps, rng, fuse)
         extra = os.environ.get("DSV4_INDUCTOR", "")
         notes = [f"inductor {extra}"] if extra and fuse and mode in ("full", "ab") else []
-        if os.environ.get("DSV4_TRITON_GEMM", "0") not in ("", "0"):
-            notes.append("Triton batched GEMMs (DSV4_TRITON_GEMM)")
+        from dsv4.kernels.ops import settings
+
+        notes.append(settings())  # Triton GEMM switches moved from their defaults, if any
         row.note = "; ".join(filter(None, (row.note, *notes)))
         return row
     except Exception as e:  # noqa: BLE001 - one row failing is a result: reported in its note, the run goes on

@@ -43,10 +43,13 @@ import torch
 import triton
 import triton.language as tl
 
+from dsv4.kernels import tune
+
 BLOCK_M = 16  # rows per tl.dot (its minimum); a slot with more rows loops over row chunks
 BLOCK_R = 64  # rows per program of the grouping kernel
 TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200
 FORMATS = {"fp4": 32, "nvfp4": 16}  # elements per scale
+TUNE = tune.from_env("experts")  # overrides for a sweep: bn, bk, warps, stages (python -m dsv4.kernels.tune)
 
 
 @triton.jit
@@ -142,7 +145,8 @@ def tiles(R: int, E: int, N: int, K: int) -> tuple[int, int, int]:
     P = min(R, E)
     bk = 128 if K % 128 == 0 else 64 if K % 64 == 0 else 32
     bn = 64 if P * triton.cdiv(N, 64) >= 2 * TARGET_PROGRAMS else 32
-    return bn, bk, P
+    bk = TUNE.get("bk", bk) if K % TUNE.get("bk", bk) == 0 else bk
+    return TUNE.get("bn", bn), bk, P
 
 
 def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, idx: torch.Tensor,
@@ -178,5 +182,5 @@ def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: 
         _experts_kernel[(triton.cdiv(N, bn), P)](
             x, w, s, g, y, rows, slot_expert, slot_start, slot_count, N, K, x.stride(0), w.stride(0), w.stride(1),
             s.stride(0), s.stride(1), y.stride(0), NV=nv, BLOCK_M=BLOCK_M, BLOCK_N=bn, BLOCK_K=bk,
-            num_warps=4, num_stages=4)
+            num_warps=TUNE.get("warps", 4), num_stages=TUNE.get("stages", 4))
     return y

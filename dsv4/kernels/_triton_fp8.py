@@ -25,8 +25,8 @@ so padding rows costs only the N width of the instruction. Compiled ahead of tim
 at the Flash shapes' tiles this gives wgmma with the weight and x tiles streamed through num_stages
 cp.async buffers (16x64 tiles: 40 KB of shared memory; 64x64: 88 KB). Not yet timed on a GPU.
 
-Deterministic: no atomics. When N gives too few programs, K is split (in whole 128 blocks), each split
-writes its partial to a workspace, and one fixed-order `torch.sum` over splits finishes, so graph
+Deterministic: when N gives too few programs, K is split (in whole 128 blocks) and the last split
+program of each tile sums the partials in split order inside the kernel (_triton_splitk.py), so graph
 replays are bitwise equal to the eager call. Imported lazily (Triton is not needed on CPU machines);
 tests/test_triton_fp8_interpret.py runs it under TRITON_INTERPRET=1.
 """
@@ -39,11 +39,14 @@ import torch
 import triton
 import triton.language as tl
 
+from dsv4.kernels import tune
 from dsv4.kernels._triton_gemv import _tile
+from dsv4.kernels._triton_splitk import store_tile, workspace
 
 TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200: enough weight bytes in flight
 MAX_BLOCK_M = 64  # rows per program (the decode batch cap); more rows take a grid dim
 SCALE_BLOCK = 128
+TUNE = tune.from_env("fp8")  # overrides for a sweep: bn, target, warps, stages (python -m dsv4.kernels.tune)
 
 
 @triton.jit
@@ -83,14 +86,13 @@ def _round_e4m3(v):
 
 
 @triton.jit
-def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, K_PER_SPLIT, N_PER_GROUP, G,
+def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, N_PER_GROUP, G,
                      sxm, swn, ssn, sym, sys,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, QUANT: tl.constexpr):
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     n0 = tl.program_id(0) * BLOCK_N
     xrow = rm * G + n0 // N_PER_GROUP  # the tile lies in one group (the host checks N/G % BLOCK_N == 0)
     s_ptr += (n0 // 128) * ssn  # and in one 128-row scale block (BLOCK_N divides 128)
-    y_ptr += pid_s * sys
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # y^T tile
     for k0 in range(k_begin, k_end, BLOCK_K):
         kk = k0 + rk
@@ -105,7 +107,8 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, K_PER_SPLIT, N_PER_GRO
             acc += tl.dot(w, xq) * (ws * xs[None, :])  # powers of two: exact
         else:
             acc += tl.dot(w, xt) * ws  # a fresh fp32 partial per scale block, scaled exactly
-    tl.store(y_ptr + rm[None, :] * sym + rn[:, None], acc, mask=(rm[None, :] < M) & (rn[:, None] < N))
+    store_tile(acc, y_ptr, ws_ptr, cnt_ptr, rm[None, :] * sym + rn[:, None], (rm[None, :] < M) & (rn[:, None] < N),
+               tl.num_programs(2), sys)
 
 
 def tiles(M: int, N: int, K: int, groups: int = 1) -> tuple[int, int, int, int]:
@@ -116,12 +119,13 @@ def tiles(M: int, N: int, K: int, groups: int = 1) -> tuple[int, int, int, int]:
     bm = min(max(triton.next_power_of_2(M), 16), MAX_BLOCK_M)
     bk = SCALE_BLOCK
     m_tiles = triton.cdiv(M, bm)
-    bn = 128 if triton.cdiv(N, 128) * m_tiles >= TARGET_PROGRAMS else 64
+    target = TUNE.get("target", TARGET_PROGRAMS)
+    bn = TUNE.get("bn", 128 if triton.cdiv(N, 128) * m_tiles >= target else 64)
     if groups > 1:
         npg = N // groups
         bn = min(bn, npg & -npg)  # largest power of two dividing N/G
     programs = triton.cdiv(N, bn) * m_tiles
-    splits = max(1, min(TARGET_PROGRAMS // programs, triton.cdiv(K, bk) // 2))
+    splits = max(1, min(target // programs, triton.cdiv(K, bk) // 2))
     return bm, bn, bk, splits
 
 
@@ -153,12 +157,11 @@ def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups:
         raise ValueError(f"fp8_gemm: out {y.dtype} {tuple(y.shape)} stride {y.stride()}, want fp32 [{M}, {N}]")
     per = triton.cdiv(triton.cdiv(K, bk), splits) * bk  # K per split, whole scale blocks
     splits = triton.cdiv(K, per)
-    ws = y if splits == 1 else torch.empty(splits, M, N, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(N, bn), triton.cdiv(M, bm), splits)
+    ws, cnt = workspace(y, grid)
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
-        _fp8_gemm_kernel[grid](x, w8, s8, ws, M, N, K, per, N // groups, groups, x.stride(0), w8.stride(0),
-                               s8.stride(0), ws.stride(-2), ws.stride(0) if splits > 1 else 0,
-                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, QUANT=quant, num_warps=4, num_stages=4)
-        if splits > 1:
-            torch.sum(ws, dim=0, out=y)  # fixed order: deterministic
+        _fp8_gemm_kernel[grid](x, w8, s8, y, ws, cnt, M, N, K, per, N // groups, groups, x.stride(0), w8.stride(0),
+                               s8.stride(0), y.stride(0), ws.stride(0) if splits > 1 else 0,
+                               BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, QUANT=quant,
+                               num_warps=TUNE.get("warps", 4), num_stages=TUNE.get("stages", 4))
     return y

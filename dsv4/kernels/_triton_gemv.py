@@ -26,11 +26,11 @@ Two paths, one result (both match float64 to fp32 accumulation error):
   At M = 64 the three passes make ~190 flops per weight byte, near an H200's bf16 peak over its HBM
   bandwidth (~200), so the largest batches may be tensor-core bound rather than memory bound.
 
-Deterministic by construction: no atomics. When N is too small to give the GPU enough programs
-(compressors, gate, weights_proj: a few hundred rows of K = 4096; the H200 profile showed ~31 us per
-such launch, latency-bound with a few KB in flight per SM), K is split: each split writes its
-partial sums to a workspace and one fixed-order sum over the splits finishes, so a graph replay is
-bitwise equal to the eager call. Imported lazily (Triton
+Deterministic: when N is too small to give the GPU enough programs (compressors, gate, weights_proj:
+a few hundred rows of K = 4096; the H200 profile showed ~31 us per such launch, latency-bound with a
+few KB in flight per SM), K is split, and the last split program of each tile sums the partials in
+split order inside the kernel (_triton_splitk.py: no reduction launch), so a graph replay is bitwise
+equal to the eager call. Imported lazily (Triton
 is not needed on CPU machines); run under TRITON_INTERPRET=1 the tests check it on the CPU.
 """
 
@@ -41,6 +41,8 @@ import contextlib
 import torch
 import triton
 import triton.language as tl
+
+from dsv4.kernels._triton_splitk import store_tile, workspace
 
 ELEMS = 8192  # CUDA-core path: products held in registers per program and K step (BLOCK_M * BLOCK_N * BLOCK_K)
 TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200: enough bytes in flight to stream the weight
@@ -61,25 +63,24 @@ def _tile(K, K_PER_SPLIT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K:
 
 
 @triton.jit
-def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
+def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    y_ptr += pid_s * sys
     for k0 in range(k_begin, k_end, BLOCK_K):
         kk = k0 + rk
         x = tl.load(x_ptr + rm[:, None] * sxm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_end), other=0.0)
         w = tl.load(w_ptr + rn[:, None] * swn + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < k_end), other=0.0)
         acc += tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
-    tl.store(y_ptr + rm[:, None] * sym + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    store_tile(acc, y_ptr, ws_ptr, cnt_ptr, rm[:, None] * sym + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N),
+               tl.num_programs(2), sys)
 
 
 @triton.jit
-def _bf16_gemv_tc_kernel(x_ptr, w_ptr, y_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
+def _bf16_gemv_tc_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    y_ptr += pid_s * sys
     for k0 in range(k_begin, k_end, BLOCK_K):
         kk = k0 + rk
         x = tl.load(x_ptr + rm[:, None] * sxm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_end), other=0.0)
@@ -94,7 +95,8 @@ def _bf16_gemv_tc_kernel(x_ptr, w_ptr, y_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sy
         part = tl.dot(x1, wt, part)
         part = tl.dot(x0, wt, part)
         acc += part  # an fp32 add (rounds to nearest), not a tensor-core accumulation: see the docstring
-    tl.store(y_ptr + rm[:, None] * sym + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    store_tile(acc, y_ptr, ws_ptr, cnt_ptr, rm[:, None] * sym + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N),
+               tl.num_programs(2), sys)
 
 
 def tiles(M: int, N: int, K: int) -> tuple[int, int, int, int, bool]:
@@ -133,18 +135,18 @@ def bf16_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None)
     if w.stride(1) != 1:
         w = w.contiguous()
     y = out if out is not None else torch.empty(M, N, dtype=torch.float32, device=x.device)
+    if y.shape != (M, N) or y.dtype != torch.float32:
+        raise ValueError(f"bf16_gemv: out {y.dtype} {tuple(y.shape)}, want fp32 [{M}, {N}]")
     bm, bn, bk, splits, tc = tiles(M, N, K)
     per = triton.cdiv(triton.cdiv(K, bk), splits) * bk  # K per split, whole BLOCK_K steps
     splits = triton.cdiv(K, per)
-    ws = y if splits == 1 else torch.empty(splits, M, N, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(N, bn), triton.cdiv(M, bm), splits)
+    ws, cnt = workspace(y, grid)
     if tc:  # Hopper: 3-4 weight tiles in flight per program; 8 warps for the 64 x 128 accumulator
         kernel, launch = _bf16_gemv_tc_kernel, dict(num_warps=8 if bm * bn >= 8192 else 4, num_stages=4)
     else:
         kernel, launch = _bf16_gemv_kernel, dict(num_warps=4)
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
-        kernel[grid](x, w, ws, M, N, K, per, x.stride(0), w.stride(0), ws.stride(-2),
+        kernel[grid](x, w, y, ws, cnt, M, N, K, per, x.stride(0), w.stride(0), y.stride(0),
                      ws.stride(0) if splits > 1 else 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **launch)
-        if splits > 1:
-            torch.sum(ws, dim=0, out=y)  # fixed order: deterministic
     return y

@@ -18,7 +18,7 @@ from torch.library import custom_op
 
 from dsv4.ops import gemv as twins
 
-__all__ = ["triton_gemm", "rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "sinkhorn", "topk"]
+__all__ = ["triton_gemm", "settings", "rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "sinkhorn", "topk"]
 
 _TRITON: list[bool] = []
 
@@ -60,7 +60,7 @@ def _(x, weight, scale, groups=1, quant=False):
 @custom_op("dsv4::fp4_grouped_gemv", mutates_args=())
 def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor) -> Tensor:
     """Row r of x [R, K] bf16 through expert idx[r] of the FP4 bank weight [E, N, K/2] -> fp32 [R, N]."""
-    if x.is_cuda and triton_gemm(x.shape[0]):
+    if x.is_cuda and triton_gemm(x.shape[0], "experts"):
         from dsv4.kernels import _triton_experts
 
         y = _tiled(_triton_experts.grouped_expert_gemm, "fp4", x, weight, scale, idx)
@@ -83,7 +83,7 @@ def _(x, weight, scale, idx):
 @custom_op("dsv4::nvfp4_grouped_gemv", mutates_args=())
 def nvfp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, global_scale: Tensor, idx: Tensor) -> Tensor:
     """As fp4_grouped_gemv for an NVFP4 bank (e4m3 scale per 16, fp32 global scale per expert)."""
-    if x.is_cuda and triton_gemm(x.shape[0]):
+    if x.is_cuda and triton_gemm(x.shape[0], "experts"):
         from dsv4.kernels import _triton_experts
 
         y = _tiled(_triton_experts.grouped_expert_gemm, "nvfp4", x, weight, scale, idx, global_scale=global_scale)
@@ -161,18 +161,29 @@ def _topk_ref(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return x.gather(-1, idx), idx
 
 
-TRITON_GEMM_MIN_ROWS = 3  # with DSV4_TRITON_GEMM=1; "all" takes every row count
+# rows from which the Triton tensor-core GEMMs replace the CuTe GEMVs, per kind (H200, flash shapes,
+# dsv4/kernels/NOTES.md session 6): FP8 from 3 rows (batch 16: 3.7 ms per step against 12.0; at one
+# row the CuTe GEMV is faster, 2.2 against 3.5 ms); the grouped experts from 96 rows (batch 16 with
+# 6 experts per token: 15.6 against 19.0 ms; at 6 and 24 rows the CuTe kernel is 2-3x faster)
+TRITON_MIN_ROWS = {"fp8": 3, "experts": 96}
+_OFF = ("0", "false", "no", "off")
 
 
-def triton_gemm(rows: int) -> bool:
-    """Whether the Triton tensor-core GEMMs (FP8 dense, FP4/NVFP4 grouped experts; each weight tile
-    read once for all rows) run for `rows` input rows, else the CuTe GEMVs (one pass per row).
-    DSV4_TRITON_GEMM: 0 (default) never, 1 from TRITON_GEMM_MIN_ROWS rows, all at any row count
-    (dsv4/kernels/NOTES.md has the measurements behind the default)."""
-    mode = os.environ.get("DSV4_TRITON_GEMM", "0").strip().lower()
-    if mode in ("", "0", "false", "no", "off") or not _triton():
+def triton_gemm(rows: int, kind: str = "fp8") -> bool:
+    """Whether the Triton tensor-core GEMM of `kind` ("fp8" dense, "experts" grouped FP4/NVFP4; each
+    weight tile read once for all rows) runs for `rows` input rows, else the CuTe GEMV (one pass per
+    row). DSV4_TRITON_GEMM=0 turns both off; DSV4_TRITON_FP8_ROWS / DSV4_TRITON_EXPERTS_ROWS move a
+    threshold (1 = always)."""
+    if os.environ.get("DSV4_TRITON_GEMM", "").strip().lower() in _OFF or not _triton():
         return False
-    return mode == "all" or rows >= TRITON_GEMM_MIN_ROWS
+    env = os.environ.get(f"DSV4_TRITON_{kind.upper()}_ROWS", "").strip()
+    return rows >= (int(env) if env.isdigit() else TRITON_MIN_ROWS[kind])
+
+
+def settings() -> str:
+    """The Triton GEMM switches in effect, for a bench row's note ("" when all are at their defaults)."""
+    names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS")
+    return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 
 
 def rounds_in_kernel(x: Tensor, groups: int = 1) -> bool:

@@ -54,6 +54,37 @@ def test_sinkhorn_kernel_is_one_launch_matching_float64(T, hc, rng):
     assert torch.equal(y, ops.sinkhorn(x, 20, 1e-6))
 
 
+@pytest.mark.parametrize("T,dtype", [(1, torch.bfloat16), (16, torch.bfloat16), (3, torch.float32)])
+def test_mix_sums_is_one_launch_matching_float64_and_replays_bitwise(T, dtype, rng):
+    """The mHC mixes kernel at the flash site shape (hc*d = 16384, 24 mixes): one launch (split-K
+    finished in the kernel), float64 agreement, and a graph replay equal to the eager call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from dsv4.kernels import ops
+
+    x = (torch.randn(T, 16384, generator=rng) * 2).to(dtype).cuda()
+    fn = (torch.randn(24, 16384, generator=rng) * 0.01).cuda()
+    y = ops.hc_mix_sums(x, fn)  # compiles
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        y = ops.hc_mix_sums(x, fn)
+        torch.cuda.synchronize()
+    launched = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    assert launched == ["_mix_sums_kernel"], launched
+    ref = torch.cat((x.double() @ fn.double().t(), x.double().square().sum(-1, keepdim=True)), -1)
+    scale = x.double().abs().amax(1, keepdim=True) * fn.double().abs().amax() * 128
+    assert ((y.double() - ref)[:, :24].abs() / scale).max().item() < 1e-6
+    assert ((y[:, 24].double() - ref[:, 24]).abs() / ref[:, 24]).max().item() < 1e-6
+    out = torch.empty_like(y)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out.copy_(ops.hc_mix_sums(x, fn))
+    for _ in range(3):
+        x.copy_((torch.randn(T, 16384, generator=rng) * 2).to(dtype))
+        graph.replay()
+        assert torch.equal(out, ops.hc_mix_sums(x, fn))
+
+
 @pytest.mark.parametrize("mode", ["ab", "full"])
 def test_fused_graph_is_bitwise_to_fused_eager_with_kernels(mode, kernels_on, rng):
     model = dsv4.load("tiny", device="cuda", dtype="bfloat16", seed=int(torch.randint(0, 999, (1,), generator=rng)))

@@ -244,3 +244,16 @@ def test_fp8_op_with_quant_rounds_the_activation_first(rng):
     x = (torch.randn(2, 384, generator=rng) * 3).bfloat16()
     assert not torch.equal(fp8_fake_quant(x, 128), x)
     assert torch.equal(ops.fp8_gemv(x, w, s, 1, True), ops.fp8_gemv(fp8_fake_quant(x, 128), w, s))
+
+
+def test_mix_sums_op_scaled_is_the_reference_mixes(rng):
+    """dsv4::hc_mix_sums' dots times rsqrt(sumsq / K + eps) is mhc's rms(x) @ fn^T (the twin path
+    here; the Triton kernel against float64 in tests/test_triton_interpret.py)."""
+    from dsv4.kernels import ops
+    from dsv4.layers.norm import rms
+
+    x = (torch.randn(3, 4 * 64, generator=rng) * 2).bfloat16()
+    fn = torch.randn(24, 4 * 64, generator=rng) * 0.1
+    sums = ops.hc_mix_sums(x, fn)
+    mixes = sums[:, :24] * torch.rsqrt(sums[:, 24:] / x.shape[1] + 1e-6)
+    torch.testing.assert_close(mixes, rms(x, 1e-6) @ fn.t(), rtol=1e-5, atol=1e-6)

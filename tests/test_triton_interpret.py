@@ -144,3 +144,28 @@ def test_bf16_gemv_paths_agree_at_the_threshold():
                 assert ((y.double() - ref).abs().max() / scale).item() < 2e-6, (N, K_)
             assert ((y_tc.double() - y_cc.double()).abs().max() / scale).item() < 2e-6, (N, K_)
     """)
+
+
+def test_mix_sums_kernel_matches_float64():
+    """The mHC mixes kernel: x @ fn^T and sum(x^2) (column J) for bf16 and fp32 streams, against
+    float64; T past one row block, K split (and not a multiple of the tile), deterministic, the
+    split counters back at zero."""
+    _interpret("""
+        from dsv4.kernels import _triton_mixes as K, _triton_splitk as S
+        seen = set()
+        for T, J, Kd in ((1, 24, 16384), (3, 24, 4096), (6, 24, 1000), (16, 7, 2048), (2, 24, 64)):
+            for dtype in (torch.bfloat16, torch.float32):
+                x = (torch.randn(T, Kd, generator=g) * 3).to(dtype)
+                fn = torch.randn(J, Kd, generator=g) * 0.01
+                y = K.mix_sums(x, fn)
+                assert y.shape == (T, J + 1) and y.dtype == torch.float32
+                ref = torch.cat((x.double() @ fn.double().t(), x.double().square().sum(-1, keepdim=True)), -1)
+                scale = x.double().abs().amax(1, keepdim=True) * fn.double().abs().amax() * Kd ** 0.5
+                err = ((y.double() - ref)[:, :J].abs() / scale).max().item()
+                assert err < 1e-6, (T, J, Kd, dtype, err)
+                assert ((y[:, J].double() - ref[:, J]).abs() / ref[:, J]).max().item() < 1e-6
+                assert torch.equal(y, K.mix_sums(x, fn))
+                seen.add(K.tiles(T, J, Kd)[3] > 1)
+        assert seen == {True, False}
+        assert all(int(c.abs().sum()) == 0 for c in S._COUNTERS.values())
+    """)

@@ -20,8 +20,8 @@ import os
 
 import torch
 
-__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "rounds_in_kernel", "bf16_dense_gemv", "sinkhorn", "topk",
-           "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
+__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "rounds_in_kernel", "bf16_dense_gemv",
+           "hc_mixes", "sinkhorn", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
 MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM
@@ -133,6 +133,24 @@ def bf16_dense_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | Non
     from dsv4.kernels import ops
 
     return ops.bf16_gemv(x2, weight).view(*x.shape[:-1], weight.shape[0])
+
+
+def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """mhc.hc_mixes in one launch: rms(x) @ fn^T for the flattened streams x [..., K] (bf16 or fp32,
+    fn [J, K]) -> fp32 [..., J], or None to use the twin. The kernel returns the dot products and the
+    sum of squares; the RMS scale is applied here (a pointwise op for the compiler to fuse)."""
+    K = fn.shape[-1]
+    if not _applies(x) or x.shape[-1] != K or x.dtype not in (torch.bfloat16, torch.float32):
+        return None
+    x2 = x.reshape(-1, K)
+    if x2.shape[0] > MAX_DENSE_ROWS:
+        return None
+    from dsv4.kernels import ops
+
+    sums = ops.hc_mix_sums(x2, fn)
+    J = fn.shape[0]
+    mixes = sums[:, :J] * torch.rsqrt(sums[:, J:] / K + eps)
+    return mixes.view(*x.shape[:-1], J)
 
 
 def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor | None:

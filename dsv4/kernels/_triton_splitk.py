@@ -7,7 +7,8 @@ Why: a decode step's small-N GEMVs split K so the GPU gets enough programs, and 
 Each split stores its fp32 partial tile to a workspace and counts itself in on a per-tile counter
 (atomic add, acquire-release at GPU scope, after a CTA barrier so every thread's stores are ordered
 before it). The program that arrives last sums the tile's partials in split order 0, 1, ... from L2
-(`.cg` loads), writes the output and puts the counter back to zero for the next launch or replay.
+(`.cg` loads, four in flight at a time), writes the output and puts the counter back to zero for
+the next launch or replay.
 Which program arrives last varies; the order it sums in does not, so results are bitwise repeatable
 and a graph replay equals the eager call.
 
@@ -39,11 +40,22 @@ def store_tile(acc, y_ptr, ws_ptr, cnt_ptr, offs, mask, splits, split_stride):
         tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
         arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if arrived == splits - 1:
-            total = tl.load(ws_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg")
-            for s in range(1, splits):
-                total += tl.load(ws_ptr + s * split_stride + offs, mask=mask, other=0.0, cache_modifier=".cg")
+            total = tl.zeros_like(acc)
+            for s0 in range(0, splits, 4):  # four partials in flight per round trip, added in split order
+                p0 = _partial(ws_ptr, offs, mask, s0, splits, split_stride)
+                p1 = _partial(ws_ptr, offs, mask, s0 + 1, splits, split_stride)
+                p2 = _partial(ws_ptr, offs, mask, s0 + 2, splits, split_stride)
+                p3 = _partial(ws_ptr, offs, mask, s0 + 3, splits, split_stride)
+                total = (((total + p0) + p1) + p2) + p3
             tl.store(y_ptr + offs, total, mask=mask)
             tl.atomic_xchg(cnt_ptr + tile, 0)
+
+
+@triton.jit
+def _partial(ws_ptr, offs, mask, s, splits, split_stride):
+    """Split s's stored partial from L2 (zeros past the last split: adding them changes nothing)."""
+    p = tl.load(ws_ptr + tl.minimum(s, splits - 1) * split_stride + offs, mask=mask, other=0.0, cache_modifier=".cg")
+    return tl.where(s < splits, p, 0.0)
 
 
 def counters(device: torch.device, tiles: int) -> torch.Tensor:

@@ -18,7 +18,7 @@ from torch.library import custom_op
 
 from dsv4.ops import gemv as twins
 
-__all__ = ["triton_gemm", "settings", "rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "sinkhorn", "topk"]
+__all__ = ["triton_gemm", "settings", "rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "hc_mix_sums", "sinkhorn", "topk"]
 
 _TRITON: list[bool] = []
 
@@ -134,6 +134,23 @@ def sinkhorn(logits: Tensor, iters: int, eps: float) -> Tensor:
 @sinkhorn.register_fake
 def _(logits, iters, eps):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+@custom_op("dsv4::hc_mix_sums", mutates_args=())
+def hc_mix_sums(x: Tensor, fn: Tensor) -> Tensor:
+    """mHC mixes before the RMS scale: x [T, K] (the flattened streams) -> fp32 [T, J + 1] holding
+    x @ fn^T (fn [J, K]) and, in column J, sum(x^2): one Triton launch on CUDA."""
+    if x.is_cuda and _triton():
+        from dsv4.kernels import _triton_mixes
+
+        return _triton_mixes.mix_sums(x, fn)
+    xf = x.float()
+    return torch.cat((xf @ fn.float().t(), xf.square().sum(-1, keepdim=True)), dim=-1)
+
+
+@hc_mix_sums.register_fake
+def _(x, fn):
+    return _rows_out(x, fn.shape[0] + 1)
 
 
 TOPK_MAX_N = (1 << 21) - 1  # _triton_topk.MAX_N (its counts are packed into 21-bit fields)

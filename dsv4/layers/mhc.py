@@ -17,7 +17,8 @@ from dsv4.ops.sinkhorn import sinkhorn_ref
 
 def hc_mixes(X: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor:
     """[B,T,hc,d] streams -> [B,T,n_mix] = (flat(X) @ fn^T) * rsqrt(mean(flat(X)^2) + eps)."""
-    return rms(X.flatten(-2), eps) @ fn.float().t()
+    mixes = kernels.hc_mixes(X.flatten(-2), fn, eps)  # one launch on CUDA with the kernels on
+    return rms(X.flatten(-2), eps) @ fn.float().t() if mixes is None else mixes
 
 
 def sinkhorn_split(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, hc: int, iters: int,

@@ -1,0 +1,82 @@
+"""The mHC mix projection's reductions in one Triton launch per site.
+
+`hc_mixes` is rms(flat(X)) @ fn^T: on an H200 a flash decode step ran it as an inductor reduction
+(the sum of squares) plus a cuBLAS dot and its reduce kernel at batch 1 (3 launches, ~5 us per site,
+87 sites), and at batch 16 as a SIMT sgemm plus a split-K reduce (1.1 ms per step). Here one kernel
+reads the stream [T, hc*d] and fn [n_mix, hc*d] once and returns, per token, the n_mix dot products
+and, in column n_mix, the sum of squares: [T, n_mix + 1] fp32. The caller scales the dots by
+rsqrt(sumsq / (hc*d) + eps) (a pointwise op that inductor fuses into the Sinkhorn split), which is the
+reference's rms-then-matmul up to fp32 rounding order.
+
+CUDA cores, fp32 products and sums (fn is fp32 and the streams are bf16 or fp32: tensor cores would
+need a three-term split of both operands for fp32 accuracy, at a few MFLOP per site not worth it).
+K is split so the ~1.5 MB of fn streams through many SMs; the splits are finished in the kernel
+(_triton_splitk.py), so the result is deterministic and a graph replay equals the eager call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+from dsv4.kernels._triton_splitk import store_tile, workspace
+
+PRODUCTS = 8192  # products held per program and K step (BLOCK_T * BLOCK_J * BLOCK_K)
+MAX_SPLITS = 16  # the last program of a row block sums this many partials
+
+
+@triton.jit
+def _mix_sums_kernel(x_ptr, f_ptr, y_ptr, ws_ptr, cnt_ptr, T, J, K, K_PER_SPLIT, sxt, sfj, syt, sys,
+                     BLOCK_T: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr):
+    rt = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+    rj = tl.arange(0, BLOCK_J)
+    rk = tl.arange(0, BLOCK_K)
+    k_begin = tl.program_id(2) * K_PER_SPLIT
+    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
+    acc = tl.zeros((BLOCK_T, BLOCK_J), dtype=tl.float32)
+    sq = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    for k0 in range(k_begin, k_end, BLOCK_K):
+        kk = k0 + rk
+        x = tl.load(x_ptr + rt[:, None] * sxt + kk[None, :], mask=(rt[:, None] < T) & (kk[None, :] < k_end),
+                    other=0.0).to(tl.float32)
+        f = tl.load(f_ptr + rj[:, None] * sfj + kk[None, :], mask=(rj[:, None] < J) & (kk[None, :] < k_end),
+                    other=0.0).to(tl.float32)
+        acc += tl.sum(x[:, None, :] * f[None, :, :], axis=2)
+        sq += tl.sum(x * x, axis=1)
+    acc = tl.where(rj[None, :] == J, sq[:, None], acc)  # column J: the sum of squares
+    store_tile(acc, y_ptr, ws_ptr, cnt_ptr, rt[:, None] * syt + rj[None, :], (rt[:, None] < T) & (rj[None, :] <= J),
+               tl.num_programs(2), sys)
+
+
+def tiles(T: int, J: int, K: int) -> tuple[int, int, int, int]:
+    """(BLOCK_T, BLOCK_J, BLOCK_K, splits): up to 4 tokens per program, all n_mix + 1 columns,
+    BLOCK_K from the products budget, K split into at most MAX_SPLITS parts of >= 2 steps."""
+    bt = min(triton.next_power_of_2(max(T, 1)), 4)
+    bj = triton.next_power_of_2(J + 1)
+    bk = max(16, min(256, PRODUCTS // (bt * bj)))
+    splits = max(1, min(MAX_SPLITS, triton.cdiv(K, 2 * bk)))
+    return bt, bj, bk, splits
+
+
+def mix_sums(x: torch.Tensor, fn: torch.Tensor) -> torch.Tensor:
+    """x [T, K] (bf16 or fp32), fn [J, K] -> fp32 [T, J + 1]: x @ fn^T, and sum(x^2) in column J."""
+    T, K = x.shape
+    J = fn.shape[0]
+    if fn.shape[1] != K or x.dtype not in (torch.bfloat16, torch.float32) or not fn.is_floating_point():
+        raise ValueError(f"mix_sums: x {x.dtype} {tuple(x.shape)}, fn {fn.dtype} {tuple(fn.shape)}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    if fn.stride(1) != 1:
+        fn = fn.contiguous()
+    y = torch.empty(T, J + 1, dtype=torch.float32, device=x.device)
+    bt, bj, bk, splits = tiles(T, J, K)
+    per = triton.cdiv(triton.cdiv(K, bk), splits) * bk
+    grid = (1, triton.cdiv(T, bt), triton.cdiv(K, per))
+    ws, cnt = workspace(y, grid)
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+        _mix_sums_kernel[grid](x, fn, y, ws, cnt, T, J, K, per, x.stride(0), fn.stride(0), y.stride(0),
+                               ws.stride(0) if grid[2] > 1 else 0, BLOCK_T=bt, BLOCK_J=bj, BLOCK_K=bk, num_warps=4)
+    return y

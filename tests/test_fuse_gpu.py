@@ -85,6 +85,43 @@ def test_mix_sums_is_one_launch_matching_float64_and_replays_bitwise(T, dtype, r
         assert torch.equal(out, ops.hc_mix_sums(x, fn))
 
 
+@pytest.mark.parametrize("B,H,N,D", [(1, 64, 640, 512), (16, 64, 640, 512), (2, 20, 70, 128)])
+def test_sparse_attention_kernel_follows_the_reference_in_one_launch(B, H, N, D, rng):
+    """The decode attention kernel at flash shapes (64 heads, 128 window + 512 selected keys of 512):
+    one launch, within a bf16 step of the reference (which rounds its probabilities to bf16 too),
+    masked keys without influence, and a graph replay equal to the eager call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from dsv4.kernels import ops
+    from dsv4.layers.attention import sparse_attention_ref
+
+    q = torch.randn(B, H, D, generator=rng).bfloat16().cuda()
+    keys = torch.randn(B, N, D, generator=rng).bfloat16().cuda()
+    mask = (torch.rand(B, N, generator=rng) < 0.8).cuda()
+    sink = torch.randn(H, generator=rng).cuda()
+    o = ops.sparse_attention(q, keys, mask, sink, D ** -0.5)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        o = ops.sparse_attention(q, keys, mask, sink, D ** -0.5)
+        torch.cuda.synchronize()
+    launched = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    assert launched == ["_sparse_attention_kernel"], launched
+    ref = sparse_attention_ref(q[:, None], keys, mask[:, None], sink, D ** -0.5, torch.bfloat16)[:, 0]
+    err = ((o.float() - ref.float()).abs().amax(-1) / ref.float().abs().amax(-1)).max().item()
+    assert err < 2e-2, err
+    other = keys.clone()
+    other[~mask] = 77.0
+    assert torch.equal(o, ops.sparse_attention(q, other, mask, sink, D ** -0.5))
+    out = torch.empty_like(o)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out.copy_(ops.sparse_attention(q, keys, mask, sink, D ** -0.5))
+    for _ in range(2):
+        keys.copy_(torch.randn(B, N, D, generator=rng).bfloat16())
+        graph.replay()
+        assert torch.equal(out, ops.sparse_attention(q, keys, mask, sink, D ** -0.5))
+
+
 @pytest.mark.parametrize("mode", ["ab", "full"])
 def test_fused_graph_is_bitwise_to_fused_eager_with_kernels(mode, kernels_on, rng):
     model = dsv4.load("tiny", device="cuda", dtype="bfloat16", seed=int(torch.randint(0, 999, (1,), generator=rng)))

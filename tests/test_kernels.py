@@ -257,3 +257,21 @@ def test_mix_sums_op_scaled_is_the_reference_mixes(rng):
     sums = ops.hc_mix_sums(x, fn)
     mixes = sums[:, :24] * torch.rsqrt(sums[:, 24:] / x.shape[1] + 1e-6)
     torch.testing.assert_close(mixes, rms(x, 1e-6) @ fn.t(), rtol=1e-5, atol=1e-6)
+
+
+def test_sparse_attention_op_twin_is_the_reference(rng):
+    """dsv4::sparse_attention off CUDA runs the reference (bf16 probabilities); the layer's dispatcher
+    declines on the CPU, so the reference path stays the one the model runs there."""
+    from dsv4 import kernels
+    from dsv4.kernels import ops
+    from dsv4.layers.attention import sparse_attention_ref
+
+    q, keys = torch.randn(2, 4, 32, generator=rng).bfloat16(), torch.randn(2, 9, 32, generator=rng).bfloat16()
+    mask, sink = torch.rand(2, 9, generator=rng) < 0.6, torch.randn(4, generator=rng)
+    ref = sparse_attention_ref(q[:, None], keys, mask[:, None], sink, 0.2, torch.bfloat16)[:, 0]
+    assert torch.equal(ops.sparse_attention(q, keys, mask, sink, 0.2), ref)
+    before = kernels.use(True)
+    try:
+        assert kernels.sparse_attention(q[:, None], keys, mask[:, None], sink, 0.2, torch.bfloat16) is None
+    finally:
+        kernels.use(before)

@@ -169,3 +169,33 @@ def test_mix_sums_kernel_matches_float64():
         assert seen == {True, False}
         assert all(int(c.abs().sum()) == 0 for c in S._COUNTERS.values())
     """)
+
+
+def test_sparse_attention_kernel_matches_the_reference():
+    """The decode attention kernel against float64 with the reference's bf16 probability rounding
+    (heads not a multiple of the tile, keys not a multiple of the key tile, random masks, one fully
+    masked row whose output is 0, the sink in the denominator); masked keys have no influence at all."""
+    _interpret("""
+        from dsv4.kernels import _triton_attention as A
+        for B, H, N, D in ((2, 16, 70, 64), (1, 20, 33, 128), (3, 4, 32, 32)):
+            q = (torch.randn(B, H, D, generator=g)).bfloat16()
+            keys = (torch.randn(B, N, D, generator=g)).bfloat16()
+            mask = torch.rand(B, N, generator=g) < 0.7
+            mask[-1] = False if B > 1 else mask[-1]
+            sink = torch.randn(H, generator=g)
+            scale = D ** -0.5
+            o = A.sparse_attention(q, keys, mask, sink, scale)
+            logits = torch.einsum("bhd,bnd->bhn", q.double(), keys.double()) * scale
+            logits = logits.masked_fill(~mask[:, None, :], float("-inf"))
+            full = torch.cat((logits, sink.double().view(1, -1, 1).expand(B, H, 1)), -1).softmax(-1)[..., :-1]
+            ref = torch.einsum("bhn,bnd->bhd", full.to(torch.bfloat16).double(), keys.double())
+            err = ((o.double() - ref).abs().amax(-1) / ref.abs().amax(-1).clamp(min=1e-3)).max().item()
+            assert err < 2e-2, (B, H, N, D, err)
+            if B > 1:
+                assert torch.equal(o[-1], torch.zeros_like(o[-1]))  # only the sink: no key weight
+            other = keys.clone()
+            other[~mask] = (torch.randn(int((~mask).sum()), D, generator=g) * 100).bfloat16()
+            assert torch.equal(o, A.sparse_attention(q, other, mask, sink, scale))
+            assert not torch.equal(o, A.sparse_attention(q, keys, mask, sink + 3, scale))
+            assert torch.equal(o, A.sparse_attention(q, keys, mask, sink, scale))
+    """)

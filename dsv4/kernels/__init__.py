@@ -21,7 +21,7 @@ import os
 import torch
 
 __all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "rounds_in_kernel", "bf16_dense_gemv",
-           "hc_mixes", "sinkhorn", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
+           "hc_mixes", "sparse_attention", "sinkhorn", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
 MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM
@@ -75,6 +75,11 @@ def fp8_gemv(x, weight, scale, out=None):
     from dsv4.kernels import launch
 
     return launch.fp8_gemv(x, weight, scale, out)
+
+
+def _off(name: str) -> bool:
+    """DSV4_TRITON_<name>=0: one Triton kernel of the layers left out (an A/B switch for the bench)."""
+    return os.environ.get(f"DSV4_TRITON_{name}", "1").strip().lower() in ("0", "false", "no", "off")
 
 
 def _applies(x: torch.Tensor) -> bool:
@@ -138,9 +143,10 @@ def bf16_dense_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | Non
 def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | None:
     """mhc.hc_mixes in one launch: rms(x) @ fn^T for the flattened streams x [..., K] (bf16 or fp32,
     fn [J, K]) -> fp32 [..., J], or None to use the twin. The kernel returns the dot products and the
-    sum of squares; the RMS scale is applied here (a pointwise op for the compiler to fuse)."""
+    sum of squares; the RMS scale is applied here (a pointwise op for the compiler to fuse).
+    DSV4_TRITON_MIXES=0 keeps the reference path."""
     K = fn.shape[-1]
-    if not _applies(x) or x.shape[-1] != K or x.dtype not in (torch.bfloat16, torch.float32):
+    if not _applies(x) or x.shape[-1] != K or x.dtype not in (torch.bfloat16, torch.float32) or _off("MIXES"):
         return None
     x2 = x.reshape(-1, K)
     if x2.shape[0] > MAX_DENSE_ROWS:
@@ -151,6 +157,22 @@ def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | No
     J = fn.shape[0]
     mixes = sums[:, :J] * torch.rsqrt(sums[:, J:] / K + eps)
     return mixes.view(*x.shape[:-1], J)
+
+
+def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, sink: torch.Tensor, scale: float,
+                     probs_dtype: torch.dtype) -> torch.Tensor | None:
+    """layers/attention.sparse_attention in one launch for decode in bfloat16 mode (q [B, 1, H, D],
+    keys [B, N, D], mask [B, 1, N] bool or None, bf16 probabilities), or None to use the reference.
+    DSV4_TRITON_ATTN=0 keeps the reference path."""
+    if (not _applies(q) or q.dim() != 4 or q.shape[1] != 1 or q.dtype != torch.bfloat16 or keys.dtype != torch.bfloat16
+            or probs_dtype != torch.bfloat16 or q.shape[-1] & (q.shape[-1] - 1)
+            or _off("ATTN")):
+        return None
+    from dsv4.kernels import ops
+
+    B, N = keys.shape[0], keys.shape[1]
+    m = torch.ones(B, N, dtype=torch.bool, device=q.device) if mask is None else mask.reshape(B, N)
+    return ops.sparse_attention(q[:, 0], keys, m, sink, scale)[:, None]
 
 
 def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor | None:

@@ -18,7 +18,8 @@ from torch.library import custom_op
 
 from dsv4.ops import gemv as twins
 
-__all__ = ["triton_gemm", "settings", "rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "hc_mix_sums", "sinkhorn", "topk"]
+__all__ = ["triton_gemm", "settings", "rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "hc_mix_sums", "sparse_attention", "sinkhorn",
+           "topk"]
 
 _TRITON: list[bool] = []
 
@@ -153,6 +154,24 @@ def _(x, fn):
     return _rows_out(x, fn.shape[0] + 1)
 
 
+@custom_op("dsv4::sparse_attention", mutates_args=())
+def sparse_attention(q: Tensor, keys: Tensor, mask: Tensor, sink: Tensor, scale: float) -> Tensor:
+    """Decode attention with a sink, bf16: q [B, H, D], keys [B, N, D] (K = V), mask [B, N] bool, sink [H]
+    -> o [B, H, D] bf16 with bf16-rounded probabilities; one Triton launch on CUDA."""
+    if q.is_cuda and _triton():
+        from dsv4.kernels import _triton_attention
+
+        return _triton_attention.sparse_attention(q, keys, mask, sink, scale)
+    from dsv4.layers.attention import sparse_attention_ref
+
+    return sparse_attention_ref(q[:, None], keys, mask[:, None], sink, scale, torch.bfloat16)[:, 0]
+
+
+@sparse_attention.register_fake
+def _(q, keys, mask, sink, scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
 TOPK_MAX_N = (1 << 21) - 1  # _triton_topk.MAX_N (its counts are packed into 21-bit fields)
 
 
@@ -199,7 +218,8 @@ def triton_gemm(rows: int, kind: str = "fp8") -> bool:
 
 def settings() -> str:
     """The Triton GEMM switches in effect, for a bench row's note ("" when all are at their defaults)."""
-    names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS")
+    names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS", "DSV4_TRITON_MIXES",
+             "DSV4_TRITON_ATTN", "DSV4_TRITON_TUNE")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 
 

@@ -31,8 +31,16 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | N
                      scale: float, probs_dtype: torch.dtype) -> torch.Tensor:
     """softmax(q.k * scale) over the allowed keys, with exp(sink[h]) added to the denominator.
 
-    q [B,T,H,D], keys [B,N,D] (K = V), mask [B,T,N] bool or None -> o [B,T,H,D].
+    q [B,T,H,D], keys [B,N,D] (K = V), mask [B,T,N] bool or None -> o [B,T,H,D]. One kernel launch
+    at bf16 decode with the kernels on (dsv4/kernels/_triton_attention.py), else the reference.
     """
+    o = kernels.sparse_attention(q, keys, mask, sink, scale, probs_dtype)
+    return sparse_attention_ref(q, keys, mask, sink, scale, probs_dtype) if o is None else o
+
+
+def sparse_attention_ref(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, sink: torch.Tensor,
+                         scale: float, probs_dtype: torch.dtype) -> torch.Tensor:
+    """The reference form of sparse_attention: two fp32 einsums around a masked softmax with the sink."""
     logits = torch.einsum("bthd,bnd->bthn", q.float(), keys.float()) * scale
     if mask is not None:
         logits = logits.masked_fill(~mask.unsqueeze(2), float("-inf"))

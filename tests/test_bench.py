@@ -165,14 +165,18 @@ def test_kernel_families_partition_the_profiled_step(rng):
 
     names = ["_bf16_gemv_kernel", "kernel_cutlass_fp8_kernel_x", "kernel_cutlass_fp4_grouped_kernel_y",
              "triton_poi_fused_add_div_sum_3", "void at::native::sbtopk::gatherTopK<float>",
-             "sm80_xmma_gemm_f32f32", "void at::native::elementwise_kernel<128>"]
+             "sm80_xmma_gemm_f32f32", "void at::native::elementwise_kernel<128>", "_sparse_attention_kernel"]
     rows = [{"kernel": n, "per_step": float(torch.randint(1, 50, (), generator=rng)),
              "us_per_step": float(torch.rand((), generator=rng) * 100)} for n in names]
     total = {"kernel": "(all)", "per_step": sum(r["per_step"] for r in rows),
              "us_per_step": sum(r["us_per_step"] for r in rows)}
     fam = families([total] + rows)
     assert len(fam) == len(names) and "not itemized" not in fam
-    assert fam["FP8 GEMV (CuTe)"]["us_per_step"] == rows[1]["us_per_step"]
+    assert fam["FP8 weights (CuTe GEMV, Triton GEMM)"]["us_per_step"] == rows[1]["us_per_step"]
+    assert fam["layer kernels (Triton: mHC, attention, top-k)"]["us_per_step"] == rows[-1]["us_per_step"]
+    # the Triton weight kernels join their formats' families
+    both = families([total, {**rows[1], "kernel": "_fp8_gemm_kernel"}, {**rows[2], "kernel": "_experts_kernel"}])
+    assert {"FP8 weights (CuTe GEMV, Triton GEMM)", "FP4 experts (CuTe, Triton)"} <= set(both)
     assert abs(sum(f["us_per_step"] for f in fam.values()) - total["us_per_step"]) < 1e-6
     cut = families([total] + rows[:3])
     assert abs(cut["not itemized"]["us_per_step"] - sum(r["us_per_step"] for r in rows[3:])) < 1e-6

@@ -96,12 +96,16 @@ def kernel_profile(step, steps: int = 3, top: int | None = None, cuda: bool = Tr
 # kernel name pattern -> family, first match wins; what matches none is "other (ATen, copies)"
 FAMILIES = (
     (r"_bf16_gemv", "bf16 GEMV (Triton)"),
-    (r"cutlass_fp8", "FP8 GEMV (CuTe)"),
-    (r"cutlass_(nv)?fp4", "FP4 experts (CuTe)"),
+    (r"cutlass_fp8|_fp8_gemm_kernel", "FP8 weights (CuTe GEMV, Triton GEMM)"),
+    (r"cutlass_(nv)?fp4|_experts_kernel|_group_kernel", "FP4 experts (CuTe, Triton)"),
     (r"^triton_", "inductor-fused pointwise/reductions"),
+    (r"^_(sinkhorn|mix_sums|sparse_attention|topk_\w+)_kernel", "layer kernels (Triton: mHC, attention, top-k)"),
     (r"[Tt]op[Kk]|[Ss]ort", "top-k / sort"),
     (r"gemm|gemv|xmma|splitK|dot_kernel|cublas", "cuBLAS/CUTLASS GEMM"),
 )
+# the weight-reading families and the kind of weight bytes each reads (BenchResult.bytes_by_kind)
+FAMILY_BYTES = {"bf16 GEMV (Triton)": "bf16", "FP8 weights (CuTe GEMV, Triton GEMM)": "fp8",
+                "FP4 experts (CuTe, Triton)": "experts"}
 
 
 def families(profile: list[dict]) -> dict[str, dict]:

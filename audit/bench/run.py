@@ -124,7 +124,10 @@ def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,)
 
 
 def source_commit() -> str:
-    """The git HEAD of the measured source tree, "+dirty" when it has local changes; "" outside git."""
+    """The git HEAD of the measured source tree, "+dirty" when it has local changes; "" outside git.
+    DSV4_BENCH_COMMIT names it instead, for a copy of the tree whose git metadata is not its own."""
+    if os.environ.get("DSV4_BENCH_COMMIT", "").strip():
+        return os.environ["DSV4_BENCH_COMMIT"].strip()
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,

@@ -41,6 +41,7 @@ class BenchResult:
     copy_tb_s: float | None
     kernels: bool = False           # the weight-only decode kernels (dsv4/kernels) were on
     weight_bytes: dict = field(default_factory=dict)  # batch -> bytes read per decode step
+    bytes_by_kind: dict = field(default_factory=dict)  # batch -> {fp8, bf16, experts, other} -> bytes
     rows: list[ModeResult] = field(default_factory=list)
     per_layer: list[dict] = field(default_factory=list)
     torch_version: str = torch.__version__
@@ -67,5 +68,6 @@ class BenchResult:
         newer = {key(r) for r in other.rows}
         out.rows = [r for r in out.rows if key(r) not in newer] + other.rows
         out.weight_bytes = {**other.weight_bytes, **self.weight_bytes}
+        out.bytes_by_kind = {**other.bytes_by_kind, **self.bytes_by_kind}
         out.per_layer = self.per_layer or other.per_layer
         return out

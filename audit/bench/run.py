@@ -49,24 +49,41 @@ def _nbytes(module: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in module.parameters())
 
 
-def weight_bytes_per_step(model, batch: int) -> int:
-    """Dense weights read once per step, plus the routed experts a batch is expected to touch.
+def weight_bytes_by_kind(model, batch: int) -> dict[str, int]:
+    """Weight bytes one decode step reads, by the kernel family that reads them: "fp8" (FP8 Linears),
+    "bf16" (bf16 Linears and the LM head), "experts" (the routed experts a batch is expected to touch),
+    "other" (norms, mHC, sinks, gate tables, the embedding rows).
 
     With k of E experts per token and uniform routing, a batch of B tokens touches
     E * (1 - (1 - k/E)^B) distinct experts per layer. The embedding reads one row per token.
     """
+    from dsv4.layers.linear import Linear
+
     cfg = model.cfg
-    total = 0
+    out = {"fp8": 0, "bf16": 0, "experts": 0, "other": 0}
+    distinct = cfg.n_routed_experts * (1 - (1 - cfg.n_activated_experts / cfg.n_routed_experts) ** batch)
     for layer in model.layers:
         experts = layer.ffn.experts
-        per_expert = _nbytes(experts[0])
-        distinct = cfg.n_routed_experts * (1 - (1 - cfg.n_activated_experts / cfg.n_routed_experts) ** batch)
-        total += _nbytes(layer) - len(experts) * per_expert + distinct * per_expert
-        total -= layer.ffn.gate.tid2eid.numel() * 8 if layer.ffn.gate.hash else 0
+        out["experts"] += int(distinct * _nbytes(experts[0]))
+        routed = {id(p) for p in experts.parameters()}
+        linear = set()
+        for mod in layer.modules():
+            if isinstance(mod, (Linear, torch.nn.Linear)) and not any(id(p) in routed for p in mod.parameters()):
+                fmt = getattr(mod, "fmt", "bf16")
+                out["fp8" if fmt == "fp8" else "bf16" if fmt == "bf16" else "other"] += _nbytes(mod)
+                linear |= {id(p) for p in mod.parameters()}
+        out["other"] += sum(p.numel() * p.element_size() for p in layer.parameters()
+                            if id(p) not in routed and id(p) not in linear)
+        out["other"] -= layer.ffn.gate.tid2eid.numel() * 8 if layer.ffn.gate.hash else 0
     head = model.head.weight
-    total += head.numel() * head.element_size() + _nbytes(model.norm)
-    total += batch * cfg.dim * model.embed.weight.element_size()
-    return int(total)
+    out["bf16"] += head.numel() * head.element_size()
+    out["other"] += _nbytes(model.norm) + batch * cfg.dim * model.embed.weight.element_size()
+    return out
+
+
+def weight_bytes_per_step(model, batch: int) -> int:
+    """All weight bytes one decode step reads (the floor's numerator): the sum of weight_bytes_by_kind."""
+    return sum(weight_bytes_by_kind(model, batch).values())
 
 
 def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,), contexts=None,
@@ -104,7 +121,8 @@ def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,)
     rng = torch.Generator().manual_seed(seed)
     commit = source_commit()
     for b in batches:
-        res.weight_bytes[str(b)] = weight_bytes_per_step(model, b)
+        res.bytes_by_kind[str(b)] = weight_bytes_by_kind(model, b)
+        res.weight_bytes[str(b)] = sum(res.bytes_by_kind[str(b)].values())
     with _kernels(use_kernels):
         if cuda:
             res.per_layer = per_layer_profile(model, batches[0])

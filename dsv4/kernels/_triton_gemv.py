@@ -6,9 +6,10 @@ every token), the compressors' wkv/wgate, the indexer's weights_proj, the MoE ga
 the bytes it reads; this kernel reads each bf16 weight once and widens it in registers.
 
 Two paths, one result (both match float64 to fp32 accumulation error):
-- M < TC_MIN_M (batch 1-2): CUDA cores, `tl.sum(x[:, None, :] * w[None, :, :], axis=2)`. The
-  products held per step are capped (ELEMS), so BLOCK_N shrinks as M grows: at M = 16 it is 4 and
-  ~32,000 programs each re-read the whole x tile (H200: a batch-16 step's bf16 GEMVs took 16.5 ms
+- M < TC_MIN_M (batch 1-2): CUDA cores, x[:, None, :] * w[None, :, :] added into per-lane partial
+  sums, reduced across K once at the end (a reduction per step cost cross-lane shuffles for every
+  tile). The products held per step are capped (ELEMS), so BLOCK_N shrinks as M grows: at M = 16 it
+  is 4 and ~32,000 programs each re-read the whole x tile (H200: a batch-16 step's bf16 GEMVs took 16.5 ms
   against 1.97 ms at batch 1, for the same weight bytes).
 - M >= TC_MIN_M: tensor cores. x is split in registers into three bf16 terms x = x0 + x1 + x2
   (x0 = bf16(x), x1 = bf16(x - x0), x2 = bf16(x - x0 - x1): 3 x 8 bits carry fp32's 24-bit
@@ -66,14 +67,14 @@ def _tile(K, K_PER_SPLIT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K:
 def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)  # per-lane partial sums: no shuffles per step
     for k0 in range(k_begin, k_end, BLOCK_K):
         kk = k0 + rk
         x = tl.load(x_ptr + rm[:, None] * sxm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_end), other=0.0)
         w = tl.load(w_ptr + rn[:, None] * swn + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < k_end), other=0.0)
-        acc += tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
-    store_tile(acc, y_ptr, ws_ptr, cnt_ptr, rm[:, None] * sym + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N),
-               tl.num_programs(2), sys)
+        acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+    store_tile(tl.sum(acc, axis=2), y_ptr, ws_ptr, cnt_ptr, rm[:, None] * sym + rn[None, :],
+               (rm[:, None] < M) & (rn[None, :] < N), tl.num_programs(2), sys)
 
 
 @triton.jit

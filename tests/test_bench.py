@@ -177,6 +177,9 @@ def test_kernel_families_partition_the_profiled_step(rng):
     # the Triton weight kernels join their formats' families
     both = families([total, {**rows[1], "kernel": "_fp8_gemm_kernel"}, {**rows[2], "kernel": "_experts_kernel"}])
     assert {"FP8 weights (CuTe GEMV, Triton GEMM)", "FP4 experts (CuTe, Triton)"} <= set(both)
+    # an inductor kernel fused around a custom op carries the op's name: it stays with inductor
+    fused = families([total, {**rows[0], "kernel": "triton_red_fused__to_copy_add_bf16_gemv_mean_2"}])
+    assert set(fused) - {"not itemized"} == {"inductor-fused pointwise/reductions"}
     assert abs(sum(f["us_per_step"] for f in fam.values()) - total["us_per_step"]) < 1e-6
     cut = families([total] + rows[:3])
     assert abs(cut["not itemized"]["us_per_step"] - sum(r["us_per_step"] for r in rows[3:])) < 1e-6

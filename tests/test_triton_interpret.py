@@ -97,8 +97,8 @@ def test_bf16_gemv_matches_float64_with_and_without_split_k():
 
 
 def test_bf16_gemv_tensor_core_path_matches_float64():
-    """M from the threshold past the decode cap (80: two row tiles), N not a multiple of the tile, split-K
-    and one pass; rows scaled by 2^-20..2^20 so each row's error is judged against its own max |y|. The
+    """M from the threshold past the decode cap (80: two row tiles), and M = 1-2 at head-like widths
+    (N >= TC_WIDE_N), N not a multiple of the tile, split-K and one pass; rows scaled by 2^-20..2^20 so each row's error is judged against its own max |y|. The
     last case runs one pass over K = 4096 (the LM head's chain length; split-K would cut it short):
     summing all of K in one tensor-core accumulator gives ~2e-5 there under the truncating model, the
     kernel ~4e-7."""
@@ -106,12 +106,13 @@ def test_bf16_gemv_tensor_core_path_matches_float64():
         from dsv4.kernels import _triton_gemv as K
         seen = set()
         for M, N, K_ in ((3, 300, 256), (5, 100, 1024), (16, 300, 512), (17, 100, 768), (40, 300, 1000),
-                         (64, 100, 1024), (80, 100, 256), (16, 8512, 256), (16, 300, 4096)):
+                         (64, 100, 1024), (80, 100, 256), (16, 8512, 256), (16, 300, 4096), (1, 8512, 256),
+                         (2, 8200, 512)):
             if K_ == 4096:
                 K.TARGET_PROGRAMS = 1  # no split: one chain over all of K
             x = torch.randn(M, K_, generator=g) * torch.exp2(torch.randint(-20, 21, (M, 1), generator=g).float())
             w = torch.randn(N, K_, generator=g).bfloat16()
-            assert M >= K.TC_MIN_M and K.tiles(M, N, K_)[4]
+            assert (M >= K.TC_MIN_M or N >= K.TC_WIDE_N) and K.tiles(M, N, K_)[4]
             y = K.bf16_gemv(x, w)
             ref = x.double() @ w.double().t()
             err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()

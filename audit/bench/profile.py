@@ -95,10 +95,10 @@ def kernel_profile(step, steps: int = 3, top: int | None = None, cuda: bool = Tr
 
 # kernel name pattern -> family, first match wins; what matches none is "other (ATen, copies)"
 FAMILIES = (
-    (r"_bf16_gemv", "bf16 GEMV (Triton)"),
-    (r"cutlass_fp8|_fp8_gemm_kernel", "FP8 weights (CuTe GEMV, Triton GEMM)"),
-    (r"cutlass_(nv)?fp4|_experts_kernel|_group_kernel", "FP4 experts (CuTe, Triton)"),
-    (r"^triton_", "inductor-fused pointwise/reductions"),
+    (r"^triton_", "inductor-fused pointwise/reductions"),  # first: their names quote the custom ops they feed
+    (r"^_bf16_gemv", "bf16 GEMV (Triton)"),
+    (r"cutlass_fp8|^_fp8_gemm_kernel", "FP8 weights (CuTe GEMV, Triton GEMM)"),
+    (r"cutlass_(nv)?fp4|^_experts_kernel|^_group_kernel", "FP4 experts (CuTe, Triton)"),
     (r"^_(sinkhorn|mix_sums|sparse_attention|topk_\w+)_kernel", "layer kernels (Triton: mHC, attention, top-k)"),
     (r"[Tt]op[Kk]|[Ss]ort", "top-k / sort"),
     (r"gemm|gemv|xmma|splitK|dot_kernel|cublas", "cuBLAS/CUTLASS GEMM"),

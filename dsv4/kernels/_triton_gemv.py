@@ -48,6 +48,10 @@ from dsv4.kernels._triton_splitk import store_tile, workspace
 ELEMS = 8192  # CUDA-core path: products held in registers per program and K step (BLOCK_M * BLOCK_N * BLOCK_K)
 TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200: enough bytes in flight to stream the weight
 TC_MIN_M = 3  # rows from which the tensor-core path runs (see the module docstring)
+# ... and output widths from which it runs at any row count: on an H200 a 16384 x 4096 weight streamed
+# at 1.39 TB/s on the CUDA-core path at M = 1 and 2.30 TB/s on the tensor-core path at M = 16 (same
+# bytes; padding rows costs only MMA issue). The LM head (129280 rows) is the case that matters.
+TC_WIDE_N = 8192
 TC_MAX_BLOCK_M = 64  # rows per tensor-core program (the decode batch cap); more rows take a grid dim
 
 
@@ -104,12 +108,12 @@ def tiles(M: int, N: int, K: int) -> tuple[int, int, int, int, bool]:
     """(BLOCK_M, BLOCK_N, BLOCK_K, splits, tensor_cores). K is split until the grid has ~TARGET_PROGRAMS
     programs (each split keeps at least two BLOCK_K steps).
 
-    CUDA cores (M < TC_MIN_M): all rows in one program, BLOCK_N as wide as ELEMS allows, BLOCK_K 128.
+    CUDA cores (M < TC_MIN_M and N < TC_WIDE_N): all rows in one program, BLOCK_N as wide as ELEMS allows, BLOCK_K 128.
     Tensor cores: BLOCK_M the batch padded to a power of two in [16, 64] (one weight read for all
     rows), BLOCK_K 64 (an 8-16 KB weight tile per pipeline stage), BLOCK_N 128 where that still gives
     TARGET_PROGRAMS programs (the LM head), else 64; the split count rounds down, so a grid near the
     target (N = 16384: 256 programs) is not split."""
-    if M < TC_MIN_M:
+    if M < TC_MIN_M and N < TC_WIDE_N:
         bm = min(triton.next_power_of_2(max(M, 1)), 16)
         bk = 128 if K >= 128 else triton.next_power_of_2(K)
         bn = min(max(ELEMS // (bm * bk), 1), triton.next_power_of_2(N))

@@ -195,3 +195,31 @@ def test_bench_rows_carry_their_commit_and_copy_ceiling(monkeypatch):
     monkeypatch.setattr(bench_mod, "source_commit", lambda: "abc1234+dirty")
     res = bench_mod.bench("tiny", modes=("eager",), steps=2, batches=(1,), contexts=(20,), device="cpu")
     assert [r.commit for r in res.rows] == ["abc1234+dirty"] and res.rows[0].copy_tb_s is None
+
+
+def test_roofline_puts_each_weight_family_against_the_copy_ceiling(tmp_path, rng):
+    """A profiled row's weight families get bytes from bytes_by_kind and TB/s = bytes / time; families
+    without weights are listed without bytes; the figure gains the roofline panel."""
+    from audit.bench import roofline
+    from audit.bench.report import write_reports
+    from audit.bench.result import BenchResult, ModeResult
+
+    us = [float(v) for v in torch.rand(3, generator=rng) * 1000 + 100]
+    kernels = [{"kernel": "(all)", "per_step": 6.0, "us_per_step": sum(us)},
+               {"kernel": "kernel_cutlass_fp8_kernel_a", "per_step": 2.0, "us_per_step": us[0]},
+               {"kernel": "_bf16_gemv_kernel", "per_step": 2.0, "us_per_step": us[1]},
+               {"kernel": "triton_poi_fused_add_0", "per_step": 2.0, "us_per_step": us[2]}]
+    row = ModeResult("full", 1, 64, steps=4, ms_median=sum(us) / 1e3, ms_p10=1, ms_p90=1, tokens_per_s=1,
+                     kernels=kernels, copy_tb_s=4.0)
+    fp8, bf16 = int(torch.randint(1 << 28, 1 << 32, (), generator=rng)), int(torch.randint(1 << 28, 1 << 30, (), generator=rng))
+    res = BenchResult("tiny", "test", 2, "bfloat16", 4, 4.0, weight_bytes={"1": fp8 + bf16},
+                      bytes_by_kind={"1": {"fp8": fp8, "bf16": bf16, "experts": 0, "other": 0}}, rows=[row])
+    pts = {p["family"]: p for p in roofline.points(res)}
+    f8 = pts["FP8 weights (CuTe GEMV, Triton GEMM)"]
+    assert abs(f8["tb_s"] - fp8 / (us[0] * 1e-6) / 1e12) < 1e-9 and abs(f8["pct"] - 100 * f8["tb_s"] / 4.0) < 1e-9
+    assert abs(pts["bf16 GEMV (Triton)"]["floor_us"] - bf16 / 4e12 * 1e6) < 1e-6
+    assert pts["inductor-fused pointwise/reductions"]["bytes"] is None
+    md = "\n".join(roofline.markdown(res))
+    assert "## Roofline" in md and "- (no weights)" in md and f"{f8['pct']:.0f}%" in md
+    paths = write_reports(res, tmp_path)
+    assert any(p.suffix == ".png" for p in paths) and "## Roofline" in paths[0].read_text()

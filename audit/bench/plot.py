@@ -47,11 +47,17 @@ def plot(res: BenchResult, df: pd.DataFrame, path: Path, save) -> bool:
     timed = df.dropna(subset=["ms_median"])
     scaling = timed.groupby(["batch", "context"]).ngroups > 1
     layers, layer_title = layer_source(res)
-    panels = [_latency] + ([_scaling] if scaling else []) + ([_layers] if layers else [])
+    from audit.bench import roofline
+
+    roof = any(p["bytes"] for p in roofline.points(res))
+    panels = [_latency] + ([_scaling] if scaling else []) + ([_layers] if layers else []) + \
+        ([roofline.panel] if roof else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.4), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         if panel is _layers:
             panel(ax, layers, layer_title)
+        elif panel is roofline.panel:
+            panel(ax, res)
         else:
             panel(ax, res, head if panel is _latency else timed)
     fig.tight_layout()

@@ -14,6 +14,7 @@ import pandas as pd
 from rich.table import Table
 
 from audit.bench import plot as bench_plot
+from audit.bench import roofline
 from audit.bench.plot import headline, layer_source
 from audit.bench.profile import families
 from audit.bench.result import BenchResult
@@ -107,6 +108,7 @@ def markdown(res: BenchResult, plot_name: str | None) -> str:
     if reasons:
         lines += ["", "## torch.compile cudagraph skip reasons", ""] + [f"- {x}" for _, x in reasons]
     lines += _time_by_family(res)
+    lines += roofline.markdown(res)
     layers, layer_title = layer_source(res)
     sources = [(layer_title, layers)] if layers else []
     if res.per_layer and layers is not res.per_layer:

@@ -93,7 +93,7 @@ def test_sparse_attention_kernel_follows_the_reference_in_one_launch(B, H, N, D,
     from torch.profiler import ProfilerActivity, profile
 
     from dsv4.kernels import ops
-    from dsv4.layers.attention import sparse_attention_ref
+    from dsv4.ops.attention import sparse_attention_ref
 
     q = torch.randn(B, H, D, generator=rng).bfloat16().cuda()
     keys = torch.randn(B, N, D, generator=rng).bfloat16().cuda()

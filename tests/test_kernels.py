@@ -264,7 +264,7 @@ def test_sparse_attention_op_twin_is_the_reference(rng):
     declines on the CPU, so the reference path stays the one the model runs there."""
     from dsv4 import kernels
     from dsv4.kernels import ops
-    from dsv4.layers.attention import sparse_attention_ref
+    from dsv4.ops.attention import sparse_attention_ref
 
     q, keys = torch.randn(2, 4, 32, generator=rng).bfloat16(), torch.randn(2, 9, 32, generator=rng).bfloat16()
     mask, sink = torch.rand(2, 9, generator=rng) < 0.6, torch.randn(4, generator=rng)

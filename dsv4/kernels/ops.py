@@ -162,7 +162,7 @@ def sparse_attention(q: Tensor, keys: Tensor, mask: Tensor, sink: Tensor, scale:
         from dsv4.kernels import _triton_attention
 
         return _triton_attention.sparse_attention(q, keys, mask, sink, scale)
-    from dsv4.layers.attention import sparse_attention_ref
+    from dsv4.ops.attention import sparse_attention_ref
 
     return sparse_attention_ref(q[:, None], keys, mask[:, None], sink, scale, torch.bfloat16)[:, 0]
 

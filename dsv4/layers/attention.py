@@ -22,6 +22,7 @@ from dsv4.layers.indexer import Indexer
 from dsv4.layers.linear import Linear, no_reduce, rows_forward
 from dsv4.layers.norm import RMSNorm
 from dsv4.layers.rope import apply_rope, rope_angles, rope_frequencies
+from dsv4.ops.attention import sparse_attention_ref
 from dsv4.ops.kvquant import round_kv
 
 PREFILL_CHUNK = 256  # queries per attention chunk: bounds the [B, chunk, H, keys] logits
@@ -36,18 +37,6 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | N
     """
     o = kernels.sparse_attention(q, keys, mask, sink, scale, probs_dtype)
     return sparse_attention_ref(q, keys, mask, sink, scale, probs_dtype) if o is None else o
-
-
-def sparse_attention_ref(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, sink: torch.Tensor,
-                         scale: float, probs_dtype: torch.dtype) -> torch.Tensor:
-    """The reference form of sparse_attention: two fp32 einsums around a masked softmax with the sink."""
-    logits = torch.einsum("bthd,bnd->bthn", q.float(), keys.float()) * scale
-    if mask is not None:
-        logits = logits.masked_fill(~mask.unsqueeze(2), float("-inf"))
-    sink_col = sink.float().view(1, 1, -1, 1).expand(*logits.shape[:-1], 1)
-    probs = torch.cat((logits, sink_col), dim=-1).softmax(dim=-1)[..., :-1]
-    o = torch.einsum("bthn,bnd->bthd", probs.to(probs_dtype).float(), keys.float())
-    return o.to(q.dtype)
 
 
 class Attention(nn.Module):

@@ -1,0 +1,19 @@
+"""Sparse attention with a sink: the reference form (the twin of dsv4/kernels/_triton_attention.py)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def sparse_attention_ref(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, sink: torch.Tensor,
+                         scale: float, probs_dtype: torch.dtype) -> torch.Tensor:
+    """softmax(q.k * scale) over the allowed keys, with exp(sink[h]) added to the denominator: two fp32
+    einsums around the masked softmax. q [B,T,H,D], keys [B,N,D] (K = V), mask [B,T,N] bool or None
+    -> o [B,T,H,D]; the probabilities are rounded to probs_dtype before weighting the keys."""
+    logits = torch.einsum("bthd,bnd->bthn", q.float(), keys.float()) * scale
+    if mask is not None:
+        logits = logits.masked_fill(~mask.unsqueeze(2), float("-inf"))
+    sink_col = sink.float().view(1, 1, -1, 1).expand(*logits.shape[:-1], 1)
+    probs = torch.cat((logits, sink_col), dim=-1).softmax(dim=-1)[..., :-1]
+    o = torch.einsum("bthn,bnd->bthd", probs.to(probs_dtype).float(), keys.float())
+    return o.to(q.dtype)

@@ -43,13 +43,13 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4.kernels import tune
+from dsv4.kernels import overrides
 
 BLOCK_M = 16  # rows per tl.dot (its minimum); a slot with more rows loops over row chunks
 BLOCK_R = 64  # rows per program of the grouping kernel
 TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200
 FORMATS = {"fp4": 32, "nvfp4": 16}  # elements per scale
-TUNE = tune.from_env("experts")  # overrides for a sweep: bn, bk, warps, stages (python -m dsv4.kernels.tune)
+TUNE = overrides.from_env("experts")  # overrides for a sweep: bn, bk, warps, stages (python -m dsv4.kernels.tune)
 
 
 @triton.jit

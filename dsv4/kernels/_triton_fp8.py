@@ -39,14 +39,14 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4.kernels import tune
+from dsv4.kernels import overrides
 from dsv4.kernels._triton_gemv import _tile
 from dsv4.kernels._triton_splitk import store_tile, workspace
 
 TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200: enough weight bytes in flight
 MAX_BLOCK_M = 64  # rows per program (the decode batch cap); more rows take a grid dim
 SCALE_BLOCK = 128
-TUNE = tune.from_env("fp8")  # overrides for a sweep: bn, target, warps, stages (python -m dsv4.kernels.tune)
+TUNE = overrides.from_env("fp8")  # overrides for a sweep: bn, target, warps, stages (python -m dsv4.kernels.tune)
 
 
 @triton.jit

@@ -15,19 +15,6 @@ import statistics
 
 import torch
 
-KINDS = ("fp8", "experts")
-
-
-def from_env(kind: str) -> dict:
-    """The overrides DSV4_TRITON_TUNE gives `kind` ({} when unset)."""
-    raw = os.environ.get("DSV4_TRITON_TUNE", "").strip()
-    if not raw:
-        return {}
-    table = json.loads(raw)
-    if not isinstance(table, dict) or not set(table) <= set(KINDS):
-        raise ValueError(f"DSV4_TRITON_TUNE: expected a JSON object with keys from {KINDS}, got {raw!r}")
-    return {str(k): int(v) for k, v in table.get(kind, {}).items()}
-
 
 def _graph_us(calls) -> float:
     """us per call: the calls captured in one graph, replay timed by CUDA events (median of 5)."""

@@ -275,3 +275,17 @@ def test_sparse_attention_op_twin_is_the_reference(rng):
         assert kernels.sparse_attention(q[:, None], keys, mask[:, None], sink, 0.2, torch.bfloat16) is None
     finally:
         kernels.use(before)
+
+
+def test_layer_kernels_are_opt_in_until_measured(monkeypatch):
+    """The mixes and attention kernels stay out unless DSV4_TRITON_<name>=1 (LAYER_KERNELS_ON holds the
+    measured defaults); 0 turns one off whatever the default."""
+    from dsv4 import kernels
+
+    for name in ("MIXES", "ATTN"):
+        monkeypatch.delenv(f"DSV4_TRITON_{name}", raising=False)
+        assert kernels._off(name) == (not kernels.LAYER_KERNELS_ON[name])
+        monkeypatch.setenv(f"DSV4_TRITON_{name}", "1")
+        assert not kernels._off(name)
+        monkeypatch.setenv(f"DSV4_TRITON_{name}", "0")
+        assert kernels._off(name)

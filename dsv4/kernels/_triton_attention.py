@@ -76,7 +76,7 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, si
         q = q.contiguous()
     if keys.stride(-1) != 1:
         keys = keys.contiguous()
-    m8 = mask.to(torch.uint8) if mask.dtype == torch.bool else mask
+    m8 = mask.view(torch.uint8) if mask.dtype == torch.bool else mask  # same bytes: no copy kernel
     if m8.stride(-1) != 1:
         m8 = m8.contiguous()
     o = torch.empty(B, H, D, dtype=q.dtype, device=q.device)

@@ -223,3 +223,29 @@ def test_roofline_puts_each_weight_family_against_the_copy_ceiling(tmp_path, rng
     assert "## Roofline" in md and "- (no weights)" in md and f"{f8['pct']:.0f}%" in md
     paths = write_reports(res, tmp_path)
     assert any(p.suffix == ".png" for p in paths) and "## Roofline" in paths[0].read_text()
+
+
+def test_bench_collects_library_warnings_into_the_report_not_the_terminal(tmp_path, monkeypatch, rng):
+    """A warning raised while a row runs (inductor and the profiler raise several on a GPU) is not
+    printed: it lands once in the report's warnings section, with where it came from."""
+    import warnings
+
+    from audit.bench import run as bench_mod
+
+    token = f"decode warning {int(torch.randint(1 << 30, (), generator=rng))}"
+    real = bench_mod._row
+
+    def noisy_row(*args, **kwargs):
+        for _ in range(3):
+            warnings.warn(token, UserWarning)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench_mod, "_row", noisy_row)
+    r = runner.invoke(app, ["bench", "--preset", "tiny", "--device", "cpu", "--steps", "2", "--modes", "eager",
+                            "--context", "32", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert token not in r.output
+    md = (tmp_path / "bench-tiny.md").read_text()
+    assert "## Warnings raised during the run" in md and md.count(token) == 1
+    assert json.loads((tmp_path / "bench-tiny.json").read_text())["warnings"] == [
+        f"UserWarning: {token} (test_bench.py:{noisy_row.__code__.co_firstlineno + 2})"]

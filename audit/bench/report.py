@@ -107,6 +107,9 @@ def markdown(res: BenchResult, plot_name: str | None) -> str:
     reasons = [(r.mode, x) for r in res.rows for x in r.skip_reasons]
     if reasons:
         lines += ["", "## torch.compile cudagraph skip reasons", ""] + [f"- {x}" for _, x in reasons]
+    if res.warnings:
+        lines += ["", "## Warnings raised during the run (collected here, not printed)", ""] + \
+            [f"- {w}" for w in res.warnings]
     lines += _time_by_family(res)
     lines += roofline.markdown(res)
     layers, layer_title = layer_source(res)

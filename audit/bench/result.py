@@ -42,6 +42,7 @@ class BenchResult:
     kernels: bool = False           # the weight-only decode kernels (dsv4/kernels) were on
     weight_bytes: dict = field(default_factory=dict)  # batch -> bytes read per decode step
     bytes_by_kind: dict = field(default_factory=dict)  # batch -> {fp8, bf16, experts, other} -> bytes
+    warnings: list[str] = field(default_factory=list)  # library warnings raised during the run (not printed)
     rows: list[ModeResult] = field(default_factory=list)
     per_layer: list[dict] = field(default_factory=list)
     torch_version: str = torch.__version__
@@ -69,5 +70,6 @@ class BenchResult:
         out.rows = [r for r in out.rows if key(r) not in newer] + other.rows
         out.weight_bytes = {**other.weight_bytes, **self.weight_bytes}
         out.bytes_by_kind = {**other.bytes_by_kind, **self.bytes_by_kind}
+        out.warnings = sorted(set(self.warnings) | set(other.warnings))
         out.per_layer = self.per_layer or other.per_layer
         return out

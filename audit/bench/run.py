@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -114,6 +115,17 @@ def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,)
     if runtime["max_seq_len"] > limit:
         raise AuditError(f"context {max(contexts)} + {steps} steps does not fit {preset}'s "
                          f"{limit} positions; the longest context it takes is {limit - _capacity(0, steps)}")
+    with warnings.catch_warnings(record=True) as caught:  # library warnings go to the report, not the terminal
+        warnings.simplefilter("default")
+        return _measure(preset, modes, steps, batches, contexts, dev, dtype, verify_steps, seed, progress, kernels,
+                        fuse, on_row, runtime, caught)
+
+
+def _measure(preset, modes, steps, batches, contexts, dev, dtype, verify_steps, seed, progress, kernels, fuse,
+             on_row, runtime, caught) -> BenchResult:
+    import dsv4
+
+    cuda = dev.type == "cuda"
     model = dsv4.load(preset, device=dev, dtype=dtype, seed=seed, **runtime)
     use_kernels = cuda if kernels is None else kernels
     res = BenchResult(preset, str(torch.cuda.get_device_name(dev) if cuda else "cpu"), model.cfg.n_layers,
@@ -134,11 +146,19 @@ def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,)
                     res.rows[-1].commit, res.rows[-1].copy_tb_s = commit, res.copy_tb_s
                     if cuda:
                         torch.cuda.empty_cache()  # the row's graphs and pools are gone
+                    res.warnings = warning_lines(caught)
                     if on_row:
                         on_row(res)
                     if progress:
                         progress()
     return res
+
+
+def warning_lines(caught) -> list[str]:
+    """The distinct warnings a run raised, one line each: category, first line of the message, where."""
+    lines = {f"{w.category.__name__}: {str(w.message).strip().splitlines()[0][:200]} "
+             f"({Path(w.filename).name}:{w.lineno})" for w in caught}
+    return sorted(lines)
 
 
 def source_commit() -> str:

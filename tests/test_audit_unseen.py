@@ -15,6 +15,7 @@ from test_audit_planted import BLOCKING, markers
 
 PLANTED = Path(__file__).parent / "planted"
 FORMS = ["control_guards", "control_dispatch", "host_reads_unseen", "host_data_staging", "host_state_unseen", "host_state_hidden",
+         "host_state_shapes",
          "capture_guard", "rng_reseed"]
 
 
@@ -50,3 +51,14 @@ def test_expert_dispatch_is_blamed_on_the_guard_that_skips_experts():
         inv = _scan("control_experts", "make")
         rows = inv.df[inv.df.category == "data-dependent-control"]
         assert set(rows.line.astype(int)) == {guard}, rows[["line", "message"]].to_string()
+
+
+def test_bookkeeping_a_capture_never_runs_is_info():
+    """`self.eager_steps += 1` under `if not torch.cuda.is_current_stream_capturing():` changes Python
+    state on eager steps only: reported at its line as info, never as silent corruption."""
+    path = PLANTED / "capture_guard.py"
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "self.eager_steps += 1" in text)
+    inv = _scan("capture_guard", "make")
+    rows = inv.df[(inv.df.category == "cpu-side-effect") & (inv.df.line.astype(int) == line)]
+    assert list(rows.severity) == ["info"], inv.df[["line", "category", "severity"]].to_string()
+    assert "counts eager steps only" in rows.message.iloc[0]

@@ -155,23 +155,43 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
                    global_name: bool = False) -> list[tuple[int, str]]:
     """(line, function) of statements that mutate `<x>.attr` (or global `attr`) in a file or a span.
 
-    Catches `x.attr = / += ...`, `x.attr[k] = ...`, `x.attr.append(...)` and friends, `del x.attr`,
-    and `setattr(x, "attr", ...)`."""
+    Catches `x.attr = / += ...`, `x.attr[k][j] = ...`, `x.attr.append(...)` and friends, `del x.attr`,
+    `setattr(x, "attr", ...)`, `next(x.attr)`, and the same through an alias of the attribute's value:
+    a local bound from it (`req = self.requests[rid]; req["recent"][i] = t`) or the parameter of a
+    function of the file that is called with it (`bump(self.stats, key)` -> `stats[key] += n`)."""
     t = tree(filename)
     if t is None:
         return []
 
-    def target(n) -> bool:
-        if isinstance(n, ast.Subscript):
-            n = n.value
+    def rooted(n) -> bool:  # an expression whose value lives under `<x>.attr` (or the global)
+        while isinstance(n, (ast.Subscript, ast.Call)) or (isinstance(n, ast.Attribute) and n.attr != attr):
+            n = n.func.value if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) else \
+                n.value if not isinstance(n, ast.Call) else None
+            if n is None:
+                return False
         if global_name:
             return isinstance(n, ast.Name) and n.id == attr
         return isinstance(n, ast.Attribute) and n.attr == attr
 
+    params = _param_aliases(t, rooted)
     out = []
     for func in ast.walk(t):
         if not isinstance(func, _FUNC) or (lines and not (lines[0] <= func.lineno <= lines[1])):
             continue
+        aliases = set(params.get(id(func), ())) | {
+            x.id for node in ast.walk(func) if isinstance(node, ast.Assign) and rooted(node.value) and _same_object(node.value)
+            for x in node.targets if isinstance(x, ast.Name)}
+
+        def target(n) -> bool:
+            sub = isinstance(n, ast.Subscript)
+            while isinstance(n, ast.Subscript):
+                n = n.value
+            if isinstance(n, ast.Name) and n.id in aliases:
+                return sub  # `req[k] = v` writes into the object; `req = ...` only rebinds the name
+            if global_name:
+                return isinstance(n, ast.Name) and n.id == attr
+            return isinstance(n, ast.Attribute) and n.attr == attr
+
         for node in ast.walk(func):
             hit = False
             if isinstance(node, (ast.Assign, ast.Delete)):
@@ -179,7 +199,8 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
                 hit = target(node.target)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                hit = node.func.attr in MUTATORS and target(node.func.value)
+                v = node.func.value
+                hit = node.func.attr in MUTATORS and (target(v) or (isinstance(v, ast.Name) and v.id in aliases))
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next":
                 hit = bool(node.args) and target(node.args[0])  # advancing an iterator / itertools.count
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
@@ -187,6 +208,43 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
             if hit:
                 out.append((node.lineno, getattr(func, "name", "<lambda>")))
     return sorted(set(out))
+
+
+def _same_object(value) -> bool:
+    """An assigned expression that hands back the stored object itself (`x.attr`, `x.attr[k]`,
+    `x.attr.get(k)`), not a new one (`x.attr.copy()`, `len(x.attr)`)."""
+    while isinstance(value, (ast.Subscript, ast.Attribute, ast.Call)):
+        if isinstance(value, ast.Call):
+            if not (isinstance(value.func, ast.Attribute) and value.func.attr in ("get", "setdefault")):
+                return False
+            value = value.func.value
+        else:
+            value = value.value
+    return True
+
+
+def _param_aliases(t: ast.Module, rooted) -> dict[int, list[str]]:
+    """id(function def) -> its parameters that some call in the file passes a value rooted at the
+    attribute (by position or keyword; methods called as `self.f(...)` skip `self`)."""
+    defs: dict[str, list] = {}
+    for f in ast.walk(t):
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs.setdefault(f.name, []).append(f)
+    out: dict[int, list[str]] = {}
+    for call in ast.walk(t):
+        if not isinstance(call, ast.Call):
+            continue
+        name = call.func.id if isinstance(call.func, ast.Name) else \
+            call.func.attr if isinstance(call.func, ast.Attribute) else None
+        for f in defs.get(name, ()):
+            names = [a.arg for a in f.args.posonlyargs + f.args.args]
+            if isinstance(call.func, ast.Attribute) and names and names[0] in ("self", "cls"):
+                names = names[1:]
+            hits = [names[i] for i, a in enumerate(call.args) if i < len(names) and rooted(a)]
+            hits += [k.arg for k in call.keywords if k.arg and rooted(k.value)]
+            if hits:
+                out.setdefault(id(f), []).extend(hits)
+    return out
 
 
 _EXITS = (ast.Return, ast.Raise, ast.Break, ast.Continue)

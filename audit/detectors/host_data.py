@@ -35,6 +35,25 @@ def _host_factories(recs) -> set:
             and _source.factory_on_host(*_src(r))}
 
 
+INDEX = ("a Python list (or other host data) indexes a device tensor: on a GPU the index is built in host "
+         "memory and copied from pageable memory to the device, and capture raises on that copy")
+_INDEXING = {"aten.index", "aten.index_put_", "aten.index_put", "aten._index_put_impl_", "aten.index_select"}
+
+
+def _host_indices(recs, born: set) -> list:
+    """lift_fresh records of host data that a later op of the step uses as an index into a tensor not
+    born from host data (a device tensor on a GPU): `mask[allowed] = 0` with `allowed` a list."""
+    lifted = {r.inputs[0].sid: r for r in recs if r.kind == "aten" and r.stack and r.inputs
+              and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs[0].sid in born
+              and len(r.inputs[0].shape) > 0}  # a 0-dim host tensor is a scalar operand: no copy
+    out = []
+    for r in recs:
+        if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.inputs[0].sid not in born:
+            indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]  # index_put's last input is the values
+            out += [lifted.pop(t.sid) for t in indices if t.sid in lifted]
+    return out
+
+
 @register("pageable-copy")
 def host_data_to_device(ctx):
     """CPU scans: `torch.tensor(..., device=D)` and host-born tensors `.to(D)`, D not the CPU."""
@@ -43,6 +62,7 @@ def host_data_to_device(ctx):
     hits = []
     for recs in ctx.steps:
         born = host_born(recs) | _host_factories(recs)
+        hits += [(r, INDEX) for r in _host_indices(recs, born) if not _source.builds_on_device(*_src(r))]
         for r in recs:
             if not r.stack:
                 continue

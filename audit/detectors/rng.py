@@ -8,6 +8,8 @@ the captured numbers; a CPU generator feeding a device op cannot be captured at 
 
 from __future__ import annotations
 
+import ast
+
 import torch
 
 from audit.detectors import register
@@ -83,3 +85,36 @@ def reseeding(ctx):
                             "registered with the graph, or noise drawn in prepare() into a static buffer.")
             for (_, _, op), g in ctx.per_site(ctx.all_records(("seed",))).items()]
 
+
+
+_TORCH_SEEDERS = ("torch", "torch.cuda", "torch.random")  # reseeding through these is hooked (`reseeding`)
+
+
+@register("rng")
+def generator_reseeding(ctx):
+    """`gen.manual_seed(...)` / `gen.set_state(...)` on a generator object inside the step (a
+    per-request generator reseeded every token): a C method, so no hook sees it; found in the source
+    of the target's functions that ran in the step. A CUDA generator refuses it during capture."""
+    from audit.detectors import _source
+
+    ran = {(code.co_filename, code.co_name, code.co_firstlineno) for recs in ctx.steps for r in recs
+           for code, _ in r.stack if ctx.trace.is_own(code)}
+    out = []
+    for file, fn, first in sorted(ran):
+        t = _source.tree(file)
+        for func in (() if t is None else ast.walk(t)):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.name != fn or \
+                    min([func.lineno] + [d.lineno for d in func.decorator_list]) != first:
+                continue  # only the function that ran (a same-named one elsewhere in the file did not)
+            for node in ast.walk(func):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("manual_seed", "set_state")
+                        and ast.unparse(node.func.value) not in _TORCH_SEEDERS):
+                    out.append(ctx.finding(
+                        "rng", (file, node.lineno, fn), f"Generator.{node.func.attr}", 1.0,
+                        f"`{ast.unparse(node.func)}()` reseeds a generator inside the step: capture raises on a CUDA "
+                        "generator ('Cannot call CUDAGeneratorImpl::set_current_seed'), and a replay would not reseed",
+                        severity="blocks-capture",
+                        fix="Seed the generator once outside the step (prepare() or request setup) and register "
+                            "it with the graph, or draw the per-step noise in prepare() into a static buffer."))
+    return out

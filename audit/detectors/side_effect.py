@@ -54,10 +54,13 @@ def _source_sites(ctx, change, step: int):
     if not change.owner.startswith(("<module ", "<closure ")):  # `self.meta.tokens += 1` lives in the caller's code
         files += [(f, None, False) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
     cands = []
+    attr = change.attr
+    if change.owner.startswith("<module ") and "." in attr:  # `METRICS.steps += 1` on a global object
+        attr, files = attr.split(".")[-1], [(f, s, False) for f, s, _ in files]
     for file, span, glob in files:
         if not file:
             continue
-        for line, fn in _source.mutation_sites(file, change.attr, span, global_name=glob):
+        for line, fn in _source.mutation_sites(file, attr, span, global_name=glob):
             if fn not in ("__init__", "prepare"):
                 cands.append(((file, fn) in ran, file, line, fn))
     if not cands:
@@ -83,16 +86,27 @@ def python_state_changes(ctx):
         msg = f"the step changes {c.describe()}; a replay would not"
         recs = [r for r in setattrs.get(f"{owner}\x00{attr}", ()) if r.stack]
         if recs:
-            out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, msg))
+            text, sev = _guarded(msg, recs[0].stack[-1][0].co_filename, recs[0].stack[-1][1])
+            out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, text, severity=sev))
             continue
         sites = _source_sites(ctx, c, s)
         if not sites:
             out.append(ctx.finding("cpu-side-effect", ("<python state>", 0, ""), "mutate", count,
                                    msg + " (no source line found)", module=owner))
         for site in sites:
-            out.append(ctx.finding("cpu-side-effect", site, "mutate", count, msg, module=owner,
+            text, sev = _guarded(msg, site[0], site[1])
+            out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=_caller_of(ctx, site, s)))
     return out
+
+
+def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
+    """(message, severity): info when the statement sits on the side of an `if` a capture never runs
+    (`if not torch.cuda.is_current_stream_capturing():`): bookkeeping of eager steps only."""
+    guard = _source.capture_guard(file, line) if file and line else None
+    if guard:
+        return f"{msg}; skipped while a graph is captured (`{guard}`): it counts eager steps only", "info"
+    return msg, None
 
 
 def _caller_of(ctx, site, step: int):

@@ -8,6 +8,7 @@ and of the user modules' globals, right before and right after each audited step
 
 from __future__ import annotations
 
+import array
 import itertools
 import math
 import os
@@ -24,16 +25,43 @@ __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "stor
 _PRIMS = (type(None), bool, int, float, complex, str, bytes)
 _FOREIGN = ("torch", "builtins", "numpy", "pandas", "typing", "collections", "enum", "functools")
 _SKIP_ATTRS = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
-_MAX_ITEMS = 32
-_PLAIN = _PRIMS + (list, dict, set, deque, itertools.count)  # values a snapshot fingerprints
+_MAX_ITEMS = 32  # generator locals shown in a message
+_PLAIN = _PRIMS + (list, dict, set, deque, itertools.count, array.array)  # values a snapshot fingerprints
 
 
 def _is_user_object(v) -> bool:
-    """Instances of user classes (not torch/stdlib) whose attributes we should look into."""
+    """Instances of user classes (not torch/stdlib) whose attributes we should look into: with a
+    __dict__, or with __slots__ (`@dataclass(slots=True)` request state)."""
     t = type(v)
     mod = getattr(t, "__module__", "") or ""
-    return hasattr(v, "__dict__") and not isinstance(v, (type, types.ModuleType, types.FunctionType,
-                                                            types.MethodType)) and mod.split(".")[0] not in _FOREIGN
+    return (hasattr(v, "__dict__") or bool(_slot_names(t))) and not isinstance(
+        v, (type, types.ModuleType, types.FunctionType, types.MethodType)) and mod.split(".")[0] not in _FOREIGN
+
+
+def _slot_names(t: type) -> tuple[str, ...]:
+    """The __slots__ attribute names a class and its bases declare (cached per class)."""
+    names = _SLOTS.get(t)
+    if names is None:
+        names = []
+        for cls in t.__mro__:
+            sl = cls.__dict__.get("__slots__", ())
+            names += [sl] if isinstance(sl, str) else [n for n in sl if n not in ("__dict__", "__weakref__")]
+        names = _SLOTS[t] = tuple(dict.fromkeys(names))
+    return names
+
+
+_SLOTS: dict[type, tuple[str, ...]] = {}
+
+
+def _instance_items(obj) -> list[tuple[str, object]]:
+    """An object's attributes: its __dict__, then any __slots__ that are set."""
+    items = list(getattr(obj, "__dict__", {}).items())
+    for name in _slot_names(type(obj)):
+        try:
+            items.append((name, getattr(obj, name)))
+        except AttributeError:  # a slot never assigned
+            continue
+    return items
 
 
 def reachable(root, max_depth: int = 8, limit: int = 50000) -> list[tuple[str, object]]:
@@ -58,6 +86,8 @@ def reachable(root, max_depth: int = 8, limit: int = 50000) -> list[tuple[str, o
             else:
                 pairs = [(sub, v)]
             for p, x in pairs:
+                if isinstance(x, types.MethodType) and _is_user_object(x.__self__):
+                    p, x = f"{p}.__self__", x.__self__  # a callback list of bound methods: their objects
                 if isinstance(x, nn.Module):
                     todo.append((p, x, depth))
                 elif _is_user_object(x) and depth < max_depth:
@@ -68,11 +98,9 @@ def reachable(root, max_depth: int = 8, limit: int = 50000) -> list[tuple[str, o
 def _children(obj):
     if isinstance(obj, nn.Module):
         yield from obj._modules.items()
-    d = getattr(obj, "__dict__", None)
-    if d:
-        for k, v in list(d.items()):
-            if k not in _SKIP_ATTRS:
-                yield k, v
+    for k, v in _instance_items(obj):
+        if k not in _SKIP_ATTRS:
+            yield k, v
 
 
 def module_names(objects: list[tuple[str, object]]) -> dict[int, str]:
@@ -110,7 +138,12 @@ def storage_id(t: torch.Tensor) -> int:
 
 # ---------------------------------------------------------------------- snapshots
 def _fp(v, depth: int = 0):
-    """A cheap, comparable fingerprint of a plain value; tensors are left to the tensor detectors."""
+    """A cheap, comparable fingerprint of a plain value; tensors are left to the tensor detectors.
+
+    Containers are compared element by element (up to _MAX_ELEMS, nested up to _MAX_DEPTH: a
+    persistent batch's 64 slots, a request dict of dicts of lists), sets by their members (a free
+    list that gives one slot out and takes one back keeps its size), arrays and numpy arrays by
+    their bytes, iterators and itertools objects by their position."""
     if isinstance(v, _PRIMS):
         return "nan" if isinstance(v, float) and math.isnan(v) else v
     if isinstance(v, torch.Tensor):
@@ -118,26 +151,59 @@ def _fp(v, depth: int = 0):
     if isinstance(v, (torch.dtype, torch.device, torch.Size)):
         return v
     if isinstance(v, (list, tuple, deque)):
-        if depth >= 2:
-            return (type(v).__name__, len(v))
-        return (type(v).__name__, len(v), tuple(_fp(x, depth + 1) for x in list(v)[:_MAX_ITEMS]))
+        if depth >= _MAX_DEPTH or len(v) > _MAX_ELEMS:
+            return (type(v).__name__, len(v), _digest(v))
+        return (type(v).__name__, len(v), tuple(_fp(x, depth + 1) for x in list(v)))
     if isinstance(v, dict):
-        if depth >= 2:
-            return ("dict", len(v))
-        items = list(v.items())[:_MAX_ITEMS]
-        return ("dict", len(v), tuple((repr(k), _fp(x, depth + 1)) for k, x in items))
+        if depth >= _MAX_DEPTH or len(v) > _MAX_ELEMS:
+            return ("dict", len(v), _digest(v))
+        return ("dict", len(v), tuple((repr(k), _fp(x, depth + 1)) for k, x in list(v.items())))
     if isinstance(v, (set, frozenset)):
-        return (type(v).__name__, len(v))
+        members = sorted(repr(x) for x in list(v)[:_MAX_ELEMS])
+        return (type(v).__name__, len(v), tuple(members) if len(v) <= _MAX_ELEMS else hash(tuple(members)))
+    if isinstance(v, array.array):  # vLLM keeps token ids in array('l')
+        return ("array", v.typecode, len(v), hash(v.tobytes()))
     if isinstance(v, itertools.count):  # next() on it is a step counter; its repr shows the state
         return ("obj", repr(v))
     if isinstance(v, types.GeneratorType):  # next() on it advances state held in its frame
         return ("obj", _generator_state(v))
     if (at := _iterator_position(v)) is not None:  # iter(list) / iter(range): the position is the state
         return ("obj", f"<{type(v).__name__} at {at}>")
-    if type(v).__name__ == "ndarray" and type(v).__module__ == "numpy" and v.size <= 4096:
-        # host state mutated in place (`lens += 1`): small arrays by value, larger ones by a hash
+    if type(v).__module__ == "itertools" and (state := _reduced_state(v)) is not None:  # cycle, islice...
+        return ("obj", f"<itertools.{type(v).__name__} {state}>")
+    if type(v).__name__ == "ndarray" and type(v).__module__ == "numpy" and v.nbytes <= _MAX_ARRAY_BYTES:
+        # host state mutated in place (`lens += 1`, a block table): small arrays by value, larger ones by a hash
         return ("ndarray", v.shape, str(v.dtype), tuple(v.ravel().tolist()) if v.size <= 8 else hash(v.tobytes()))
     return ("obj", type(v).__name__, id(v))
+
+
+_MAX_DEPTH = 4
+_MAX_ELEMS = 4096
+_MAX_ARRAY_BYTES = 64 << 20
+
+
+def _digest(v) -> int:
+    """A hash of a container too large or too deep to keep element by element."""
+    try:
+        items = list(v.items()) if isinstance(v, dict) else list(v)
+        return hash(tuple(repr(x) if not isinstance(x, torch.Tensor) else "<tensor>" for x in items))
+    except Exception:  # noqa: BLE001 - an unhashable or unprintable member: fall back to the size
+        return len(v)
+
+
+def _reduced_state(v):
+    """An itertools object's position, from its pickling state (cycle: the saved items and where it is)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # Python 3.12 deprecates pickling itertools objects
+            warnings.simplefilter("ignore")
+            r = v.__reduce__()
+    except Exception:  # noqa: BLE001
+        return None
+    state = r[2] if len(r) > 2 else None
+    text = repr(state)
+    return text if len(text) < 2000 else hash(text)
 
 
 def _iterator_position(v):
@@ -170,7 +236,7 @@ def _attrs(obj):
         yield "_parameters", ("keys", tuple(obj._parameters))
         yield "_buffers", ("keys", tuple(obj._buffers))
         yield "_modules", ("keys", tuple(obj._modules))
-    for k, v in list(getattr(obj, "__dict__", {}).items()):
+    for k, v in _instance_items(obj):
         if k in _SKIP_ATTRS or "hooks" in k or isinstance(v, (nn.Module, types.FunctionType, types.MethodType)):
             continue
         yield k, _fp(v)
@@ -210,11 +276,14 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
                 snap.update(((f"<closure {v.__qualname__}>", name), fp) for name, fp in _cells(v))
     for name, mod in modules:
         for k, v in list(vars(mod).items()):
-            if k.startswith("__") or isinstance(v, (types.ModuleType, type, types.FunctionType,
-                                                     types.BuiltinFunctionType)):
+            if k.startswith("__") or isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType)):
                 continue
-            if isinstance(v, _PLAIN):
+            if isinstance(v, types.FunctionType):  # a decorated function: the wrapper's `nonlocal` counters
+                snap.update(((f"<closure {v.__qualname__}>", cell), fp) for cell, fp in _cells(v))
+            elif isinstance(v, _PLAIN):
                 snap[(f"<module {name}>", k)] = _fp(v)
+            elif _is_user_object(v):  # a global metrics / config object: its attributes
+                snap.update(((f"<module {name}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
     for cls in _user_classes(objects):
         snap.update(_class_state(cls))
     return snap
@@ -256,15 +325,25 @@ class StateChange:
     def describe(self) -> str:
         where = f"{self.owner}.{self.attr}" if self.owner and not self.owner.startswith("<") else self.attr
         a, b = self.before, self.after
-        if _is_container(a) and _is_container(b) and a[:2] == b[:2] and len(a) == len(b) == 3:
+        if _is_container(a) and _is_container(b) and a[:2] == b[:2]:
             for (ka, va), (kb, vb) in zip(_items(a), _items(b)):  # same size: name the element that changed
                 if ka == kb and va != vb:
-                    return f"`{where}[{ka}]` ({_show(va)} -> {_show(vb)})"
+                    inner = StateChange("", f"{where}[{ka}]", va, vb).describe()  # nested: down to the leaf
+                    return inner if _is_container(va) and _is_container(vb) else f"`{where}[{ka}]` ({_show(va)} -> {_show(vb)})"
+        if _is_set(a) and _is_set(b):  # same size or not: which members left and came
+            gone, came = sorted(set(a[2]) - set(b[2])), sorted(set(b[2]) - set(a[2]))
+            return f"`{where}` (removed {', '.join(gone) or 'nothing'}; added {', '.join(came) or 'nothing'})"
         return f"`{where}` ({_show(a)} -> {_show(b)})"
 
 
 def _is_container(fp) -> bool:
-    return isinstance(fp, tuple) and bool(fp) and fp[0] in ("list", "tuple", "deque", "dict")
+    """A container fingerprint kept element by element (not a digest)."""
+    return isinstance(fp, tuple) and len(fp) == 3 and fp[0] in ("list", "tuple", "deque", "dict") \
+        and isinstance(fp[2], tuple)
+
+
+def _is_set(fp) -> bool:
+    return isinstance(fp, tuple) and len(fp) == 3 and fp[0] in ("set", "frozenset") and isinstance(fp[2], tuple)
 
 
 def _items(fp):
@@ -291,6 +370,8 @@ def _show(fp) -> str:
         return f"<{fp[1]} object>"
     if isinstance(fp, tuple) and fp and fp[0] == "ndarray":
         return f"array{list(fp[3])}" if isinstance(fp[3], tuple) else f"<ndarray {list(fp[1])} {fp[2]}>"
+    if isinstance(fp, tuple) and fp and fp[0] == "array":
+        return f"array('{fp[1]}') of {fp[2]}"
     if isinstance(fp, tuple) and fp and fp[0] == "keys":
         return "{" + ", ".join(fp[1]) + "}"
     s = repr(fp)

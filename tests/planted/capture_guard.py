@@ -2,7 +2,8 @@
 
 A wait behind `if x.is_cuda:` runs on the GPU inside the captured region. A wait behind
 `not torch.cuda.is_current_stream_capturing()` is skipped exactly while a graph is captured, so it
-never reaches a capture (a serving engine's profiling sync): not a finding.
+never reaches a capture (a serving engine's profiling sync): not a finding; Python bookkeeping
+under the same guard counts eager steps only (info).
 """
 
 import torch
@@ -14,6 +15,7 @@ class Guarded:
         self.lin = nn.Linear(8, 8).to(device)
         self.x = torch.zeros(2, 8, device=device)
         self.profile = True
+        self.eager_steps = 0
 
     def prepare(self, i):
         self.x.copy_(torch.randn(2, 8))
@@ -34,6 +36,8 @@ class Guarded:
         y = self._timing_sync(self.lin(self.x))
         if y.is_cuda:
             torch.cuda.synchronize()  # HAZARD: host-sync
+        if not torch.cuda.is_current_stream_capturing():
+            self.eager_steps += 1  # eager-only bookkeeping: info, a capture never runs it
         return y
 
 

@@ -2,7 +2,8 @@
 
 On a GPU each of these copies from pageable host memory, which capture refuses; on a CPU scan no
 copy happens, so the scan has to see where host data became a tensor and where it was sent.
-Constants built on the host without a device, or sent to the CPU, stay host tensors: no copy.
+Constants built on the host without a device, or sent to the CPU, stay host tensors: no copy. A
+Python list used as an index into a device tensor is copied to the device as well.
 """
 
 import numpy as np
@@ -29,7 +30,9 @@ class Staging:
         scale = torch.ones(2, 1).to(self.device, non_blocking=True)  # HAZARD: pageable-copy
         temp = self.logits.new_tensor([0.5])  # HAZARD: pageable-copy
         out = self.logits.index_fill(1, ban, 0.0).index_fill(1, eos, 0.0) * scale * temp
-        return torch.maximum(out, floor), host_only, empty
+        out[:, [2, 7]] = 0.0  # HAZARD: pageable-copy
+        picked = out[[1, 0]]  # HAZARD: pageable-copy
+        return torch.maximum(picked, floor), host_only, empty
 
 
 class StagingClean(Staging):
@@ -40,6 +43,8 @@ class StagingClean(Staging):
         self.eos = torch.zeros(1, dtype=torch.long, device=device)
         self.scale = torch.ones(2, 1, device=device)
         self.temp = torch.full((1,), 0.5, device=device)
+        self.cols = torch.tensor([2, 7], device=device)
+        self.rows = torch.tensor([1, 0], device=device)
 
     def prepare(self, i):
         super().prepare(i)
@@ -48,7 +53,8 @@ class StagingClean(Staging):
     @torch.no_grad()
     def step(self):
         out = self.logits.index_fill(1, self.ban, 0.0).index_fill(1, self.eos, 0.0) * self.scale * self.temp
-        return torch.maximum(out, self.floor)
+        out[:, self.cols] = 0.0
+        return torch.maximum(out[self.rows], self.floor)
 
 
 def make(device):

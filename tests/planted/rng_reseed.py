@@ -1,7 +1,8 @@
 """Planted reseeding inside the step (and a graph-safe twin).
 
-Per-request reproducible sampling often reseeds right before drawing. A CUDA generator refuses a
-new seed while a graph is being captured, and a replay would not reseed anyway.
+Per-request reproducible sampling often reseeds right before drawing: the global generators, or a
+request's own generator object. A CUDA generator refuses a new seed while a graph is being
+captured, and a replay would not reseed anyway.
 """
 
 import torch
@@ -11,6 +12,7 @@ class Reseed:
     def __init__(self, device):
         self.probs = torch.zeros(2, 10, device=device)
         self.seed = 0
+        self.gen = torch.Generator(device=device)
 
     def prepare(self, i):
         self.probs.copy_(torch.rand(2, 10))
@@ -24,7 +26,9 @@ class Reseed:
         state = torch.get_rng_state()
         second = torch.multinomial(self.probs, 1)
         torch.set_rng_state(state)  # HAZARD: rng
-        return first, second
+        self.gen.manual_seed(self.seed + 2)  # HAZARD: rng
+        third = torch.multinomial(self.probs, 1, generator=self.gen)  # HAZARD: rng
+        return first, second, third
 
 
 class ReseedClean(Reseed):

@@ -8,7 +8,8 @@ complete steady-state steps (module path, source line, op, occurrence) and diff 
   operand, a view / arange / zeros size, `torch.tensor(pos)` data): baked-host-value, wherever the
   value enters. When it also sets the output's shape (`buf[:n]`, `arange(n)`), both findings stand,
   each with its own fix: the value goes to a device tensor, the shape to a static maximum.
-  Calls whose input shapes already vary are left to dynamic-shape: their sizes follow the shapes
+  Calls whose input shapes already vary are left to dynamic-shape, unless steps with the same input
+  shapes got different values (then a host value is baked as well); their sizes follow the shapes
   (and a misaligned call of one line reads as changed arguments too).
 """
 
@@ -98,7 +99,15 @@ def varying_host_values(ctx):
         if len({r.args for r in recs}) < 2:
             continue
         if len({_shapes(r.inputs) for r in recs}) > 1:
-            continue  # sizes that follow a varying input shape: dynamic-shape, at the shape's origin
+            # sizes that follow a varying input shape are dynamic-shape's, at the shape's origin; but
+            # steps that saw the same input shapes and still got different values baked a host value
+            # (a cache that grows now and then, indexed with a Python position)
+            by_shape = defaultdict(list)
+            for r in recs:
+                by_shape[_shapes(r.inputs)].append(r)
+            recs = next((g for g in by_shape.values() if len(g) > 1 and len({r.args for r in g}) > 1), None)
+            if recs is None:
+                continue
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
     out = []
     for ((file, line, fn), op), items in groups.items():

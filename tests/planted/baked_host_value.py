@@ -4,6 +4,7 @@ prepare(i) sets the decode position as a Python int (host-side staging is fine);
 that the step turns it into kernel arguments, which a graph would freeze at capture. That holds
 wherever the value enters: a scalar operand, a slice bound, a view / arange / allocation size;
 when it also sets a shape, the line is a dynamic-shape finding too (each finding with its own fix).
+A cache that grows now and then still bakes the position into the steps between its growths.
 """
 
 import torch
@@ -14,11 +15,14 @@ class Baked:
         self.table = torch.zeros(4, 8, device=device)
         self.x = torch.zeros(8, device=device)
         self.pos = 0
+        self.cache = torch.zeros(4, 8, device=device)
 
     def prepare(self, i):
         self.table.copy_(torch.randn(4, 8))
         self.x.copy_(torch.randn(8))
         self.pos = 5 + i
+        if i == 3:  # a cache that grows now and then (rebuilt outside the step)
+            self.cache = torch.randn(8, 8, device=self.x.device)
 
     def step(self):
         pos = self.pos
@@ -33,8 +37,9 @@ class Baked:
         ramp = torch.arange(pos % 3 + 1, dtype=torch.float32, device=self.x.device)  # HAZARD: baked-host-value, dynamic-shape
         grid = self.x.view(pos % 2 + 1, -1)  # HAZARD: baked-host-value, dynamic-shape
         tail = self.table.new_zeros(pos % 5 + 1)  # HAZARD: baked-host-value, dynamic-shape
+        row = self.cache[pos % 4]  # HAZARD: baked-host-value, stale-input-pointer
         return (a.sum() + col.sum() + sel.sum() + scaled.sum() + filled.sum() + window.sum() + blocks.sum()
-                + head.sum() + ramp.sum() + grid.sum() + tail.sum())
+                + head.sum() + ramp.sum() + grid.sum() + tail.sum() + row.sum())
 
 
 class BakedClean:

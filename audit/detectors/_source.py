@@ -324,6 +324,30 @@ def names_cpu(filename: str, line: int) -> bool:
     return False
 
 
+def assigns_host_tensor(filename: str, attr: str, lines: tuple[int, int] | None = None) -> bool:
+    """Whether the source (or a span of it) assigns `<x>.attr` a tensor it names the CPU for:
+    `torch.zeros(..., device="cpu")`, `t.cpu()`, `t.to("cpu")` (a host tensor on a GPU too)."""
+    t = tree(filename)
+    if t is None:
+        return False
+    for node in ast.walk(t):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or (lines and not lines[0] <= node.lineno <= lines[1]):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets) or node.value is None:
+            continue
+        for call in ast.walk(node.value):
+            if not isinstance(call, ast.Call):
+                continue
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "cpu":
+                return True
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "to" and call.args[:1] and _cpu_expr(call.args[0]):
+                return True
+            if any(k.arg == "device" and _cpu_expr(k.value) for k in call.keywords):
+                return True
+    return False
+
+
 def _calls_on(filename: str, line: int, names) -> list[ast.Call]:
     t = tree(filename)
     if t is None:

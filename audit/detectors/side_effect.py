@@ -117,3 +117,42 @@ def _caller_of(ctx, site, step: int):
         if any(code.co_filename == file and code.co_name == fn for code, _ in r.stack):
             return ctx.caller_into(r, file, fn)
     return None
+
+
+def _host_tensors(ctx) -> dict[int, str]:
+    """Storage id -> 'owner.attr' of tensors the target keeps on the host on purpose: on a CUDA scan
+    those on the CPU, on a CPU scan those whose class source puts them on the CPU (`device="cpu"`,
+    `.cpu()`, `.to("cpu")`), since there every tensor is a host tensor."""
+    from audit.scan import state
+
+    out = {}
+    for path, obj in ctx.trace.objects:
+        spans = []
+        for cls in type(obj).__mro__:
+            try:
+                lines, start = inspect.getsourcelines(cls)
+                spans.append((inspect.getsourcefile(cls), (start, start + len(lines))))
+            except (OSError, TypeError):
+                continue
+        for name, t in list(getattr(obj, "__dict__", {}).items()):
+            if not isinstance(t, state.torch.Tensor) or t.device.type != "cpu" or t.dim() > 1 or t.numel() > 64:
+                continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
+            if ctx.cuda or any(_source.assigns_host_tensor(f, name, span) for f, span in spans if f):
+                out[state.storage_id(t)] = f"{path}.{name}" if path else name
+    return out
+
+
+@register("cpu-side-effect")
+def host_tensors_changed_in_place(ctx):
+    """A small host tensor (a step counter kept as `torch.zeros((), device="cpu")`) updated in place by
+    the step: on a GPU that op runs on the CPU, outside the graph, once at capture and never on replay."""
+    host = _host_tensors(ctx)
+    if not host:
+        return []
+    hits = [r for r in ctx.all_records() if not r.nested and r.op.endswith("_") and r.inputs and r.inputs[0].sid in host]
+    return [ctx.finding("cpu-side-effect", g[0], op, len(g) / ctx.n_steps,
+                        f"the step updates the host tensor `{host[g[0].inputs[0].sid]}` in place (`{op}`): on a GPU "
+                        "this runs on the CPU, outside the graph, so a replay would not redo it",
+                        fix="Keep the counter on the device and update it inside the step (`self.steps.add_(1)` on a "
+                            "device tensor), or do the host bookkeeping in prepare().")
+            for (_, _, op), g in ctx.per_site(hits).items()]

@@ -4,7 +4,8 @@ A free-slot set that gives one slot out and takes one back (same size), a slots 
 in an array('l'), a block table in a large numpy array, an itertools.cycle schedule, a tracker
 reachable only through a callback list of bound methods, counters in a decorator's closure, an
 element two containers deep written through a local alias, slot 40 of a 64-slot list, a dict
-mutated by a helper it is passed to, and a global metrics object. A replay would redo none of it.
+mutated by a helper it is passed to, a global metrics object, and a counter kept in a tensor put on
+the CPU on purpose. A replay would redo none of it.
 """
 
 import itertools
@@ -70,6 +71,7 @@ class Engine:
         self.slot = 40
         self.stats = {}
         self.i = 0
+        self.steps_cpu = torch.zeros((), dtype=torch.long, device="cpu")  # a host-side counter
 
     def prepare(self, i):
         self.x.copy_(torch.randn(4))
@@ -90,6 +92,7 @@ class Engine:
         self.num_tokens[self.slot] += 1  # HAZARD: cpu-side-effect
         bump(self.stats, "decode")
         METRICS.steps += 1  # HAZARD: cpu-side-effect
+        self.steps_cpu += 1  # HAZARD: cpu-side-effect
         return scale(self.x), adapter
 
 
@@ -110,6 +113,7 @@ class EngineClean(Engine):
         self.num_tokens[self.slot] += 1
         bump(self.stats, "decode")
         METRICS.steps += 1
+        self.steps_cpu += 1
 
     @torch.no_grad()
     def step(self):

@@ -9,6 +9,7 @@ change went through it, otherwise from the owner's source (the statements that m
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from collections import defaultdict
@@ -127,19 +128,25 @@ def _host_tensors(ctx) -> dict[int, str]:
 
     out = {}
     for path, obj in ctx.trace.objects:
-        spans = []
-        for cls in type(obj).__mro__:
-            try:
-                lines, start = inspect.getsourcelines(cls)
-                spans.append((inspect.getsourcefile(cls), (start, start + len(lines))))
-            except (OSError, TypeError):
-                continue
         for name, t in list(getattr(obj, "__dict__", {}).items()):
             if not isinstance(t, state.torch.Tensor) or t.device.type != "cpu" or t.dim() > 1 or t.numel() > 64:
                 continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
-            if ctx.cuda or any(_source.assigns_host_tensor(f, name, span) for f, span in spans if f):
+            if ctx.cuda or any(_source.assigns_host_tensor(f, name, span) for f, span in _class_spans(type(obj))):
                 out[state.storage_id(t)] = f"{path}.{name}" if path else name
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_spans(t: type) -> tuple:
+    """(file, (first, last line)) of a class and its bases that have source."""
+    spans = []
+    for cls in t.__mro__:
+        try:
+            lines, start = inspect.getsourcelines(cls)
+            spans.append((inspect.getsourcefile(cls), (start, start + len(lines))))
+        except (OSError, TypeError):
+            continue
+    return tuple(x for x in spans if x[0])
 
 
 @register("cpu-side-effect")

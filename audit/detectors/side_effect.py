@@ -14,7 +14,9 @@ import inspect
 import sys
 from collections import defaultdict
 
-from audit.detectors import _source, register
+import torch
+
+from audit.detectors import _mutations, _source, register
 
 
 def _owner(ctx, path: str):
@@ -61,7 +63,7 @@ def _source_sites(ctx, change, step: int):
     for file, span, glob in files:
         if not file:
             continue
-        for line, fn in _source.mutation_sites(file, attr, span, global_name=glob):
+        for line, fn in _mutations.mutation_sites(file, attr, span, global_name=glob):
             if fn not in ("__init__", "prepare"):
                 cands.append(((file, fn) in ran, file, line, fn))
     if not cands:
@@ -129,9 +131,9 @@ def _host_tensors(ctx) -> dict[int, str]:
     out = {}
     for path, obj in ctx.trace.objects:
         for name, t in list(getattr(obj, "__dict__", {}).items()):
-            if not isinstance(t, state.torch.Tensor) or t.device.type != "cpu" or t.dim() > 1 or t.numel() > 64:
+            if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.dim() > 1 or t.numel() > 64:
                 continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
-            if ctx.cuda or any(_source.assigns_host_tensor(f, name, span) for f, span in _class_spans(type(obj))):
+            if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in _class_spans(type(obj))):
                 out[state.storage_id(t)] = f"{path}.{name}" if path else name
     return out
 

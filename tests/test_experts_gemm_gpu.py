@@ -59,8 +59,14 @@ def _ref64(fmt, x, w, s, g, idx):
     return y
 
 
-def _call(T, fmt, x, w, s, g, idx, out=None):
-    return T.grouped_expert_gemm(fmt, x, w, s, idx, global_scale=g, out=out)
+def _call(T, fmt, x, w, s, g, idx, out=None, quant=False):
+    return T.grouped_expert_gemm(fmt, x, w, s, idx, global_scale=g, out=out, quant=quant)
+
+
+# quant=True (fp4) runs e4m3 x e4m3 tensor-core dots per 32-wide scale group: exact products, the
+# accumulation inside one k32 wgmma in Hopper's FP8 accumulator (fewer bits than fp32, see
+# tests/test_fp8_gemm_gpu.py). Wrong scales, nibble order or rows would be errors of order 1.
+FP8_DOT_TOL = 5e-4
 
 
 @pytest.mark.parametrize("fmt", ["fp4", "nvfp4"])
@@ -80,8 +86,35 @@ def test_grouped_experts_match_float64(fmt, shape, rng):
         assert torch.equal(y, _call(T, fmt, x, w, s, g, idx))
 
 
-@pytest.mark.parametrize("fmt", ["fp4", "nvfp4"])
-def test_grouped_experts_graph_replay_is_bitwise_equal_to_eager(fmt, rng):
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_grouped_experts_round_the_activation_in_the_kernel(shape, rng, capsys):
+    """quant=True on unrounded x (each 128-block at its own power-of-two magnitude): through identity
+    experts the output is fp8_fake_quant(x) bit for bit (the hardware path of the rounding and of the
+    nibble decode); through random FP4 banks it matches float64 on the rounded x within FP8_DOT_TOL."""
+    T = _kernel()
+    N, K = SHAPES[shape]
+    gen = _gen(rng)
+    w, s, _ = _bank("fp4", N, K, gen)
+    eye = Q.quantize_fp4(torch.eye(K, device="cuda"))
+    ew, es = eye[0].expand(E, K, K // 2).contiguous(), eye[1].expand(E, K, K // 32).contiguous()
+    for R in (96, 384):
+        mag = torch.exp2(torch.randint(-30, 31, (R, K // 128), device="cuda", generator=gen).float())
+        x = (torch.randn(R, K, device="cuda", generator=gen) * mag.repeat_interleave(128, 1)).bfloat16()
+        rounded = Q.fp8_fake_quant(x, 128)
+        assert not torch.equal(rounded, x)
+        idx = _route(R, gen)
+        assert torch.equal(_call(T, "fp4", x, ew, es, None, idx, quant=True), rounded.float())
+        y = _call(T, "fp4", x, w, s, None, idx, quant=True)
+        ref = _ref64("fp4", rounded, w, s, None, idx)
+        err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
+        with capsys.disabled():
+            print(f"\nexperts fp4 quant {shape} R={R}: max error / row max |y| = {err:.2e}")
+        assert err < FP8_DOT_TOL, (shape, R, err)
+        assert torch.equal(y, _call(T, "fp4", x, w, s, None, idx, quant=True))
+
+
+@pytest.mark.parametrize("fmt,quant", [("fp4", False), ("nvfp4", False), ("fp4", True)])
+def test_grouped_experts_graph_replay_is_bitwise_equal_to_eager(fmt, quant, rng):
     T = _kernel()
     N, K = SHAPES["w2"]
     gen = _gen(rng)
@@ -93,16 +126,16 @@ def test_grouped_experts_graph_replay_is_bitwise_equal_to_eager(fmt, rng):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # compile and warm up off the capture
-            _call(T, fmt, x, w, s, g, idx, out=y)
+            _call(T, fmt, x, w, s, g, idx, out=y, quant=quant)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            _call(T, fmt, x, w, s, g, idx, out=y)
+            _call(T, fmt, x, w, s, g, idx, out=y, quant=quant)
         for i in range(3):  # a new routing (the last: all rows to one expert) before each replay
             new = _route(R, gen) if i < 2 else torch.full((R,), 7, device="cuda", dtype=idx.dtype)
             idx.copy_(new)
             graph.replay()
-            assert torch.equal(y, _call(T, fmt, x, w, s, g, new)), (fmt, R, i)
+            assert torch.equal(y, _call(T, fmt, x, w, s, g, new, quant=quant)), (fmt, quant, R, i)
 
 
 def test_grouped_experts_timing_is_printed(rng):
@@ -111,7 +144,7 @@ def test_grouped_experts_timing_is_printed(rng):
     T = _kernel()
     gen = _gen(rng)
     lines = []
-    for fmt in ("fp4", "nvfp4"):
+    for fmt, quant in (("fp4", False), ("fp4", True), ("nvfp4", False)):
         for shape, (N, K) in SHAPES.items():
             w, s, g = _bank(fmt, N, K, gen)
             per_expert = N * K // 2 + s[0].numel()
@@ -119,12 +152,12 @@ def test_grouped_experts_timing_is_printed(rng):
                 x = torch.randn(R, K, device="cuda", generator=gen).bfloat16()
                 idxs = [_route(R, gen) for _ in range(50)]
                 y = torch.empty(R, N, device="cuda")
-                _call(T, fmt, x, w, s, g, idxs[0], out=y)
+                _call(T, fmt, x, w, s, g, idxs[0], out=y, quant=quant)
                 torch.cuda.synchronize()
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     for idx in idxs:
-                        _call(T, fmt, x, w, s, g, idx, out=y)
+                        _call(T, fmt, x, w, s, g, idx, out=y, quant=quant)
                 graph.replay()
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -134,7 +167,7 @@ def test_grouped_experts_timing_is_printed(rng):
                 us = start.elapsed_time(end) * 1e3 / 50
                 distinct = sum(len(i.unique()) for i in idxs) / 50
                 bn, bk, P = T.tiles(R, E, N, K)
-                lines.append(f"{fmt:5s} {shape} N={N} K={K} R={R:3d}: {us:7.1f} us/call, {distinct:4.1f} experts, "
+                lines.append(f"{fmt:5s}{' q' if quant else '  '} {shape} N={N} K={K} R={R:3d}: {us:7.1f} us/call, {distinct:4.1f} experts, "
                              f"{distinct * per_expert / us / 1e3:6.0f} GB/s (BLOCK_N {bn}, BLOCK_K {bk}, slots {P})")
             del w, s, g
     print("\n" + "\n".join(lines))

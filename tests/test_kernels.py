@@ -246,6 +246,28 @@ def test_fp8_op_with_quant_rounds_the_activation_first(rng):
     assert torch.equal(ops.fp8_gemv(x, w, s, 1, True), ops.fp8_gemv(fp8_fake_quant(x, 128), w, s))
 
 
+def test_fp4_expert_op_with_quant_rounds_the_activation_first(rng):
+    """dsv4::fp4_grouped_gemv(quant=True) on an unrounded x is the op on fp8_fake_quant(x) (the twin
+    here; the Triton kernel's in-launch rounding in tests/test_triton_experts_interpret.py), and the
+    dispatcher only asks for it where the rounding runs in a kernel (never on the CPU)."""
+    from dsv4 import kernels
+    from dsv4.kernels import ops
+    from dsv4.ops.quantize import fp8_fake_quant, quantize_fp4
+
+    banks = [quantize_fp4(torch.randn(64, 256, generator=rng)) for _ in range(3)]
+    w, s = torch.stack([b[0] for b in banks]), torch.stack([b[1] for b in banks])
+    x = (torch.randn(5, 256, generator=rng) * 3).bfloat16()
+    idx = torch.randint(3, (5,), generator=rng)
+    assert not torch.equal(fp8_fake_quant(x, 128), x)
+    assert torch.equal(ops.fp4_grouped_gemv(x, w, s, idx, True), ops.fp4_grouped_gemv(fp8_fake_quant(x, 128), w, s, idx))
+    before = kernels.use(True)
+    try:
+        assert not kernels.expert_rounds_in_kernel("fp4", x)
+        assert kernels.expert_gemv("nvfp4", x, {}, idx, quant=True) is None
+    finally:
+        kernels.use(before)
+
+
 def test_mix_sums_op_scaled_is_the_reference_mixes(rng):
     """dsv4::hc_mix_sums' dots times rsqrt(sumsq / K + eps) is mhc's rms(x) @ fn^T (the twin path
     here; the Triton kernel against float64 in tests/test_triton_interpret.py)."""

@@ -105,26 +105,37 @@ def test_fp8_gemm_one_pass_over_long_k():
 
 def test_fp8_gemm_rounds_the_activation_in_the_kernel_as_fp8_fake_quant_does():
     """quant=True takes x unrounded (here with a different power-of-two magnitude per 128 block and
-    row, so each block has its own activation scale, and some exact zeros and ties) and equals, bit
-    for bit, the kernel on `fp8_fake_quant(x, 128)`: the rounding happens in the prologue, not in a
-    kernel of its own. M = 1 and 2 (batch-1 decode) included; K % 128 != 0 is refused."""
+    row, so each block has its own activation scale, and some exact zeros and ties) and rounds it in
+    the prologue as `fp8_fake_quant(x, 128)` does: through identity weights (one product per output,
+    exact in any accumulation) the output is the rounded x bit for bit; through random weights it
+    matches the float64 product of the rounded x, with the e4m3 x e4m3 tensor-core dots (modelled
+    here: exact products, fp32 accumulator truncated per 32-wide K chunk). M = 1 and 2 (batch-1
+    decode) included; K % 128 != 0 is refused."""
     _interpret(_SETUP + textwrap.dedent("""
-        for M, N, K, G in ((1, 256, 512, 1), (2, 384, 256, 1), (5, 256, 1536, 1), (1, 2048, 256, 8),
-                           (17, 256, 512, 2)):
-            _, w, s = make(M, N, K, G)
-            mag = torch.exp2(torch.randint(-30, 31, (M * G, K // 128), generator=g).float())
-            x = (torch.randn(M * G, K, generator=g) * mag.repeat_interleave(128, 1))
+        def unrounded(rows, K):
+            mag = torch.exp2(torch.randint(-30, 31, (rows, K // 128), generator=g).float())
+            x = (torch.randn(rows, K, generator=g) * mag.repeat_interleave(128, 1))
             x[0, :64] = 0.0  # a half-zero block, and a whole zero block where K allows
             if K >= 512:
                 x[-1, 256:384] = 0.0
-            x = x.bfloat16()
-            fused = F.fp8_gemm(x, w, s, groups=G, quant=True)
+            return x.bfloat16()
+
+        for M, K in ((1, 512), (3, 256), (17, 384)):
+            x = unrounded(M, K)
+            eye, es = Q.quantize_fp8_blockwise(torch.eye(K))
             rounded = Q.fp8_fake_quant(x, 128)
             assert not torch.equal(rounded, x)  # the rounding changes x: the comparison can fail
-            assert torch.equal(fused, F.fp8_gemm(rounded, w, s, groups=G)), (M, N, K, G)
-            ref = ref64(rounded, w, s, G)
+            assert torch.equal(F.fp8_gemm(x, eye, es, quant=True), rounded.float()), (M, K)
+        for M, N, K, G in ((1, 256, 512, 1), (2, 384, 256, 1), (5, 256, 1536, 1), (1, 2048, 256, 8),
+                           (17, 256, 512, 2)):
+            _, w, s = make(M, N, K, G)
+            x = unrounded(M * G, K)
+            fused = F.fp8_gemm(x, w, s, groups=G, quant=True)
+            ref = ref64(Q.fp8_fake_quant(x, 128), w, s, G)
             err = ((fused.double() - ref).abs().amax(1) / ref.abs().amax(1).clamp(min=1e-300)).max().item()
             assert err < 2e-6, (M, N, K, G, err)
+            assert torch.equal(fused, F.fp8_gemm(x, w, s, groups=G, quant=True))  # deterministic
+        assert fp8_dots[0] > 0  # the e4m3 dot model ran
         _, w, s = make(1, 256, 320, 1)
         try:
             F.fp8_gemm(torch.randn(1, 320).bfloat16(), w, s, quant=True)

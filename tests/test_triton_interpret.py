@@ -32,15 +32,24 @@ import numpy as np
 import triton.language as tl
 from triton.runtime import interpreter as _I
 _dot, bf16_dots = _I.InterpreterBuilder.create_dot, [0]
+fp8_dots = [0]
+import torch as _torch
+_E4M3 = _torch.arange(256, dtype=_torch.uint8).view(_torch.float8_e4m3fn).double().numpy()  # e4m3 bits -> values
 def _create_dot(self, a, b, d, *args, **kwargs):
-    if a.dtype != tl.bfloat16 or b.dtype != tl.bfloat16:
+    if a.dtype == tl.float8e4nv and b.dtype == tl.float8e4nv:  # e4m3 x e4m3 (Hopper: K = 32 per instruction)
+        fp8_dots[0] += 1
+        A, B = (_E4M3[np.ascontiguousarray(t.data).view(np.uint8)] for t in (a, b))
+        chunk = 32
+    elif a.dtype == tl.bfloat16 and b.dtype == tl.bfloat16:
+        bf16_dots[0] += 1
+        bits = [np.ascontiguousarray(t.data).view(np.uint16).astype(np.uint32) << 16 for t in (a, b)]
+        A, B = (v.view(np.float32).astype(np.float64) for v in bits)  # bf16 values, exactly
+        chunk = 16
+    else:
         return _dot(self, a, b, d, *args, **kwargs)
-    bf16_dots[0] += 1
-    bits = [np.ascontiguousarray(t.data).view(np.uint16).astype(np.uint32) << 16 for t in (a, b)]
-    A, B = (v.view(np.float32).astype(np.float64) for v in bits)  # bf16 values, exactly
     acc = d.data.astype(np.float32)
-    for k in range(0, A.shape[-1], 16):
-        exact = acc.astype(np.float64) + A[..., k:k + 16] @ B[..., k:k + 16, :]
+    for k in range(0, A.shape[-1], chunk):
+        exact = acc.astype(np.float64) + A[..., k:k + chunk] @ B[..., k:k + chunk, :]
         acc = exact.astype(np.float32)
         up = np.abs(acc) > np.abs(exact)  # rounded away from zero: step back (truncate)
         acc[up] = np.nextafter(acc[up], np.float32(0))

@@ -98,7 +98,12 @@ class StaticMoE:
     def expert_linear(self, which: str, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """x [n, in] through expert idx[i]'s projection `which` -> fp32 [n, out]."""
         lin: Linear = getattr(self.template, "w1" if which == "w13" else which)
-        xq = lin.quantize_input(x.to(lin.act_dtype))
+        x = x.to(lin.act_dtype)
+        if lin.simulate_quant and kernels.expert_rounds_in_kernel(self.fmt, x):  # rounding in the kernel
+            y = kernels.expert_gemv(self.fmt, x, self.banks[which], idx, quant=True)
+            if y is not None:
+                return y
+        xq = lin.quantize_input(x)
         y = kernels.expert_gemv(self.fmt, xq, self.banks[which], idx)  # None: switch off, CPU, ...
         if y is not None:
             return y

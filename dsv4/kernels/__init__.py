@@ -20,7 +20,7 @@ import os
 
 import torch
 
-__all__ = ["enabled", "use", "available", "expert_gemv", "dense_gemv", "rounds_in_kernel", "bf16_dense_gemv",
+__all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel", "bf16_dense_gemv",
            "hc_mixes", "sparse_attention", "sinkhorn", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
@@ -96,14 +96,17 @@ def _applies(x: torch.Tensor) -> bool:
     return enabled() and x.is_cuda
 
 
-def expert_gemv(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor) -> torch.Tensor | None:
-    """The routed-expert kernel for StaticMoE, or None when the caller should use its twin."""
-    if not _applies(x) or fmt not in ("fp4", "nvfp4") or x.dtype != torch.bfloat16 or x.dim() != 2:
+def expert_gemv(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor, quant: bool = False) -> torch.Tensor | None:
+    """The routed-expert kernel for StaticMoE, or None when the caller should use its twin.
+    quant (fp4 only): x is unrounded and the op applies the FP8 activation rounding
+    (see `expert_rounds_in_kernel`)."""
+    if (not _applies(x) or fmt not in ("fp4", "nvfp4") or x.dtype != torch.bfloat16 or x.dim() != 2
+            or (quant and fmt != "fp4")):
         return None
     from dsv4.kernels import ops
 
     if fmt == "fp4":
-        return ops.fp4_grouped_gemv(x, bank["weight"], bank["scale"], idx)
+        return ops.fp4_grouped_gemv(x, bank["weight"], bank["scale"], idx, quant)
     return ops.nvfp4_grouped_gemv(x, bank["weight"], bank["scale"], bank["global_scale"], idx)
 
 
@@ -135,6 +138,16 @@ def rounds_in_kernel(x: torch.Tensor) -> bool:
     from dsv4.kernels import ops
 
     return ops.rounds_in_kernel(x.reshape(-1, x.shape[-1]))
+
+
+def expert_rounds_in_kernel(fmt: str, x: torch.Tensor) -> bool:
+    """Whether expert_gemv(fmt, x, ..., quant=True) rounds the activation inside the expert kernels
+    (FP4 banks on the batched Triton path), so a caller should hand it x unrounded."""
+    if fmt != "fp4" or not _applies(x) or x.dim() != 2:
+        return False
+    from dsv4.kernels import ops
+
+    return ops.expert_rounds_in_kernel(x)
 
 
 def bf16_dense_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:

@@ -17,7 +17,11 @@ power-of-two scale (exact), joins the running total with an ordinary fp32 add. S
 blocks never runs in the tensor-core accumulator, which may truncate (Fasi et al. 2021, see
 _triton_gemv.py); inside one block the chain is 128 long: ~2e-7 of a row's max |y| at K = 4096 under
 the interpreter tests' truncating tensor-core model. (`acc += part * scale` may become an FMA: the
-product is exact, so the result is the same.)
+product is exact, so the result is the same.) With quant=True the activation is on the e4m3 grid by
+construction, so the dot runs e4m3 x e4m3 (wgmma k32): the weight bytes go to the tensor cores
+unconverted and the x block by an exact cast. Products stay exact, but Hopper's FP8 MMA keeps fewer
+accumulator bits than fp32 inside its 128-long chain (the DeepSeek-V3 report measured ~14); the
+released FP8 GEMM promotes to fp32 per 128 block exactly as here.
 
 The dot is computed as y^T = W x^T ("swap AB"): the weight tile [BLOCK_N, BLOCK_K] is the MMA's
 M operand (64/128 rows, what Hopper's wgmma wants) and the few batch rows its N operand (16-64),
@@ -100,13 +104,13 @@ def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER
                      other=0.0)  # x^T [BLOCK_K, BLOCK_M] bf16
         wb = tl.load(w_ptr + rn[:, None] * swn + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < k_end),
                      other=0)  # e4m3 bytes [BLOCK_N, BLOCK_K]
-        w = wb.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)  # exact
         ws = _e8m0(tl.load(s_ptr + k0 // 128))
-        if QUANT:  # the activation block rounded here: its scale joins the weight block's
+        if QUANT:  # the activation block rounded here (its scale joins the weight block's): e4m3 x e4m3
             xq, xs = _act_round(xt)
-            acc += tl.dot(w, xq) * (ws * xs[None, :])  # powers of two: exact
-        else:
-            acc += tl.dot(w, xt) * ws  # a fresh fp32 partial per scale block, scaled exactly
+            w8 = wb.to(tl.float8e4nv, bitcast=True)  # straight from the loaded bytes to the tensor cores
+            acc += tl.dot(w8, xq.to(tl.float8e4nv)) * (ws * xs[None, :])  # xq is on the e4m3 grid: exact
+        else:  # any bf16 x: the weights widened to bf16 (exact)
+            acc += tl.dot(wb.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16), xt) * ws
     store_tile(acc, y_ptr, ws_ptr, cnt_ptr, rm[None, :] * sym + rn[:, None], (rm[None, :] < M) & (rn[:, None] < N),
                tl.num_programs(2), sys)
 

@@ -52,6 +52,29 @@ def store_tile(acc, y_ptr, ws_ptr, cnt_ptr, offs, mask, splits, split_stride):
 
 
 @triton.jit
+def store_small_tile(acc, y_ptr, ws_ptr, cnt_ptr, offs, mask, splits, split_stride, CHUNK: tl.constexpr):
+    """store_tile for a small tile split many ways (a reduction that needs 64+ programs to stream its
+    operand, e.g. the mHC mixes): the last program loads CHUNK partials per round trip as one
+    [CHUNK, tile] block and reduces it with a fixed tree (tl.sum), the chunks added in order."""
+    if splits == 1:
+        tl.store(y_ptr + offs, acc, mask=mask)
+    else:
+        tl.store(ws_ptr + tl.program_id(2) * split_stride + offs, acc, mask=mask)
+        tl.debug_barrier()
+        tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == splits - 1:
+            total = tl.zeros_like(acc)
+            for s0 in range(0, splits, CHUNK):
+                sp = s0 + tl.arange(0, CHUNK)
+                part = tl.load(ws_ptr + sp[:, None, None] * split_stride + offs[None, :, :],
+                               mask=(sp < splits)[:, None, None] & mask[None, :, :], other=0.0, cache_modifier=".cg")
+                total += tl.sum(part, axis=0)
+            tl.store(y_ptr + offs, total, mask=mask)
+            tl.atomic_xchg(cnt_ptr + tile, 0)
+
+
+@triton.jit
 def _partial(ws_ptr, offs, mask, s, splits, split_stride):
     """Split s's stored partial from L2 (zeros past the last split: adding them changes nothing)."""
     p = tl.load(ws_ptr + tl.minimum(s, splits - 1) * split_stride + offs, mask=mask, other=0.0, cache_modifier=".cg")

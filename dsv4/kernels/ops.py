@@ -18,7 +18,7 @@ from torch.library import custom_op
 
 from dsv4.ops import gemv as twins
 
-__all__ = ["triton_gemm", "settings", "rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "hc_mix_sums", "sparse_attention", "sinkhorn",
+__all__ = ["triton_gemm", "settings", "rounds_in_kernel", "expert_rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "hc_mix_sums", "sparse_attention", "sinkhorn",
            "topk"]
 
 _TRITON: list[bool] = []
@@ -59,14 +59,20 @@ def _(x, weight, scale, groups=1, quant=False):
 
 
 @custom_op("dsv4::fp4_grouped_gemv", mutates_args=())
-def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor) -> Tensor:
-    """Row r of x [R, K] bf16 through expert idx[r] of the FP4 bank weight [E, N, K/2] -> fp32 [R, N]."""
+def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor, quant: bool = False) -> Tensor:
+    """Row r of x [R, K] bf16 through expert idx[r] of the FP4 bank weight [E, N, K/2] -> fp32 [R, N].
+    quant: x is the unrounded activation, rounded first as fp8_fake_quant(x, 128) (the Triton kernel
+    does it in its grouping launch and then multiplies e4m3 x e4m3; `expert_rounds_in_kernel`)."""
     if x.is_cuda and triton_gemm(x.shape[0], "experts"):
         from dsv4.kernels import _triton_experts
 
-        y = _tiled(_triton_experts.grouped_expert_gemm, "fp4", x, weight, scale, idx)
+        y = _tiled(_triton_experts.grouped_expert_gemm, "fp4", x, weight, scale, idx, quant=quant)
         if y is not None:
             return y
+    if quant:
+        from dsv4.ops.quantize import fp8_fake_quant
+
+        x = fp8_fake_quant(x, 128)
     if x.is_cuda:
         from dsv4.kernels import launch
 
@@ -77,7 +83,7 @@ def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor) -> T
 
 
 @fp4_grouped_gemv.register_fake
-def _(x, weight, scale, idx):
+def _(x, weight, scale, idx, quant=False):
     return _rows_out(x, weight.shape[1])
 
 
@@ -227,6 +233,11 @@ def rounds_in_kernel(x: Tensor, groups: int = 1) -> bool:
     """True where fp8_gemv(x, ..., quant=True) rounds the activation inside the GEMM kernel (one
     launch, no rounding kernel in front); elsewhere the op rounds with torch ops first."""
     return x.is_cuda and triton_gemm(x.shape[0] // groups)
+
+
+def expert_rounds_in_kernel(x: Tensor) -> bool:
+    """True where fp4_grouped_gemv(x, ..., quant=True) rounds the activation inside its kernels."""
+    return x.is_cuda and triton_gemm(x.shape[0], "experts")
 
 
 def _tiled(kernel, *args, **kwargs) -> Tensor | None:

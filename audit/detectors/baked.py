@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from audit.detectors import register
+from audit.detectors._host import advanced, host_tensors
 
 
 def _aligned(ctx):
@@ -122,3 +123,44 @@ def varying_host_values(ctx):
             fix = SHAPE_FIX
         out.append(ctx.finding("baked-host-value", recs[0], op, len(items), msg, fix=fix or ""))
     return out
+
+
+@register("baked-host-value")
+def host_scalar_operands(ctx):
+    """A 0-dim host tensor computed in the step from a host counter the step advances (`decay = 0.9 **
+    self.steps_cpu`) and used as an operand of a device op (`h * decay`): the op reads it as a kernel
+    scalar, so a graph keeps the value of the capture step."""
+    live0 = advanced(ctx, host_tensors(ctx))
+    if not live0:
+        return []
+    hits, source = [], {}
+    for recs in ctx.steps:
+        live = dict(live0)  # storage id -> the advanced host tensor it derives from
+        for r in recs:
+            if r.kind != "aten" or r.nested or not r.inputs:
+                continue
+            mine = [m for m in r.inputs if m.sid in live]
+            if not mine:
+                continue
+            device = [m for m in r.inputs if m.sid not in live and (m.device.type != "cpu" or not ctx.cuda)]
+            if not device:  # host arithmetic on the counter: its small results are host scalars too
+                live.update((m.sid, live[mine[0].sid]) for m in r.outputs if _numel(m) <= 64)
+            elif not r.op.endswith("_") or r.inputs[0].sid not in live:
+                scalars = [m for m in mine if not m.shape]
+                if scalars:
+                    hits.append(r)
+                    source[id(r)] = live[scalars[0].sid]
+    return [ctx.finding("baked-host-value", g[0], op, len(g) / ctx.n_steps,
+                        f"`{op}` takes a 0-dim host tensor derived from `{source[id(g[0])]}`, which the step "
+                        "advances, as a scalar operand: the kernel gets its value at launch, so a graph replays "
+                        "the value of the capture step",
+                        fix="Keep the counter on the device (a 0-dim device tensor updated in place in the step), so "
+                            "the kernel reads it from memory on every replay.")
+            for (_, _, op), g in ctx.per_site(hits).items()]
+
+
+def _numel(m) -> int:
+    n = 1
+    for d in m.shape:
+        n *= d
+    return n

@@ -5,7 +5,8 @@ in an array('l'), a block table in a large numpy array, an itertools.cycle sched
 reachable only through a callback list of bound methods, counters in a decorator's closure, an
 element two containers deep written through a local alias, slot 40 of a 64-slot list, a dict
 mutated by a helper it is passed to, a global metrics object, and a counter kept in a tensor put on
-the CPU on purpose. A replay would redo none of it.
+the CPU on purpose (and a scalar computed from it that a device op reads at launch). A replay would
+redo none of it.
 """
 
 import itertools
@@ -72,6 +73,7 @@ class Engine:
         self.stats = {}
         self.i = 0
         self.steps_cpu = torch.zeros((), dtype=torch.long, device="cpu")  # a host-side counter
+        self.half_cpu = torch.full((), 0.5, device="cpu")  # a host scalar that never changes
 
     def prepare(self, i):
         self.x.copy_(torch.randn(4))
@@ -93,7 +95,8 @@ class Engine:
         bump(self.stats, "decode")
         METRICS.steps += 1  # HAZARD: cpu-side-effect
         self.steps_cpu += 1  # HAZARD: cpu-side-effect
-        return scale(self.x), adapter
+        decay = 0.5 ** self.steps_cpu  # host arithmetic on the counter: a 0-dim host tensor
+        return scale(self.x) * decay, adapter  # HAZARD: baked-host-value
 
 
 class EngineClean(Engine):
@@ -117,7 +120,7 @@ class EngineClean(Engine):
 
     @torch.no_grad()
     def step(self):
-        return self.x * 2
+        return self.x * self.half_cpu
 
 
 def make(device):

@@ -1,0 +1,47 @@
+"""Tensors a target keeps on the host on purpose (step counters, small host scalars), shared by the
+cpu-side-effect rule (the step advances one in place) and the baked-host-value rule (a scalar derived
+from one feeds a device op)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+
+from audit.detectors import _mutations
+
+
+def host_tensors(ctx) -> dict[int, str]:
+    """Storage id -> 'owner.attr' of tensors the target keeps on the host on purpose: on a CUDA scan
+    those on the CPU, on a CPU scan those whose class source puts them on the CPU (`device="cpu"`,
+    `.cpu()`, `.to("cpu")`), since there every tensor is a host tensor."""
+    from audit.scan import state
+
+    out = {}
+    for path, obj in ctx.trace.objects:
+        for name, t in list(getattr(obj, "__dict__", {}).items()):
+            if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.dim() > 1 or t.numel() > 64:
+                continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
+            if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in _class_spans(type(obj))):
+                out[state.storage_id(t)] = f"{path}.{name}" if path else name
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_spans(t: type) -> tuple:
+    """(file, (first, last line)) of a class and its bases that have source."""
+    spans = []
+    for cls in t.__mro__:
+        try:
+            lines, start = inspect.getsourcelines(cls)
+            spans.append((inspect.getsourcefile(cls), (start, start + len(lines))))
+        except (OSError, TypeError):
+            continue
+    return tuple(x for x in spans if x[0])
+
+
+def advanced(ctx, host: dict[int, str]) -> dict[int, str]:
+    """The host tensors the step updates in place (storage id -> name)."""
+    return {r.inputs[0].sid: host[r.inputs[0].sid] for r in ctx.all_records()
+            if not r.nested and r.op.endswith("_") and r.inputs and r.inputs[0].sid in host}

@@ -299,15 +299,19 @@ def test_sparse_attention_op_twin_is_the_reference(rng):
         kernels.use(before)
 
 
-def test_layer_kernels_are_opt_in_until_measured(monkeypatch):
-    """The mixes and attention kernels stay out unless DSV4_TRITON_<name>=1 (LAYER_KERNELS_ON holds the
-    measured defaults); 0 turns one off whatever the default."""
+def test_layer_kernels_run_from_their_measured_row_counts(monkeypatch):
+    """Unset, DSV4_TRITON_<name> leaves a layer kernel to LAYER_KERNEL_MIN_ROWS (the attention kernel
+    from 16 rows, the mixes kernel never); 1 / 0 turns one on / off at any row count."""
     from dsv4 import kernels
 
+    monkeypatch.setitem(kernels.LAYER_KERNEL_MIN_ROWS, "ATTN", 16)
+    monkeypatch.setitem(kernels.LAYER_KERNEL_MIN_ROWS, "MIXES", None)
     for name in ("MIXES", "ATTN"):
         monkeypatch.delenv(f"DSV4_TRITON_{name}", raising=False)
-        assert kernels._off(name) == (not kernels.LAYER_KERNELS_ON[name])
+    assert kernels._off("ATTN", 15) and not kernels._off("ATTN", 16) and not kernels._off("ATTN", 64)
+    assert kernels._off("MIXES", 1) and kernels._off("MIXES", 64)
+    for name in ("MIXES", "ATTN"):
         monkeypatch.setenv(f"DSV4_TRITON_{name}", "1")
-        assert not kernels._off(name)
+        assert not kernels._off(name, 1)
         monkeypatch.setenv(f"DSV4_TRITON_{name}", "0")
-        assert kernels._off(name)
+        assert kernels._off(name, 64)

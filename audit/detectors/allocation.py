@@ -30,22 +30,34 @@ def _attribute_sids(ctx) -> dict[int, str]:
     return {state.storage_id(t): name for name, t in state.tensor_attrs(ctx.trace.objects)}
 
 
-@register("step-allocation")
-def escaped_into_state(ctx):
-    """A tensor allocated in one audited step and read by a later one: silent under replay."""
+def escapes(ctx) -> dict:
+    """(alloc step, alloc index) -> the first record of a later step that reads that allocation."""
     born = ctx.trace.born
-    escapes: dict = {}  # (alloc step, alloc index) -> first reader record
+    out: dict = {}
     for s, recs in enumerate(ctx.steps):
         for r in recs:
             for m in r.inputs:
                 b = born.get(m.sid)
-                if b is not None and b[0] < s and b not in escapes:
-                    escapes[b] = r
-    if not escapes:
+                if b is not None and b[0] < s and b not in out:
+                    out[b] = r
+    return out
+
+
+def escape_lines(ctx) -> set:
+    """(file, line) of the allocations that escaped into a later step (reported here as silent)."""
+    return {ctx.where(ctx.steps[s][i])[:2] for s, i in escapes(ctx)}
+
+
+@register("step-allocation")
+def escaped_into_state(ctx):
+    """A tensor allocated in one audited step and read by a later one: silent under replay."""
+    escapes_ = escapes(ctx)
+    if not escapes_:
         return []
     holders = _attribute_sids(ctx)
+    born = ctx.trace.born
     by_site: dict = {}
-    for (s, i), reader in escapes.items():
+    for (s, i), reader in escapes_.items():
         alloc = ctx.steps[s][i]
         by_site.setdefault(ctx.where(alloc) + (alloc.op,), []).append((alloc, reader))
     held_at = {}

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 from audit.detectors import _mutations, _source, register
 from audit.detectors._host import host_tensors
+from audit.detectors.allocation import escape_lines
 
 
 def _owner(ctx, path: str):
@@ -82,6 +83,7 @@ def python_state_changes(ctx):
     for r in ctx.all_records(("setattr",)):
         setattrs[r.note].append(r)
     out = []
+    escaped = escape_lines(ctx)
     for (owner, attr), hits in changed.items():
         s, c = hits[0]
         count = len(hits) / ctx.n_steps
@@ -92,6 +94,10 @@ def python_state_changes(ctx):
             out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, text, severity=sev))
             continue
         sites = _source_sites(ctx, c, s)
+        if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:
+            sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it
+            if not sites:
+                continue
         if not sites:
             out.append(ctx.finding("cpu-side-effect", ("<python state>", 0, ""), "mutate", count,
                                    msg + " (no source line found)", module=owner))

@@ -146,8 +146,10 @@ def _fp(v, depth: int = 0):
     their bytes, iterators and itertools objects by their position."""
     if isinstance(v, _PRIMS):
         return "nan" if isinstance(v, float) and math.isnan(v) else v
-    if isinstance(v, torch.Tensor):
-        return "<tensor>"
+    if isinstance(v, torch.Tensor):  # an attribute's tensor is the tensor detectors' business; a
+        # container's member is Python state: the step that puts another tensor there (a deque window,
+        # a list slot) changes what a replay would not
+        return "<tensor>" if depth == 0 else ("tensor", id(v))
     if isinstance(v, (torch.dtype, torch.device, torch.Size)):
         return v
     if isinstance(v, (list, tuple, deque)):
@@ -322,6 +324,11 @@ class StateChange:
     before: object
     after: object
 
+    @property
+    def tensor_members_only(self) -> bool:
+        """The change is only which tensor objects a container holds (a slot rebound to a new tensor)."""
+        return _masked(self.before) == _masked(self.after)
+
     def describe(self) -> str:
         where = f"{self.owner}.{self.attr}" if self.owner and not self.owner.startswith("<") else self.attr
         a, b = self.before, self.after
@@ -334,6 +341,15 @@ class StateChange:
             gone, came = sorted(set(a[2]) - set(b[2])), sorted(set(b[2]) - set(a[2]))
             return f"`{where}` (removed {', '.join(gone) or 'nothing'}; added {', '.join(came) or 'nothing'})"
         return f"`{where}` ({_show(a)} -> {_show(b)})"
+
+
+def _masked(fp):
+    """A fingerprint with its tensor members' identities blanked."""
+    if isinstance(fp, tuple) and len(fp) == 2 and fp[0] == "tensor":
+        return "<tensor>"
+    if isinstance(fp, tuple):
+        return tuple(_masked(x) for x in fp)
+    return fp
 
 
 def _is_container(fp) -> bool:

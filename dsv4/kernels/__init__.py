@@ -77,18 +77,22 @@ def fp8_gemv(x, weight, scale, out=None):
     return launch.fp8_gemv(x, weight, scale, out)
 
 
-# Layer kernels that are opt-in until an H200 run shows them faster than what they replace
-# (dsv4/kernels/NOTES.md, session 6): the mixes kernel measured 11.6 us per site at batch 1 against
-# ~5 us for the three launches it replaces; the attention kernel's GPU test has not passed yet.
-LAYER_KERNELS_ON = {"MIXES": False, "ATTN": False}
+# Layer kernels, from the rows of a step at which the H200 measured them faster than what they
+# replace (dsv4/kernels/NOTES.md, session 7); None: off unless asked for. The attention kernel took
+# 30 us per layer at batch 1 and at batch 16 alike (its loop over the keys is serial), against ~20 us
+# for the cuBLAS batched matmuls and softmax kernels it replaces at batch 1 and ~45 us at batch 16.
+# The mixes kernel took 5.8 us per site at batch 1 (~5 us for the launches it replaces) and 19 us at
+# batch 16 (~14 us).
+LAYER_KERNEL_MIN_ROWS: dict[str, int | None] = {"MIXES": None, "ATTN": 16}
 
 
-def _off(name: str) -> bool:
-    """Whether one Triton layer kernel is left out: DSV4_TRITON_<name>=1 / 0 turns it on / off,
-    unset takes LAYER_KERNELS_ON (an A/B switch for the bench, recorded in its row notes)."""
+def _off(name: str, rows: int) -> bool:
+    """Whether one Triton layer kernel is left out for a step of `rows` rows: DSV4_TRITON_<name>=1 / 0
+    turns it on / off everywhere, unset takes LAYER_KERNEL_MIN_ROWS (A/B switch recorded by the bench)."""
     v = os.environ.get(f"DSV4_TRITON_{name}", "").strip().lower()
     if not v:
-        return not LAYER_KERNELS_ON[name]
+        least = LAYER_KERNEL_MIN_ROWS[name]
+        return least is None or rows < least
     return v in ("0", "false", "no", "off")
 
 
@@ -167,12 +171,12 @@ def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | No
     """mhc.hc_mixes in one launch: rms(x) @ fn^T for the flattened streams x [..., K] (bf16 or fp32,
     fn [J, K]) -> fp32 [..., J], or None to use the twin. The kernel returns the dot products and the
     sum of squares; the RMS scale is applied here (a pointwise op for the compiler to fuse).
-    Opt-in: DSV4_TRITON_MIXES=1 (LAYER_KERNELS_ON)."""
+    Off unless DSV4_TRITON_MIXES=1 (LAYER_KERNEL_MIN_ROWS)."""
     K = fn.shape[-1]
-    if not _applies(x) or x.shape[-1] != K or x.dtype not in (torch.bfloat16, torch.float32) or _off("MIXES"):
+    if not _applies(x) or x.shape[-1] != K or x.dtype not in (torch.bfloat16, torch.float32):
         return None
     x2 = x.reshape(-1, K)
-    if x2.shape[0] > MAX_DENSE_ROWS:
+    if x2.shape[0] > MAX_DENSE_ROWS or _off("MIXES", x2.shape[0]):
         return None
     from dsv4.kernels import ops
 
@@ -186,10 +190,10 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | N
                      probs_dtype: torch.dtype) -> torch.Tensor | None:
     """layers/attention.sparse_attention in one launch for decode in bfloat16 mode (q [B, 1, H, D],
     keys [B, N, D], mask [B, 1, N] bool or None, bf16 probabilities), or None to use the reference.
-    Opt-in: DSV4_TRITON_ATTN=1 (LAYER_KERNELS_ON)."""
+    From 16 rows (batch), or as DSV4_TRITON_ATTN=1 / 0 says (LAYER_KERNEL_MIN_ROWS)."""
     if (not _applies(q) or q.dim() != 4 or q.shape[1] != 1 or q.dtype != torch.bfloat16 or keys.dtype != torch.bfloat16
             or probs_dtype != torch.bfloat16 or q.shape[-1] & (q.shape[-1] - 1)
-            or _off("ATTN")):
+            or _off("ATTN", q.shape[0])):
         return None
     from dsv4.kernels import ops
 

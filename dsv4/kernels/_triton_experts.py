@@ -38,7 +38,6 @@ Expert ids outside [0, E) are not checked (the twin would raise): such rows' out
 from __future__ import annotations
 
 import contextlib
-import os
 
 import torch
 import triton
@@ -52,19 +51,17 @@ BLOCK_R = 64  # rows per program of the grouping kernel
 TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200
 FORMATS = {"fp4": 32, "nvfp4": 16}  # elements per scale
 QUANT_BLOCKS = 8  # 128-blocks of one x row rounded per program of the grouping launch (quant path)
-FP8_GROUPS = 4  # 32-wide scale groups per K step of the quant path (one activation block)
-FP8_BLOCK_N = 64  # weight rows per program of the quant path: the wgmma's M
 TUNE = overrides.from_env("experts")  # overrides for a sweep: bn, bk, warps, stages (python -m dsv4.kernels.tune)
 
 
 @triton.jit
 def _group_kernel(idx_ptr, rows_ptr, slot_expert_ptr, slot_start_ptr, slot_count_ptr, R, P,
-                  x_ptr, x8_ptr, xs_ptr, K, sxm, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr, QB: tl.constexpr):
+                  x_ptr, xr_ptr, K, sxm, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr, QB: tl.constexpr):
     pid = tl.program_id(0)
     jr = tl.arange(0, BLOCK_R)
     n_sort = tl.cdiv(R, BLOCK_R)
-    if pid > n_sort:  # (quant path) x row chunk -> e4m3 bytes and the UE8M0 scale per 128 block
-        _round_rows(x_ptr, x8_ptr, xs_ptr, pid - n_sort - 1, K, sxm, QB)
+    if pid > n_sort:  # (quant path) one chunk of an x row, rounded to e4m3 times its block scale
+        _round_rows(x_ptr, xr_ptr, pid - n_sort - 1, K, sxm, QB)
     elif pid < n_sort:  # sorted position of each of this program's rows
         r = pid * BLOCK_R + jr
         ir = tl.load(idx_ptr + r, mask=r < R, other=0).to(tl.int32)
@@ -95,77 +92,16 @@ def _group_kernel(idx_ptr, rows_ptr, slot_expert_ptr, slot_start_ptr, slot_count
 
 
 @triton.jit
-def _round_rows(x_ptr, x8_ptr, xs_ptr, chunk, K, sxm, QB: tl.constexpr):
-    """One QB x 128 chunk of one x row, rounded as fp8_fake_quant(x, 128) does (the FP8
-    GEMM's prologue rounding): e4m3 bytes into x8 [R, K], scales into xs [R, K / 128]."""
+def _round_rows(x_ptr, xr_ptr, chunk, K, sxm, QB: tl.constexpr):
+    """One QB x 128 chunk of one x row rounded as fp8_fake_quant(x, 128) does (the FP8 GEMM's prologue
+    rounding) into xr [R, K] bf16: e4m3 values times a power of two are bf16 values, so this is exact."""
     per_row = tl.cdiv(K, 128 * QB)
     r = chunk // per_row
     b = (chunk % per_row) * QB + tl.arange(0, QB)  # this chunk's 128-blocks
     kk = b[None, :] * 128 + tl.arange(0, 128)[:, None]  # [128, QB]
     ok = kk < K
     xq, xs = _act_round(tl.load(x_ptr + r * sxm + kk, mask=ok, other=0.0))
-    tl.store(x8_ptr + r * K + kk, xq.to(tl.float8e4nv).to(tl.uint8, bitcast=True), mask=ok)
-    tl.store(xs_ptr + r * (K // 128) + b, xs, mask=b < K // 128)
-
-
-@triton.jit
-def _e2m1_lo(wb, ASM: tl.constexpr):
-    """Packed e2m1 bytes -> the e4m3 bytes of (low nibble) * 2^-6, exactly: an e2m1 code s.ee.m placed
-    at e4m3 bits s.00ee.m00 is e2m1 * 2^-6 (ee = 0 lands on e4m3's subnormals with the same identity).
-    On the GPU four bytes per 32-bit register in five integer instructions."""
-    if ASM:
-        return tl.inline_asm_elementwise(
-            "{ .reg .b32 t1, t2; and.b32 t1, $1, 0x08080808; shl.b32 t1, t1, 4; shl.b32 t2, $1, 2; "
-            "and.b32 t2, t2, 0x1C1C1C1C; or.b32 $0, t1, t2; }", "=r,r", [wb], dtype=tl.uint8, is_pure=True, pack=4)
-    w = wb.to(tl.int32)
-    return (((w & 8) << 4) | ((w & 7) << 2)).to(tl.uint8)
-
-
-@triton.jit
-def _e2m1_hi(wb, ASM: tl.constexpr):
-    """As _e2m1_lo for the high nibble (the odd element): sign bit 7 stays, magnitude bits 4-6 -> 2-4."""
-    if ASM:
-        return tl.inline_asm_elementwise(
-            "{ .reg .b32 t1, t2; and.b32 t1, $1, 0x80808080; shr.b32 t2, $1, 2; "
-            "and.b32 t2, t2, 0x1C1C1C1C; or.b32 $0, t1, t2; }", "=r,r", [wb], dtype=tl.uint8, is_pure=True, pack=4)
-    w = wb.to(tl.int32)
-    return ((w & 0x80) | ((w >> 2) & 0x1C)).to(tl.uint8)
-
-
-@triton.jit
-def _experts_fp8_kernel(x8_ptr, xs_ptr, w_ptr, s_ptr, y_ptr, rows_ptr, slot_expert_ptr, slot_start_ptr,
-                        slot_count_ptr, N, K, swe, swn, sse, ssn, sym,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, ASM: tl.constexpr):
-    """FP4 bank x rounded activations: per 32-wide scale group one e4m3 x e4m3 dot y^T = W x^T (the
-    weight tile is the wgmma's 64-row operand, the slot's rows its N), scaled by the weight group's
-    2^(b-127) * 2^6 and the activation block's scale (powers of two: exact) and added in fp32."""
-    slot = tl.program_id(1)
-    count = tl.load(slot_count_ptr + slot)
-    expert = tl.load(slot_expert_ptr + slot).to(tl.int64)
-    start = tl.load(slot_start_ptr + slot)
-    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rb = tl.arange(0, 16)
-    rk = tl.arange(0, 32)
-    n_ok = rn < N
-    w_tile = w_ptr + expert * swe + rn[:, None] * swn + rb[None, :]
-    s_row = s_ptr + expert * sse + rn * ssn
-    for m0 in range(0, count, BLOCK_M):  # no iteration for an empty slot
-        m = m0 + tl.arange(0, BLOCK_M)
-        m_ok = m < count
-        rows = tl.load(rows_ptr + start + m, mask=m_ok, other=0).to(tl.int64)
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # y^T
-        for k0 in range(0, K, 32 * GROUPS):
-            xs = tl.load(xs_ptr + rows * (K // 128) + k0 // 128, mask=m_ok, other=0.0)  # GROUPS * 32 <= 128
-            for g in tl.static_range(GROUPS):
-                kg = k0 + 32 * g
-                xt = tl.load(x8_ptr + rows[None, :] * K + kg + rk[:, None], mask=m_ok[None, :], other=0)
-                wb = tl.load(w_tile + kg // 2, mask=n_ok[:, None], other=0)  # [BLOCK_N, 16] packed
-                sb = tl.load(s_row + kg // 32, mask=n_ok, other=0).to(tl.int32) & 0xFF
-                w8 = tl.reshape(tl.join(_e2m1_lo(wb, ASM), _e2m1_hi(wb, ASM)), (BLOCK_N, 32))
-                part = tl.dot(w8.to(tl.float8e4nv, bitcast=True), xt.to(tl.float8e4nv, bitcast=True))
-                mult = ((sb + 6) << 23).to(tl.float32, bitcast=True)  # 2^(b - 127) * 2^6
-                acc += part * (mult[:, None] * xs[None, :])
-        tl.store(y_ptr + rows[None, :] * sym + rn[:, None], acc, mask=m_ok[None, :] & n_ok[:, None])
+    tl.store(xr_ptr + r * K + kk, (xq.to(tl.float32) * xs[None, :]).to(tl.bfloat16), mask=ok)
 
 
 @triton.jit
@@ -237,7 +173,7 @@ def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: 
     """Row r of x [R, K] bf16 through expert idx[r] of weight [E, N, K/2] (packed e2m1) with scale
     [E, N, K/32] UE8M0 (fp4) or [E, N, K/16] e4m3 and global_scale [E] fp32 (nvfp4) -> fp32 [R, N].
     quant: x is first rounded as `fp8_fake_quant(x, 128)` does (the released activation rounding),
-    inside the grouping launch; for fp4 the products then run as e4m3 x e4m3 dots."""
+    by extra programs of the grouping launch: no rounding kernel in front of the GEMM."""
     if fmt not in FORMATS:
         raise ValueError(f"grouped_expert_gemm: format {fmt!r}, expected one of {sorted(FORMATS)}")
     nv = fmt == "nvfp4"
@@ -262,21 +198,14 @@ def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: 
     bn, bk, P = tiles(R, E, N, K)
     work = torch.empty(R + 3 * P, dtype=torch.int32, device=x.device)
     rows, slot_expert, slot_start, slot_count = work[:R], work[R:R + P], work[R + P:R + 2 * P], work[R + 2 * P:]
-    x8 = torch.empty(R, K if quant else 0, dtype=torch.uint8, device=x.device)
-    xs = torch.empty(R, K // 128 if quant else 0, dtype=torch.float32, device=x.device)
+    xr = torch.empty(R, K if quant else 0, dtype=torch.bfloat16, device=x.device)
     chunks = R * triton.cdiv(K, 128 * QUANT_BLOCKS) if quant else 0
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         _group_kernel[(triton.cdiv(R, BLOCK_R) + 1 + chunks,)](
-            idx, rows, slot_expert, slot_start, slot_count, R, P, x, x8, xs, K, x.stride(0),
+            idx, rows, slot_expert, slot_start, slot_count, R, P, x, xr, K, x.stride(0),
             BLOCK_R=BLOCK_R, BLOCK_E=triton.next_power_of_2(E), QB=QUANT_BLOCKS)
-        if quant and not nv:
-            _experts_fp8_kernel[(triton.cdiv(N, FP8_BLOCK_N), P)](
-                x8, xs, w, s, y, rows, slot_expert, slot_start, slot_count, N, K, w.stride(0), w.stride(1),
-                s.stride(0), s.stride(1), y.stride(0), BLOCK_M=BLOCK_M, BLOCK_N=FP8_BLOCK_N, GROUPS=FP8_GROUPS,
-                ASM=x.is_cuda and not _interpreting(), num_warps=4, num_stages=TUNE.get("stages", 4))
-            return y
-        if quant:  # nvfp4: the rounded rows (e4m3 bytes times their scale, exact in bf16) into the bf16 path
-            x = (x8.view(torch.float8_e4m3fn).float().unflatten(1, (-1, 128)) * xs[..., None]).flatten(1).bfloat16()
+        if quant:  # the rounded rows, written by the grouping launch (ordered before the next launch)
+            x = xr
         _experts_kernel[(triton.cdiv(N, bn), P)](
             x, w, s, g, y, rows, slot_expert, slot_start, slot_count, N, K, x.stride(0), w.stride(0), w.stride(1),
             s.stride(0), s.stride(1), y.stride(0), NV=nv, BLOCK_M=BLOCK_M, BLOCK_N=bn, BLOCK_K=bk,
@@ -284,5 +213,3 @@ def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: 
     return y
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -62,7 +62,7 @@ def _(x, weight, scale, groups=1, quant=False):
 def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor, quant: bool = False) -> Tensor:
     """Row r of x [R, K] bf16 through expert idx[r] of the FP4 bank weight [E, N, K/2] -> fp32 [R, N].
     quant: x is the unrounded activation, rounded first as fp8_fake_quant(x, 128) (the Triton kernel
-    does it in its grouping launch and then multiplies e4m3 x e4m3; `expert_rounds_in_kernel`)."""
+    does it in its grouping launch; `expert_rounds_in_kernel`)."""
     if x.is_cuda and triton_gemm(x.shape[0], "experts"):
         from dsv4.kernels import _triton_experts
 

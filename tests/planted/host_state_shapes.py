@@ -5,12 +5,13 @@ in an array('l'), a block table in a large numpy array, an itertools.cycle sched
 reachable only through a callback list of bound methods, counters in a decorator's closure, an
 element two containers deep written through a local alias, slot 40 of a 64-slot list, a dict
 mutated by a helper it is passed to, a global metrics object, and a counter kept in a tensor put on
-the CPU on purpose (and a scalar computed from it that a device op reads at launch). A replay would
-redo none of it.
+the CPU on purpose (and a scalar computed from it that a device op reads at launch), and a full
+deque of recent tensors that takes a new one. A replay would redo none of it.
 """
 
 import itertools
 from array import array
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +75,7 @@ class Engine:
         self.i = 0
         self.steps_cpu = torch.zeros((), dtype=torch.long, device="cpu")  # a host-side counter
         self.half_cpu = torch.full((), 0.5, device="cpu")  # a host scalar that never changes
+        self.recent = deque([torch.zeros(4, device=device) for _ in range(3)], maxlen=3)  # full from the start
 
     def prepare(self, i):
         self.x.copy_(torch.randn(4))
@@ -95,6 +97,8 @@ class Engine:
         bump(self.stats, "decode")
         METRICS.steps += 1  # HAZARD: cpu-side-effect
         self.steps_cpu += 1  # HAZARD: cpu-side-effect
+        kept = self.x * 2
+        self.recent.append(kept)  # HAZARD: cpu-side-effect
         decay = 0.5 ** self.steps_cpu  # host arithmetic on the counter: a 0-dim host tensor
         return scale(self.x) * decay, adapter  # HAZARD: baked-host-value
 
@@ -117,6 +121,7 @@ class EngineClean(Engine):
         bump(self.stats, "decode")
         METRICS.steps += 1
         self.steps_cpu += 1
+        self.recent.append(self.x * 2)
 
     @torch.no_grad()
     def step(self):

@@ -136,6 +136,20 @@ def chooser(filename: str, line: int) -> int | None:
     return node.lineno
 
 
+def picked_by(filename: str, line: int) -> int | None:
+    """The statement that picked the callee of a call on `line` from a container by a computed index
+    (`head = self.heads[self.bucket]` then `head(x)`): the latest such assignment before `line`."""
+    func = enclosing_function(filename, line)
+    if func is None:
+        return None
+    names = {n.func.id for n in ast.walk(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.lineno <= line <= (n.end_lineno or n.lineno)}
+    picks = [n.lineno for n in ast.walk(func) if isinstance(n, ast.Assign) and n.lineno < line
+             and isinstance(n.value, ast.Subscript) and not isinstance(n.value.slice, ast.Constant)
+             and any(isinstance(t, ast.Name) and t.id in names for t in n.targets)]
+    return max(picks, default=None)
+
+
 def loop_guards(filename: str, line: int) -> set[int]:
     """Lines of the guard clauses (`if ...: continue/break`) in the body of the loop that starts on
     `line`; empty when no loop starts there."""

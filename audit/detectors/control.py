@@ -104,9 +104,10 @@ def locate(ctx, p, a, b):
                 if line:
                     return _at(code, line)
     if i == len(sa) == len(sb) and a.module != b.module:
-        fr = _module_call_frame(ctx, a, b)
+        fr = _module_call_frame(ctx, a, b) or (sa[-1] if sa else None)  # else the call's own line
         if fr:
-            return _at(fr[0], _source.chooser(fr[0].co_filename, fr[1]) or fr[1])
+            file = fr[0].co_filename
+            return _at(fr[0], _source.chooser(file, fr[1]) or _source.picked_by(file, fr[1]) or fr[1])
     code, line = (sa[i - 1] if 0 < i <= len(sa) else sa[-1])
     return _at(code, line)
 

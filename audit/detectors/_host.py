@@ -41,7 +41,11 @@ def _class_spans(t: type) -> tuple:
     return tuple(x for x in spans if x[0])
 
 
+def in_place_updates(ctx, host: dict[int, str]) -> list:
+    """The step's in-place ops on those host tensors (`self.steps_cpu += 1`)."""
+    return [r for r in ctx.all_records() if not r.nested and r.op.endswith("_") and r.inputs and r.inputs[0].sid in host]
+
+
 def advanced(ctx, host: dict[int, str]) -> dict[int, str]:
     """The host tensors the step updates in place (storage id -> name)."""
-    return {r.inputs[0].sid: host[r.inputs[0].sid] for r in ctx.all_records()
-            if not r.nested and r.op.endswith("_") and r.inputs and r.inputs[0].sid in host}
+    return {r.inputs[0].sid: host[r.inputs[0].sid] for r in in_place_updates(ctx, host)}

@@ -31,7 +31,10 @@ def _attribute_sids(ctx) -> dict[int, str]:
 
 
 def escapes(ctx) -> dict:
-    """(alloc step, alloc index) -> the first record of a later step that reads that allocation."""
+    """(alloc step, alloc index) -> the first record of a later step that reads that allocation
+    (computed once per scan: step-allocation reports them, cpu-side-effect defers to them)."""
+    if (cached := getattr(ctx, "_escapes", None)) is not None:
+        return cached
     born = ctx.trace.born
     out: dict = {}
     for s, recs in enumerate(ctx.steps):
@@ -40,6 +43,7 @@ def escapes(ctx) -> dict:
                 b = born.get(m.sid)
                 if b is not None and b[0] < s and b not in out:
                     out[b] = r
+    ctx._escapes = out
     return out
 
 
@@ -51,13 +55,13 @@ def escape_lines(ctx) -> set:
 @register("step-allocation")
 def escaped_into_state(ctx):
     """A tensor allocated in one audited step and read by a later one: silent under replay."""
-    escapes_ = escapes(ctx)
-    if not escapes_:
+    found = escapes(ctx)
+    if not found:
         return []
     holders = _attribute_sids(ctx)
     born = ctx.trace.born
     by_site: dict = {}
-    for (s, i), reader in escapes_.items():
+    for (s, i), reader in found.items():
         alloc = ctx.steps[s][i]
         by_site.setdefault(ctx.where(alloc) + (alloc.op,), []).append((alloc, reader))
     held_at = {}

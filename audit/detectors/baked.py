@@ -15,6 +15,7 @@ complete steady-state steps (module path, source line, op, occurrence) and diff 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from audit.detectors import register
@@ -144,7 +145,7 @@ def host_scalar_operands(ctx):
                 continue
             device = [m for m in r.inputs if m.sid not in live and (m.device.type != "cpu" or not ctx.cuda)]
             if not device:  # host arithmetic on the counter: its small results are host scalars too
-                live.update((m.sid, live[mine[0].sid]) for m in r.outputs if _numel(m) <= 64)
+                live.update((m.sid, live[mine[0].sid]) for m in r.outputs if math.prod(m.shape) <= 64)
             elif not r.op.endswith("_") or r.inputs[0].sid not in live:
                 scalars = [m for m in mine if not m.shape]
                 if scalars:
@@ -157,10 +158,3 @@ def host_scalar_operands(ctx):
                         fix="Keep the counter on the device (a 0-dim device tensor updated in place in the step), so "
                             "the kernel reads it from memory on every replay.")
             for (_, _, op), g in ctx.per_site(hits).items()]
-
-
-def _numel(m) -> int:
-    n = 1
-    for d in m.shape:
-        n *= d
-    return n

@@ -13,9 +13,8 @@ import inspect
 import sys
 from collections import defaultdict
 
-
 from audit.detectors import _mutations, _source, register
-from audit.detectors._host import host_tensors
+from audit.detectors._host import host_tensors, in_place_updates
 from audit.detectors.allocation import escape_lines
 
 
@@ -127,8 +126,6 @@ def _caller_of(ctx, site, step: int):
     return None
 
 
-
-
 @register("cpu-side-effect")
 def host_tensors_changed_in_place(ctx):
     """A small host tensor (a step counter kept as `torch.zeros((), device="cpu")`) updated in place by
@@ -136,7 +133,7 @@ def host_tensors_changed_in_place(ctx):
     host = host_tensors(ctx)
     if not host:
         return []
-    hits = [r for r in ctx.all_records() if not r.nested and r.op.endswith("_") and r.inputs and r.inputs[0].sid in host]
+    hits = in_place_updates(ctx, host)
     return [ctx.finding("cpu-side-effect", g[0], op, len(g) / ctx.n_steps,
                         f"the step updates the host tensor `{host[g[0].inputs[0].sid]}` in place (`{op}`): on a GPU "
                         "this runs on the CPU, outside the graph, so a replay would not redo it",

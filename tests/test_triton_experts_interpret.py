@@ -157,18 +157,97 @@ def test_sm90_build_uses_tensor_cores():
     names = ["x_ptr", "w_ptr", "s_ptr", "g_ptr", "y_ptr", "rows_ptr", "slot_expert_ptr", "slot_start_ptr",
              "slot_count_ptr", "N", "K", "sxm", "swe", "swn", "sse", "ssn", "sym"]
     types = ["*bf16", "*u8", "*u8", "*fp32", "*fp32", "*i32", "*i32", "*i32", "*i32"] + ["i32"] * 8
-    sig = dict(zip(names, types)) | dict.fromkeys(("NV", "BLOCK_M", "BLOCK_N", "BLOCK_K"), "constexpr")
+    sig = dict(zip(names, types)) | dict.fromkeys(("NV", "BLOCK_M", "BLOCK_N", "BLOCK_K", "ASM"), "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(names))}  # what the JIT sees at Flash shapes
     for nv in (False, True):
         for bn in (32, 64):
             src = ASTSource(fn=T._experts_kernel, signature=sig, attrs=attrs,
-                            constexprs={"NV": nv, "BLOCK_M": T.BLOCK_M, "BLOCK_N": bn, "BLOCK_K": 128})
+                            constexprs={"NV": nv, "BLOCK_M": T.BLOCK_M, "BLOCK_N": bn, "BLOCK_K": 128, "ASM": True})
             ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                  options={"num_warps": 4, "num_stages": 4}).asm["ptx"]
             assert "mma.sync" in ptx and "cp.async" in ptx, (nv, bn)
+            assert "mul.rn.bf16x2" in ptx and "prmt.b32" in ptx, (nv, bn)  # the inline decode
     gsig = {"idx_ptr": "*i64", "rows_ptr": "*i32", "slot_expert_ptr": "*i32", "slot_start_ptr": "*i32",
             "slot_count_ptr": "*i32", "R": "i32", "P": "i32", "x_ptr": "*bf16", "xr_ptr": "*bf16",
             "K": "i32", "sxm": "i32", "BLOCK_R": "constexpr", "BLOCK_E": "constexpr", "QB": "constexpr"}
     triton.compile(ASTSource(fn=T._group_kernel, signature=gsig,
                              constexprs={"BLOCK_R": T.BLOCK_R, "BLOCK_E": 256, "QB": T.QUANT_BLOCKS}),
                    target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
+def _run_ptx(asm: str, regs: dict[str, int]) -> dict[str, int]:
+    """A few PTX instructions (the ones the nibble decode uses) on 32-bit registers, in order."""
+    import numpy as np
+
+    def val(tok: str) -> int:
+        tok = tok.strip()
+        return regs[tok] if tok in regs else int(tok, 0)
+
+    def bf16x2(v: int):
+        return np.array([v & 0xFFFF, v >> 16], dtype=np.uint32).__lshift__(16).view(np.float32).astype(np.float64)
+
+    def pack(a, b) -> int:  # bf16 round-to-nearest-even of two exactly representable products (checked)
+        out = 0
+        for i, f in enumerate((a, b)):
+            bits = int(np.array([f], dtype=np.float32).view(np.uint32)[0])
+            assert bits & 0xFFFF == 0 and float(np.float32(f)) == f, f  # exact in bf16: no rounding to model
+            out |= (bits >> 16) << (16 * i)
+        return out
+
+    for stmt in asm.replace("{", "").replace("}", "").split(";"):
+        stmt = stmt.strip()
+        if not stmt or stmt.startswith(".reg"):
+            continue
+        op, args = stmt.split(None, 1)
+        d, *src = [a.strip() for a in args.split(",")]
+        s = [val(a) for a in src]
+        if op == "prmt.b32":
+            pool = s[0].to_bytes(4, "little") + s[1].to_bytes(4, "little")
+            out = 0
+            for i in range(4):
+                sel = (s[2] >> (4 * i)) & 0xF
+                byte = pool[sel & 7]
+                out |= ((0xFF if byte & 0x80 else 0) if sel & 8 else byte) << (8 * i)
+            regs[d] = out
+        elif op == "shl.b32":
+            regs[d] = (s[0] << s[1]) & 0xFFFFFFFF
+        elif op == "and.b32":
+            regs[d] = s[0] & s[1]
+        elif op == "mov.b32":
+            regs[d] = s[0]
+        elif op == "mul.rn.bf16x2":
+            a, b = bf16x2(s[0]), bf16x2(s[1])
+            regs[d] = pack(a[0] * b[0], a[1] * b[1])
+        else:
+            raise AssertionError(f"instruction {op} not modelled")
+    return regs
+
+
+def test_inline_ptx_nibble_decode_is_exact_for_every_byte():
+    """The GPU decode (_LO_ASM / _HI_ASM), run instruction by instruction on the CPU: for every byte
+    value in each of the four positions of a word and random factors (e4m3-like, as the kernel's), each output half is
+    the byte's low (even element) / high (odd element) e2m1 nibble times 2^-126 times its factor, in
+    element order (byte i -> element i; element 0 in the low half of $0)."""
+    pytest.importorskip("triton")
+    import numpy as np
+    import torch
+
+    from dsv4.kernels import _triton_experts as T
+    from dsv4.ops import quantize as Q
+
+    e2m1 = Q._e2m1_values(torch.arange(16, dtype=torch.uint8)).double().numpy()
+    rng = np.random.default_rng(int(torch.randint(2**31, ())))
+    for asm, shift in ((T._LO_ASM.value, 0), (T._HI_ASM.value, 4)):
+        for b in range(256):
+            pos = int(rng.integers(4))
+            word = int(rng.integers(0, 2**32)) & ~(0xFF << (8 * pos)) | (b << (8 * pos))
+            exps = rng.integers(128, 255, size=4)  # the kernel's factors: 2^(e-127) * (1 + m/8), e >= 128
+            mants = rng.integers(0, 8, size=4)
+            f = [(int(e) << 7) | (int(m) << 4) for e, m in zip(exps, mants)]
+            regs = _run_ptx(asm, {"$2": word, "$3": f[0] | f[1] << 16, "$4": f[2] | f[3] << 16})
+            for i in range(4):
+                half = (regs["$0"] if i < 2 else regs["$1"]) >> (16 * (i % 2)) & 0xFFFF
+                got = float(np.array([half << 16], dtype=np.uint32).view(np.float32)[0])
+                code = (word >> (8 * i + shift)) & 0xF
+                want = e2m1[code] * 2.0 ** -126 * 2.0 ** (int(exps[i]) - 127) * (1 + int(mants[i]) / 8)
+                assert got == want, (asm[:20], hex(word), i, code, got, want)

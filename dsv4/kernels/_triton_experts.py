@@ -19,16 +19,21 @@ stream):
    rows, split into even/odd columns (the low nibble is the even element). Every output row is written
    by one program (the slot of its expert) with a fixed summation order: deterministic, no atomics.
 
-Exactness of the decode (everything below is exact, so the only rounding is fp32 accumulation):
-- An e2m1 nibble s.ee.m placed at fp16 bits s.00ee.m000000000 is the fp16 number e2m1 * 2^-14 (for
-  ee = 0 an fp16 subnormal, m * 2^-15, the same identity); fp16 -> fp32 is exact and gives an fp32
-  normal number, so no flush-to-zero can bite.
-- FP4: times the UE8M0 scale 2^(b-127) * 2^14, built as the fp32 bits (b + 14) << 23 (exact for scale
-  bytes b <= 240, i.e. scales up to 2^113; the released rule gives scales far below 1). The product is
-  e2m1 * 2^(b-127): two significant bits, bf16-exact for b >= 2.
-- NVFP4: an e4m3 byte placed at fp16 bits s.0eeee.mmm0000000 is e4m3 * 2^-8 (subnormals too); times
-  2^22 gives e4m3 * 2^14 in fp32. e2m1 (<= 2 significant bits) * e4m3 (<= 4) has <= 6 significant
-  bits, in [2^-10, 2688]: bf16-exact. The fp32 global scale multiplies the fp32 output of the expert.
+The decode is what bounds this kernel's issue rate (a 4 TB/s stream of FP4 is ~33 weights per cycle per
+SM), so on the GPU it is inline PTX on four packed bytes at a time: 13 integer instructions and four
+bf16x2 multiplies per 8 weights (the plain Triton decode took ~585 SASS instructions per K step of a
+warp, this one 287; on the H200 the 96-row w13 call went 250 -> 149 us).
+
+Exactness (everything below is exact, so the only rounding is fp32 accumulation):
+- GPU: an e2m1 nibble s.ee.m at bf16 bits s.0000000ee.m000000 is e2m1 * 2^-126 (ee = 0: a bf16
+  subnormal, the same identity). It is multiplied (bf16x2) by a factor = scale * 2^-C * 2^126 held in
+  bf16, so the product is e2m1 * scale * 2^-C; C = 8 (FP4) or 16 (NVFP4) keeps the factor and every
+  product a normal bf16, and the fp32 output is multiplied back by 2^C (a power of two: exact).
+  FP4: factor 2^(b-1-C), exact for UE8M0 scale bytes 10 <= b <= 136 (scales 2^-117 .. 2^9; released
+  FP4 weight scales sit far below 1). NVFP4: e4m3 * 2^110, products e2m1 * e4m3 * 2^-16 with <= 6
+  significant bits in [2^-26, 2^12]: bf16-exact for every finite e4m3 scale.
+- Interpreter (CPU): the nibble at fp16 bits s.00ee.m000000000 is e2m1 * 2^-14, converted to fp32 and
+  multiplied by scale * 2^-C * 2^14: the same values.
 - bf16 x bf16 products are exact in fp32. Each K step's two dots start from zero and the partial
   joins the running total with an ordinary fp32 add (tensor cores may truncate inside their own
   accumulation chain: see _triton_gemv.py).
@@ -38,6 +43,7 @@ Expert ids outside [0, E) are not checked (the twin would raise): such rows' out
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 import triton
@@ -48,7 +54,7 @@ from dsv4.kernels._triton_fp8 import _act_round
 
 BLOCK_M = 16  # rows per tl.dot (its minimum); a slot with more rows loops over row chunks
 BLOCK_R = 64  # rows per program of the grouping kernel
-TARGET_PROGRAMS = 264  # ~2 per SM of an H100/H200
+WARPS = 2  # per program of the expert GEMM
 FORMATS = {"fp4": 32, "nvfp4": 16}  # elements per scale
 QUANT_BLOCKS = 8  # 128-blocks of one x row rounded per program of the grouping launch (quant path)
 TUNE = overrides.from_env("experts")  # overrides for a sweep: bn, bk, warps, stages (python -m dsv4.kernels.tune)
@@ -106,15 +112,44 @@ def _round_rows(x_ptr, xr_ptr, chunk, K, sxm, QB: tl.constexpr):
 
 @triton.jit
 def _e2m1_x(code, mult):
-    """e2m1 codes (low 4 bits of an int32) times mult (fp32, already holding the 2^14) -> bf16, exactly."""
+    """e2m1 codes (low 4 bits of an int32) times mult (fp32, already holding the 2^14) -> bf16, exactly.
+    The interpreter's decode: same values as _nibbles_x, in plain integer and float ops."""
     h = (((code & 8) << 12) | ((code & 7) << 9)).to(tl.uint16).to(tl.float16, bitcast=True)
     return (h.to(tl.float32) * mult).to(tl.bfloat16)
+
+
+# Four packed bytes ($2) -> bf16 pairs of one nibble of each ($0: bytes 0, 1; $1: bytes 2, 3), times the
+# bf16 factor pairs $3, $4. With the nibble in bits 7:4 of its byte (the low nibble shifted up first),
+# prmt writes [byte A, sign of A, byte B, sign of B] (selector bit 3 replicates a byte's top bit across a
+# byte); one shift by 2 and one mask leave bf16 bits s.0000000ee.m000000 in each half: the value
+# e2m1 * 2^-126 (ee = 0: a bf16 subnormal, the same identity).
+_NIBBLE_ASM = """{{
+.reg .b32 t, d;
+{first}
+prmt.b32 d, t, 0, 0x9180; shl.b32 d, d, 2; and.b32 d, d, 0x81C081C0; mul.rn.bf16x2 $0, d, $3;
+prmt.b32 d, t, 0, 0xB3A2; shl.b32 d, d, 2; and.b32 d, d, 0x81C081C0; mul.rn.bf16x2 $1, d, $4;
+}}"""
+_LO_ASM = tl.constexpr(_NIBBLE_ASM.format(first="shl.b32 t, $2, 4;"))  # low nibbles: even elements
+_HI_ASM = tl.constexpr(_NIBBLE_ASM.format(first="mov.b32 t, $2;"))  # high nibbles: odd elements
+
+
+@triton.jit
+def _nibbles_x(wb, factor, HIGH: tl.constexpr, ASM: tl.constexpr):
+    """One nibble of each packed e2m1 byte times its scale, as bf16 (exact). ASM (on the GPU): 13 integer
+    ops and four bf16x2 multiplies per 8 weights; factor is the bf16 scale * 2^112 (the decoded
+    nibble is e2m1 * 2^-126). Otherwise factor is the fp32 scale * 2^14 and the interpreter's decode runs."""
+    if ASM:
+        f = tl.broadcast_to(factor.to(tl.bfloat16), wb.shape)
+        return tl.inline_asm_elementwise(_HI_ASM if HIGH else _LO_ASM, "=r,=r,r,r,r", [wb, f],
+                                         dtype=tl.bfloat16, is_pure=True, pack=4)
+    code = wb.to(tl.int32) & 0xFF
+    return _e2m1_x((code >> 4) if HIGH else code, factor)
 
 
 @triton.jit
 def _experts_kernel(x_ptr, w_ptr, s_ptr, g_ptr, y_ptr, rows_ptr, slot_expert_ptr, slot_start_ptr, slot_count_ptr,
                     N, K, sxm, swe, swn, sse, ssn, sym, NV: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASM: tl.constexpr):
     SB: tl.constexpr = 16 if NV else 32  # elements per scale
     G: tl.constexpr = BLOCK_K // SB  # scale groups per K step
     slot = tl.program_id(1)
@@ -136,35 +171,39 @@ def _experts_kernel(x_ptr, w_ptr, s_ptr, g_ptr, y_ptr, rows_ptr, slot_expert_ptr
         for k0 in range(0, K, BLOCK_K):
             x = tl.load(x_ptr + rows[:, None] * sxm + k0 + rk[None, :], mask=m_ok[:, None], other=0.0)
             x_even, x_odd = tl.split(tl.reshape(x, (BLOCK_M, BLOCK_K // 2, 2)))
-            wb = tl.load(w_tile + k0 // 2, mask=n_ok[:, None, None], other=0).to(tl.int32) & 0xFF
+            wb = tl.load(w_tile + k0 // 2, mask=n_ok[:, None, None], other=0)
             sb = tl.load(s_tile + k0 // SB, mask=n_ok[:, None], other=0).to(tl.int32) & 0xFF
-            if NV:  # e4m3 * 2^14: fp16 bits s.0eeee.mmm0000000 are e4m3 * 2^-8
+            # mult: the true scale * 2^-C (C = 16 NVFP4, 8 FP4: every product stays a normal bf16; the
+            # 2^C goes back on the fp32 output) * 2^14 (the interpreter's fp16 decode)
+            if NV:  # e4m3 * 2^-2: fp16 bits s.0eeee.mmm0000000 are e4m3 * 2^-8
                 h = (((sb & 0x80) << 8) | ((sb & 0x7F) << 7)).to(tl.uint16).to(tl.float16, bitcast=True)
-                mult = h.to(tl.float32) * 4194304.0  # 2^22
-            else:  # 2^(b - 127) * 2^14
-                mult = ((sb + 14) << 23).to(tl.float32, bitcast=True)
+                mult = h.to(tl.float32) * 64.0
+            else:  # 2^(b - 127 - 8 + 14)
+                mult = ((sb + 6) << 23).to(tl.float32, bitcast=True)
+            if ASM:
+                mult = mult * 5.192296858534828e33  # 2^112: the asm's nibble is e2m1 * 2^-126
             mult = mult[:, :, None]
-            w_lo = tl.reshape(_e2m1_x(wb, mult), (BLOCK_N, BLOCK_K // 2))  # even elements
-            w_hi = tl.reshape(_e2m1_x(wb >> 4, mult), (BLOCK_N, BLOCK_K // 2))  # odd elements
+            w_lo = tl.reshape(_nibbles_x(wb, mult, False, ASM), (BLOCK_N, BLOCK_K // 2))  # even elements
+            w_hi = tl.reshape(_nibbles_x(wb, mult, True, ASM), (BLOCK_N, BLOCK_K // 2))  # odd elements
             part = tl.dot(x_odd, tl.trans(w_hi))
             part = tl.dot(x_even, tl.trans(w_lo), part)
             acc += part  # an fp32 add, not a tensor-core accumulation (see the module docstring)
         if NV:
-            acc *= tl.load(g_ptr + expert)
+            acc *= tl.load(g_ptr + expert) * 65536.0
+        else:
+            acc *= 256.0
         tl.store(y_ptr + rows[:, None] * sym + rn[None, :], acc, mask=m_ok[:, None] & n_ok[None, :])
 
 
 def tiles(R: int, E: int, N: int, K: int) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, P). BLOCK_K 128 (a 64-byte packed row segment per step) where K allows;
-    BLOCK_N 64, or 32 when the slots are few (batch 1: 6 slots x 64 tiles would be 384 programs at
-    N = 4096; 32 gives 768, more weight bytes in flight per SM). sm_90 build (ptxas): ~98 registers at
-    BLOCK_N 32, ~142 at 64, no spills; the weight and x tiles stream through 16-byte cp.async in a
-    4-stage pipeline (~8 KB a stage at BLOCK_N 64). Not yet tuned on a GPU."""
+    """(BLOCK_N, BLOCK_K, P). BLOCK_K 128 (a 64-byte packed row segment per step) where K allows,
+    BLOCK_N 64 with WARPS = 2 warps: the best of a sweep on the H200 at 6, 24, 96 and 384 rows (more,
+    smaller programs keep more weight loads in flight; BLOCK_K 256 or BLOCK_N 128 need more registers
+    and lose occupancy). sm_90 build (ptxas): ~117 registers at 4 warps, no spills."""
     P = min(R, E)
     bk = 128 if K % 128 == 0 else 64 if K % 64 == 0 else 32
-    bn = 64 if P * triton.cdiv(N, 64) >= 2 * TARGET_PROGRAMS else 32
     bk = TUNE.get("bk", bk) if K % TUNE.get("bk", bk) == 0 else bk
-    return TUNE.get("bn", bn), bk, P
+    return TUNE.get("bn", 64), bk, P
 
 
 def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, idx: torch.Tensor,
@@ -209,7 +248,12 @@ def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: 
         _experts_kernel[(triton.cdiv(N, bn), P)](
             x, w, s, g, y, rows, slot_expert, slot_start, slot_count, N, K, x.stride(0), w.stride(0), w.stride(1),
             s.stride(0), s.stride(1), y.stride(0), NV=nv, BLOCK_M=BLOCK_M, BLOCK_N=bn, BLOCK_K=bk,
-            num_warps=TUNE.get("warps", 4), num_stages=TUNE.get("stages", 4))
+            ASM=x.is_cuda and not _interpreting(),
+            num_warps=TUNE.get("warps", WARPS), num_stages=TUNE.get("stages", 4))
     return y
 
 
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"

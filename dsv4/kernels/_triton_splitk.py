@@ -75,25 +75,6 @@ def store_small_tile(acc, y_ptr, ws_ptr, cnt_ptr, offs, mask, splits, split_stri
 
 
 @triton.jit
-def store_wide_tile(acc, y_ptr, ws_ptr, cnt_ptr, offs, mask, splits, split_stride):
-    """store_tile for a wide tile (e.g. 16 heads x 512 of attention output: 64 fp32 registers a thread
-    at 4 warps): the last program adds one partial per round trip, so it never holds more than two."""
-    if splits == 1:
-        tl.store(y_ptr + offs, acc, mask=mask)
-    else:
-        tl.store(ws_ptr + tl.program_id(2) * split_stride + offs, acc, mask=mask)
-        tl.debug_barrier()
-        tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
-        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == splits - 1:
-            total = tl.zeros_like(acc)
-            for s in range(0, splits):
-                total += tl.load(ws_ptr + s * split_stride + offs, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(y_ptr + offs, total, mask=mask)
-            tl.atomic_xchg(cnt_ptr + tile, 0)
-
-
-@triton.jit
 def _partial(ws_ptr, offs, mask, s, splits, split_stride):
     """Split s's stored partial from L2 (zeros past the last split: adding them changes nothing)."""
     p = tl.load(ws_ptr + tl.minimum(s, splits - 1) * split_stride + offs, mask=mask, other=0.0, cache_modifier=".cg")

@@ -163,8 +163,7 @@ def _(x, fn):
 @custom_op("dsv4::sparse_attention", mutates_args=())
 def sparse_attention(q: Tensor, keys: Tensor, mask: Tensor, sink: Tensor, scale: float) -> Tensor:
     """Decode attention with a sink, bf16: q [B, H, D], keys [B, N, D] (K = V), mask [B, N] bool, sink [H]
-    -> o [B, H, D] bf16 with bf16-rounded probabilities; one Triton launch on CUDA (two when the keys
-    are split over programs)."""
+    -> o [B, H, D] bf16 with bf16-rounded probabilities; one Triton launch on CUDA."""
     if q.is_cuda and _triton():
         from dsv4.kernels import _triton_attention
 

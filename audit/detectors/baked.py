@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from audit.detectors import register
+from audit.detectors import _source, register
 from audit.detectors._host import advanced, host_tensors
 
 
@@ -92,13 +92,31 @@ SHAPE_FIX = ("Keep the value in a device tensor that prepare() updates in place 
              "(the dynamic-shape finding on this line has the shape's fix).")
 
 
+def _diverged(ctx) -> bool:
+    """The complete steps did not all run the same op sequence."""
+    return len({tuple(ctx.sites(s)) for s in ctx.complete}) > 1
+
+
+def _skipped_iteration(ctx, recs) -> bool:
+    """The value is a loop index and a data-dependent conditional skipped the line in a different
+    iteration each step (`for e in range(E): if not hit[e]: continue; w[e]`): the k-th run of the line
+    is another iteration in another step. data-dependent-control reports the conditional, the cause;
+    once it is gone every step runs every iteration with the same index."""
+    code_line = recs[0].stack[-1] if recs[0].stack else None
+    return code_line is not None and _source.skipped_loop_index(code_line[0].co_filename, code_line[1])
+
+
 @register("baked-host-value")
 def varying_host_values(ctx):
     """Input shapes equal, non-tensor arguments differ: capture freezes the first step's value
     (also when the value sets the output shape: then dynamic-shape reports the shape as well)."""
     groups = defaultdict(list)
+    diverged = None
     for recs in _aligned(ctx).values():
         if len({r.args for r in recs}) < 2:
+            continue
+        diverged = _diverged(ctx) if diverged is None else diverged
+        if diverged and _skipped_iteration(ctx, recs):
             continue
         if len({_shapes(r.inputs) for r in recs}) > 1:
             # sizes that follow a varying input shape are dynamic-shape's, at the shape's origin; but

@@ -46,6 +46,15 @@ def in_place_updates(ctx, host: dict[int, str]) -> list:
     return [r for r in ctx.all_records() if not r.nested and r.op.endswith("_") and r.inputs and r.inputs[0].sid in host]
 
 
+def from_device(ctx, r, host: dict[int, str]) -> bool:
+    """An in-place update of a host tensor that copies a device tensor into it (`self.tok_cpu.copy_(tok)`):
+    a device->host copy, not host bookkeeping (on a CPU scan: a source the target does not keep on the host)."""
+    if r.op != "aten.copy_" or len(r.inputs) < 2:
+        return False
+    src = r.inputs[1]
+    return src.device.type != "cpu" if ctx.cuda else src.sid not in host
+
+
 def advanced(ctx, host: dict[int, str]) -> dict[int, str]:
     """The host tensors the step updates in place (storage id -> name)."""
     return {r.inputs[0].sid: host[r.inputs[0].sid] for r in in_place_updates(ctx, host)}

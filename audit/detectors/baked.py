@@ -176,3 +176,31 @@ def host_scalar_operands(ctx):
                         fix="Keep the counter on the device (a 0-dim device tensor updated in place in the step), so "
                             "the kernel reads it from memory on every replay.")
             for (_, _, op), g in ctx.per_site(hits).items()]
+
+
+@register("baked-host-value")
+def host_scalar_values(ctx):
+    """A 0-dim tensor the target keeps on the host (`self.temp = torch.tensor(1.0, device="cpu")`) is an
+    operand of a device op and holds another value each step (prepare() anneals it, the step advances
+    it): the kernel gets it as a scalar at launch, so a graph replays the capture step's value."""
+    host = host_tensors(ctx)
+    if not host:
+        return []
+    stepped = advanced(ctx, host)  # advanced inside the step: host_scalar_operands follows those
+    groups = defaultdict(list)
+    for recs in _aligned(ctx).values():
+        r = recs[0]
+        mine = [i for i, _ in r.host_scalars if r.inputs[i].sid in host and r.inputs[i].sid not in stepped]
+        device = [m for m in r.inputs if m.sid not in host and (m.device.type != "cpu" or not ctx.cuda)]
+        if not mine or not device:
+            continue
+        values = [dict(x.host_scalars).get(mine[0]) for x in recs]
+        if len(set(map(repr, values))) > 1:
+            groups[(ctx.where(r), r.op)].append((recs, host[r.inputs[mine[0]].sid], values))
+    return [ctx.finding("baked-host-value", items[0][0][0], op, len(items),
+                        f"`{op}` takes the 0-dim host tensor `{items[0][1]}` as a scalar operand and its value "
+                        f"changes between steps ({_show(items[0][2])}): the kernel gets the value at launch, so "
+                        "a graph replays the value of the capture step",
+                        fix="Keep the value in a 0-dim device tensor that prepare() (or the step) updates in place: "
+                            "the kernel then reads it from memory on every replay.")
+            for ((_, _, _), op), items in groups.items()]

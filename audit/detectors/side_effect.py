@@ -14,7 +14,7 @@ import sys
 from collections import defaultdict
 
 from audit.detectors import _mutations, _source, register
-from audit.detectors._host import host_tensors, in_place_updates
+from audit.detectors._host import from_device, host_tensors, in_place_updates
 from audit.detectors.allocation import escape_lines
 
 
@@ -57,8 +57,10 @@ def _source_sites(ctx, change, step: int):
         files += [(f, None, False) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
     cands = []
     attr = change.attr
-    if change.owner.startswith("<module ") and "." in attr:  # `METRICS.steps += 1` on a global object
-        attr, files = attr.split(".")[-1], [(f, s, False) for f, s, _ in files]
+    if "." in attr:  # `METRICS.steps += 1` on a global object, `self.cache.filled += 1` on a tensor
+        attr = attr.split(".")[-1]
+        if change.owner.startswith("<module "):
+            files = [(f, s, False) for f, s, _ in files]
     for file, span, glob in files:
         if not file:
             continue
@@ -67,6 +69,9 @@ def _source_sites(ctx, change, step: int):
                 cands.append(((file, fn) in ran, file, line, fn))
     if not cands:
         return []
+    if change.owner.startswith("<closure "):  # the closure whose cell changed, not the scope that made it
+        own = change.owner[9:-1].split(".")[-1]
+        cands = [c for c in cands if c[3] == own] or cands
     best = [c for c in cands if c[0]] or cands
     return [(f, line, fn) for _, f, line, fn in best[:3]]
 
@@ -133,7 +138,7 @@ def host_tensors_changed_in_place(ctx):
     host = host_tensors(ctx)
     if not host:
         return []
-    hits = in_place_updates(ctx, host)
+    hits = [r for r in in_place_updates(ctx, host) if not from_device(ctx, r, host)]  # those are host-sync's
     return [ctx.finding("cpu-side-effect", g[0], op, len(g) / ctx.n_steps,
                         f"the step updates the host tensor `{host[g[0].inputs[0].sid]}` in place (`{op}`): on a GPU "
                         "this runs on the CPU, outside the graph, so a replay would not redo it",

@@ -23,13 +23,13 @@ def host_tensors(ctx) -> dict[int, str]:
         for name, t in list(getattr(obj, "__dict__", {}).items()):
             if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.dim() > 1 or t.numel() > 64:
                 continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
-            if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in _class_spans(type(obj))):
+            if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in class_spans(type(obj))):
                 out[state.storage_id(t)] = f"{path}.{name}" if path else name
     return out
 
 
 @functools.lru_cache(maxsize=1024)
-def _class_spans(t: type) -> tuple:
+def class_spans(t: type) -> tuple:
     """(file, (first, last line)) of a class and its bases that have source."""
     spans = []
     for cls in t.__mro__:

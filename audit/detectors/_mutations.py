@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors._source import _FUNC, _cpu_expr, tree
+from audit.detectors._source import _FUNC, HOST_FACTORIES, _cpu_expr, tree
 
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
             "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse"}
@@ -133,3 +133,26 @@ def assigns_host_tensor(filename: str, attr: str, lines: tuple[int, int] | None 
             if any(k.arg == "device" and _cpu_expr(k.value) for k in call.keywords):
                 return True
     return False
+
+
+def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = None) -> str | None:
+    """How the source (or a span of it) makes `<x>.attr`: "pinned" / "pageable" when every assignment is
+    a `torch.<factory>(...)` naming no device or the CPU (`pin_memory=True`: pinned), else None (never
+    assigned that way, or also assigned something else: moved to a device, computed)."""
+    t = tree(filename)
+    kinds = set()
+    for node in ast.walk(t) if t is not None else ():
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or (lines and not lines[0] <= node.lineno <= lines[1]):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets) or node.value is None:
+            continue
+        call = node.value
+        host = (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in HOST_FACTORIES
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
+                and all(k.arg != "device" or _cpu_expr(k.value) for k in call.keywords))
+        if not host:
+            return None
+        pinned = any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)
+        kinds.add("pinned" if pinned else "pageable")
+    return kinds.pop() if len(kinds) == 1 else None

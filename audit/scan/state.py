@@ -257,11 +257,14 @@ class StateChange:
         """The change is only which tensor objects a container holds (a slot rebound to a new tensor)."""
         return _masked(self.before) == _masked(self.after)
 
-    def describe(self) -> str:
+    def describe(self, key=None) -> str:
+        """What changed, down to the element; `key`: the element a given line writes (`stats["active"]`),
+        named first when it is one of those that changed."""
         where = f"{self.owner}.{self.attr}" if self.owner and not self.owner.startswith("<") else self.attr
         a, b = self.before, self.after
         if _is_container(a) and _is_container(b) and a[:2] == b[:2]:
-            for (ka, va), (kb, vb) in zip(_items(a), _items(b)):  # same size: name the element that changed
+            pairs = sorted(zip(_items(a), _items(b)), key=lambda p: key is None or p[0][0] not in (key, repr(key)))
+            for (ka, va), (kb, vb) in pairs:  # same size: name the element that changed
                 if ka == kb and va != vb:
                     inner = StateChange("", f"{where}[{ka}]", va, vb).describe()  # nested: down to the leaf
                     return inner if _is_container(va) and _is_container(vb) else f"`{where}[{ka}]` ({_show(va)} -> {_show(vb)})"

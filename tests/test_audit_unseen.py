@@ -14,8 +14,8 @@ import audit
 from test_audit_planted import BLOCKING, markers
 
 PLANTED = Path(__file__).parent / "planted"
-FORMS = ["control_guards", "control_dispatch", "control_picked", "host_reads_unseen", "host_data_staging", "host_state_unseen", "host_state_hidden",
-         "host_state_shapes",
+FORMS = ["control_guards", "control_dispatch", "control_picked", "control_experts", "host_reads_unseen", "host_data_staging",
+         "host_state_unseen", "host_state_hidden", "host_state_attached", "host_state_shapes", "host_state_stdlib",
          "capture_guard", "rng_reseed"]
 
 
@@ -62,3 +62,30 @@ def test_bookkeeping_a_capture_never_runs_is_info():
     rows = inv.df[(inv.df.category == "cpu-side-effect") & (inv.df.line.astype(int) == line)]
     assert list(rows.severity) == ["info"], inv.df[["line", "category", "severity"]].to_string()
     assert "counts eager steps only" in rows.message.iloc[0]
+
+
+def test_state_changed_inside_a_stdlib_class_is_blamed_on_the_users_call():
+    """A queue.Queue's put_nowait mutates it in queue.py, whose frames are hidden: the finding sits on
+    the user's call into the queue, never on stdlib lines (let alone functions that did not run)."""
+    path = PLANTED / "host_state_stdlib.py"
+    inv = _scan("host_state_stdlib", "make")
+    rows = inv.df[inv.df.category == "cpu-side-effect"]
+    outside = rows[~rows.file.astype(str).str.endswith("planted/host_state_stdlib.py")]
+    assert outside.empty, outside[["file", "line", "function", "message"]].to_string()
+    lines = path.read_text().splitlines()
+    for n, text in enumerate(lines, 1):
+        if "put_nowait" in text and "HAZARD" in text:
+            msg = rows[rows.line.astype(int) == n].message
+            assert len(msg) == 1 and "queue.Queue" in msg.iloc[0], (n, rows[["line", "message"]].to_string())
+
+
+def test_each_line_of_a_dict_names_the_key_it_changes():
+    """Two keys of one dict changed on two lines: each finding describes its own line's element."""
+    path = PLANTED / "host_state_stdlib.py"
+    inv = _scan("host_state_stdlib", "make")
+    rows = inv.df[inv.df.category == "cpu-side-effect"]
+    for key in ("dropped", "active"):
+        n = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if f'self.stats["{key}"]' in text
+                 and "HAZARD" in text)
+        msg = rows[rows.line.astype(int) == n].message
+        assert len(msg) == 1 and f"stats['{key}']" in msg.iloc[0], (key, rows[["line", "message"]].to_string())

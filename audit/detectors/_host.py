@@ -23,13 +23,13 @@ def host_tensors(ctx) -> dict[int, str]:
         for name, t in list(getattr(obj, "__dict__", {}).items()):
             if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.dim() > 1 or t.numel() > 64:
                 continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
-            if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in _class_spans(type(obj))):
+            if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in class_spans(type(obj))):
                 out[state.storage_id(t)] = f"{path}.{name}" if path else name
     return out
 
 
 @functools.lru_cache(maxsize=1024)
-def _class_spans(t: type) -> tuple:
+def class_spans(t: type) -> tuple:
     """(file, (first, last line)) of a class and its bases that have source."""
     spans = []
     for cls in t.__mro__:
@@ -44,6 +44,15 @@ def _class_spans(t: type) -> tuple:
 def in_place_updates(ctx, host: dict[int, str]) -> list:
     """The step's in-place ops on those host tensors (`self.steps_cpu += 1`)."""
     return [r for r in ctx.all_records() if not r.nested and r.op.endswith("_") and r.inputs and r.inputs[0].sid in host]
+
+
+def from_device(ctx, r, host: dict[int, str]) -> bool:
+    """An in-place update of a host tensor that copies a device tensor into it (`self.tok_cpu.copy_(tok)`):
+    a device->host copy, not host bookkeeping (on a CPU scan: a source the target does not keep on the host)."""
+    if r.op != "aten.copy_" or len(r.inputs) < 2:
+        return False
+    src = r.inputs[1]
+    return src.device.type != "cpu" if ctx.cuda else src.sid not in host
 
 
 def advanced(ctx, host: dict[int, str]) -> dict[int, str]:

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors._source import _FUNC, _cpu_expr, tree
+from audit.detectors._source import _FUNC, HOST_FACTORIES, _cpu_expr, tree
 
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
-            "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse"}
+            "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse", "rotate",
+            "move_to_end", "difference_update", "intersection_update", "symmetric_difference_update",
+            "fromlist", "frombytes"}
+# functions (stdlib and alike) that change their first argument in place: `heapq.heappush(self.heap, x)`,
+# `bisect.insort(self.sorted, x)`, `random.shuffle(self.order)` (called as `mod.f(...)` or imported `f(...)`)
+IN_PLACE_FUNCS = {"heappush", "heappop", "heapify", "heapreplace", "heappushpop", "insort", "insort_left",
+                  "insort_right", "shuffle"}
+# methods that only read: a call of one on an object is not how the step changed it
+READERS = {"qsize", "empty", "full", "copy", "keys", "values", "items", "count", "index", "is_set", "locked",
+           "__len__", "__repr__"}
 
 
 def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = None,
@@ -20,22 +29,16 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
     """(line, function) of statements that mutate `<x>.attr` (or global `attr`) in a file or a span.
 
     Catches `x.attr = / += ...`, `x.attr[k][j] = ...`, `x.attr.append(...)` and friends, `del x.attr`,
-    `setattr(x, "attr", ...)`, `next(x.attr)`, and the same through an alias of the attribute's value:
+    `setattr(x, "attr", ...)`, `next(x.attr)`, `heapq.heappush(x.attr, ...)` and the other in-place
+    functions of IN_PLACE_FUNCS, and the same through an alias of the attribute's value:
     a local bound from it (`req = self.requests[rid]; req["recent"][i] = t`) or the parameter of a
     function of the file that is called with it (`bump(self.stats, key)` -> `stats[key] += n`)."""
     t = tree(filename)
     if t is None:
         return []
 
-    def rooted(n) -> bool:  # an expression whose value lives under `<x>.attr` (or the global)
-        while isinstance(n, (ast.Subscript, ast.Call)) or (isinstance(n, ast.Attribute) and n.attr != attr):
-            n = n.func.value if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) else \
-                n.value if not isinstance(n, ast.Call) else None
-            if n is None:
-                return False
-        if global_name:
-            return isinstance(n, ast.Name) and n.id == attr
-        return isinstance(n, ast.Attribute) and n.attr == attr
+    def rooted(n) -> bool:
+        return _rooted(n, attr, global_name)
 
     params = _param_aliases(t, rooted)
     out = []
@@ -62,6 +65,9 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
                 hit = any(target(x) for x in node.targets)
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
                 hit = target(node.target)
+            elif isinstance(node, ast.Call) and _func_name(node) in IN_PLACE_FUNCS and node.args:
+                a = node.args[0]
+                hit = target(a) or rooted(a) and _same_object(a) or (isinstance(a, ast.Name) and a.id in aliases)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 v = node.func.value
                 hit = node.func.attr in MUTATORS and (target(v) or (isinstance(v, ast.Name) and v.id in aliases))
@@ -72,6 +78,62 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
             if hit:
                 out.append((node.lineno, getattr(func, "name", "<lambda>")))
     return sorted(set(out))
+
+
+def _rooted(n, attr: str, global_name: bool = False) -> bool:
+    """An expression whose value lives under `<x>.attr` (or the global `attr`)."""
+    while isinstance(n, (ast.Subscript, ast.Call)) or (isinstance(n, ast.Attribute) and n.attr != attr):
+        n = n.func.value if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) else \
+            n.value if not isinstance(n, ast.Call) else None
+        if n is None:
+            return False
+    if global_name:
+        return isinstance(n, ast.Name) and n.id == attr
+    return isinstance(n, ast.Attribute) and n.attr == attr
+
+
+def _func_name(call: ast.Call) -> str | None:
+    """`f` of `f(...)` and of `mod.f(...)`."""
+    return call.func.id if isinstance(call.func, ast.Name) else \
+        call.func.attr if isinstance(call.func, ast.Attribute) else None
+
+
+def method_calls(filename: str, holder: str, global_name: bool = False) -> list[tuple[int, str, str]]:
+    """(line, function, method) of method calls on the object held in `<x>.holder` (or global `holder`),
+    directly, through a subscript or a local alias: `self.out.put_nowait(t)`, `q = self.out; q.put(t)`.
+
+    How user code changes an object whose class is not its own (a queue.Queue): the statements that
+    mutate it are in the stdlib, which never hosts a finding; the call into it is the user's line."""
+    t = tree(filename)
+    if t is None:
+        return []
+    out = []
+    for func in ast.walk(t):
+        if not isinstance(func, _FUNC):
+            continue
+        aliases = {x.id for node in ast.walk(func) if isinstance(node, ast.Assign) and
+                   _rooted(node.value, holder, global_name) and _same_object(node.value)
+                   for x in node.targets if isinstance(x, ast.Name)}
+        for node in ast.walk(func):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)) or node.func.attr in READERS:
+                continue
+            v = node.func.value
+            if (_rooted(v, holder, global_name) and _same_object(v)) or (isinstance(v, ast.Name) and v.id in aliases):
+                out.append((node.lineno, getattr(func, "name", "<lambda>"), node.func.attr))
+    return sorted(set(out))
+
+
+def subscript_key(filename: str, line: int, attr: str, global_name: bool = False):
+    """The constant key a statement on `line` indexes `<x>.attr` with (`self.stats["active"].append(n)`
+    -> "active"), else None: which element of a container that line changes."""
+    t = tree(filename)
+    for node in ast.walk(t) if t is not None else ():
+        if isinstance(node, ast.Subscript) and node.lineno == line and isinstance(node.slice, ast.Constant):
+            v = node.value
+            if (isinstance(v, ast.Name) and v.id == attr) if global_name else \
+                    (isinstance(v, ast.Attribute) and v.attr == attr):
+                return node.slice.value
+    return None
 
 
 def _same_object(value) -> bool:
@@ -98,9 +160,7 @@ def _param_aliases(t: ast.Module, rooted) -> dict[int, list[str]]:
     for call in ast.walk(t):
         if not isinstance(call, ast.Call):
             continue
-        name = call.func.id if isinstance(call.func, ast.Name) else \
-            call.func.attr if isinstance(call.func, ast.Attribute) else None
-        for f in defs.get(name, ()):
+        for f in defs.get(_func_name(call), ()):
             names = [a.arg for a in f.args.posonlyargs + f.args.args]
             if isinstance(call.func, ast.Attribute) and names and names[0] in ("self", "cls"):
                 names = names[1:]
@@ -133,3 +193,26 @@ def assigns_host_tensor(filename: str, attr: str, lines: tuple[int, int] | None 
             if any(k.arg == "device" and _cpu_expr(k.value) for k in call.keywords):
                 return True
     return False
+
+
+def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = None) -> str | None:
+    """How the source (or a span of it) makes `<x>.attr`: "pinned" / "pageable" when every assignment is
+    a `torch.<factory>(...)` naming no device or the CPU (`pin_memory=True`: pinned), else None (never
+    assigned that way, or also assigned something else: moved to a device, computed)."""
+    t = tree(filename)
+    kinds = set()
+    for node in ast.walk(t) if t is not None else ():
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or (lines and not lines[0] <= node.lineno <= lines[1]):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets) or node.value is None:
+            continue
+        call = node.value
+        host = (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in HOST_FACTORIES
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
+                and all(k.arg != "device" or _cpu_expr(k.value) for k in call.keywords))
+        if not host:
+            return None
+        pinned = any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)
+        kinds.add("pinned" if pinned else "pageable")
+    return kinds.pop() if len(kinds) == 1 else None

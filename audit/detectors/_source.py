@@ -185,6 +185,22 @@ def _loop_of(func, line: int):
     return loops[-1] if loops else None
 
 
+def skipped_loop_index(filename: str, line: int) -> bool:
+    """Whether `line` reads the index of the innermost loop holding it (`for e in range(E)`) and a
+    conditional in that loop, before `line`, can skip it in an iteration (an `if` holding `line`, or
+    `if ...: continue / break`): which iteration reaches `line` first then depends on that conditional."""
+    func = enclosing_function(filename, line)
+    loop = _loop_of(func, line) if func is not None and not isinstance(func, ast.Module) else None
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return False
+    index = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    read = {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and n.lineno == line}
+    return bool(index & read) and any(
+        isinstance(n, ast.If) and n.lineno < line
+        and (_span(n, line) or any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n)))
+        for n in ast.walk(loop) if n is not loop)
+
+
 def decider(filename: str, lo: int | None, line: int) -> int | None:
     """The statement that decided whether `line` ran, after execution was last seen at `lo`.
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from audit.detectors import register
+from audit.detectors import _source, register
 from audit.detectors._host import advanced, host_tensors
 
 
@@ -92,13 +92,31 @@ SHAPE_FIX = ("Keep the value in a device tensor that prepare() updates in place 
              "(the dynamic-shape finding on this line has the shape's fix).")
 
 
+def _diverged(ctx) -> bool:
+    """The complete steps did not all run the same op sequence."""
+    return len({tuple(ctx.sites(s)) for s in ctx.complete}) > 1
+
+
+def _skipped_iteration(ctx, recs) -> bool:
+    """The value is a loop index and a data-dependent conditional skipped the line in a different
+    iteration each step (`for e in range(E): if not hit[e]: continue; w[e]`): the k-th run of the line
+    is another iteration in another step. data-dependent-control reports the conditional, the cause;
+    once it is gone every step runs every iteration with the same index."""
+    code_line = recs[0].stack[-1] if recs[0].stack else None
+    return code_line is not None and _source.skipped_loop_index(code_line[0].co_filename, code_line[1])
+
+
 @register("baked-host-value")
 def varying_host_values(ctx):
     """Input shapes equal, non-tensor arguments differ: capture freezes the first step's value
     (also when the value sets the output shape: then dynamic-shape reports the shape as well)."""
     groups = defaultdict(list)
+    diverged = None
     for recs in _aligned(ctx).values():
         if len({r.args for r in recs}) < 2:
+            continue
+        diverged = _diverged(ctx) if diverged is None else diverged
+        if diverged and _skipped_iteration(ctx, recs):
             continue
         if len({_shapes(r.inputs) for r in recs}) > 1:
             # sizes that follow a varying input shape are dynamic-shape's, at the shape's origin; but
@@ -158,3 +176,31 @@ def host_scalar_operands(ctx):
                         fix="Keep the counter on the device (a 0-dim device tensor updated in place in the step), so "
                             "the kernel reads it from memory on every replay.")
             for (_, _, op), g in ctx.per_site(hits).items()]
+
+
+@register("baked-host-value")
+def host_scalar_values(ctx):
+    """A 0-dim tensor the target keeps on the host (`self.temp = torch.tensor(1.0, device="cpu")`) is an
+    operand of a device op and holds another value each step (prepare() anneals it, the step advances
+    it): the kernel gets it as a scalar at launch, so a graph replays the capture step's value."""
+    host = host_tensors(ctx)
+    if not host:
+        return []
+    stepped = advanced(ctx, host)  # advanced inside the step: host_scalar_operands follows those
+    groups = defaultdict(list)
+    for recs in _aligned(ctx).values():
+        r = recs[0]
+        mine = [i for i, _ in r.host_scalars if r.inputs[i].sid in host and r.inputs[i].sid not in stepped]
+        device = [m for m in r.inputs if m.sid not in host and (m.device.type != "cpu" or not ctx.cuda)]
+        if not mine or not device:
+            continue
+        values = [dict(x.host_scalars).get(mine[0]) for x in recs]
+        if len(set(map(repr, values))) > 1:
+            groups[(ctx.where(r), r.op)].append((recs, host[r.inputs[mine[0]].sid], values))
+    return [ctx.finding("baked-host-value", items[0][0][0], op, len(items),
+                        f"`{op}` takes the 0-dim host tensor `{items[0][1]}` as a scalar operand and its value "
+                        f"changes between steps ({_show(items[0][2])}): the kernel gets the value at launch, so "
+                        "a graph replays the value of the capture step",
+                        fix="Keep the value in a 0-dim device tensor that prepare() (or the step) updates in place: "
+                            "the kernel then reads it from memory on every replay.")
+            for ((_, _, _), op), items in groups.items()]

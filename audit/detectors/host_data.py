@@ -9,7 +9,10 @@ tensor (`lift_fresh`), and the source says whether it was sent to the step's dev
 
 from __future__ import annotations
 
-from audit.detectors import _source, register
+import torch
+
+from audit.detectors import _mutations, _source, register
+from audit.detectors._host import class_spans
 from audit.detectors.host_sync import host_born
 from audit.detectors.pageable_copy import FROM_DATA
 
@@ -52,6 +55,39 @@ def _host_indices(recs, born: set) -> list:
             indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]  # index_put's last input is the values
             out += [lifted.pop(t.sid) for t in indices if t.sid in lifted]
     return out
+
+
+STAGED = ("the host tensor `{name}` (made by a torch factory that names no device: pageable memory) is copied to "
+          "the device in the step: on a GPU capture raises 'Cannot copy between CPU and CUDA tensors ...'")
+STAGED_FIX = ("Stage through a persistent pinned buffer (pin_memory=True) copied with non_blocking=True into a "
+              "persistent device tensor, or keep the data on the device and refill it in prepare().")
+
+
+def _host_attrs(ctx) -> dict[int, str]:
+    """Storage id -> 'owner.attr' of the target's tensor attributes its class makes in pageable host memory."""
+    from audit.scan import state
+
+    out = {}
+    for path, obj in ctx.trace.objects:
+        for name, t in list(getattr(obj, "__dict__", {}).items()):
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and any(
+                    _mutations.host_factory_attr(f, name, span) == "pageable" for f, span in class_spans(type(obj))):
+                out[state.storage_id(t)] = f"{path}.{name}" if path else name
+    return out
+
+
+@register("pageable-copy")
+def host_attrs_to_device(ctx):
+    """CPU scans: `self.staging.to(D)` in the step, D not the CPU, of a tensor attribute the class made in
+    pageable host memory (a CUDA scan sees the copy itself)."""
+    if ctx.cuda:
+        return []
+    staged = _host_attrs(ctx)
+    hits = [r for r in ctx.all_records(("host",)) if r.note == "cpu?" and r.inputs and r.stack
+            and r.inputs[0].sid in staged and not _source.names_cpu(*_src(r))]
+    return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps,
+                        STAGED.format(name=staged[g[0].inputs[0].sid]), fix=STAGED_FIX, severity="blocks-capture")
+            for (_, _, op), g in ctx.per_site(hits).items()]
 
 
 @register("pageable-copy")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from audit.detectors import _source, register
+from audit.detectors._host import from_device, host_tensors, in_place_updates
 
 SYNC_OPS: dict[str, Callable] = {}  # "aten.nonzero" -> rule(record) -> (message, fix) | None
 
@@ -263,3 +264,19 @@ def runtime_reported_syncs(ctx):
             groups.setdefault(r.frame[:2] + (op,), []).append((r, why))
     return [ctx.finding("host-sync", g[0][0], op, len(g) / ctx.n_steps, g[0][1])
             for (_, _, op), g in groups.items()]
+
+
+@register("host-sync")
+def device_values_into_host_tensors(ctx):
+    """(CPU scan) a small tensor the target keeps on the host takes a tensor computed on the device
+    (`self.tok_cpu.copy_(tok)`): on a GPU that is a device->host copy into pageable memory, which waits
+    for the device; capture refuses it. (A CUDA scan sees the copy itself: device_to_host.)"""
+    if ctx.cuda:
+        return []
+    host = host_tensors(ctx)
+    hits = [r for r in in_place_updates(ctx, host) if from_device(ctx, r, host)] if host else []
+    return [ctx.finding("host-sync", g[0], op, len(g) / ctx.n_steps,
+                        f"copies a device tensor into the host tensor `{host[g[0].inputs[0].sid]}`: on a GPU a "
+                        "device->host copy into pageable memory that waits for the device (capture refuses it)",
+                        fix=_DEVICE_FIX)
+            for (_, _, op), g in ctx.per_site(hits).items()]

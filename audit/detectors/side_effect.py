@@ -4,7 +4,8 @@ Replay runs kernels only: a Python side effect happens once, at capture, and nev
 anything that reads it later (a position counter, a history list) silently goes stale. The tracer
 snapshots plain attributes of every object reachable from the target (and user-module globals)
 around each audited step. The source line comes from the nn.Module.__setattr__ hook when the
-change went through it, otherwise from the owner's source (the statements that mutate it).
+change went through it, otherwise from the owner's source (the statements that mutate it), and for
+an object of a stdlib or installed class (a queue.Queue) from the user's call into that object.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import sys
 from collections import defaultdict
 
 from audit.detectors import _mutations, _source, register
-from audit.detectors._host import host_tensors, in_place_updates
+from audit.detectors._host import from_device, host_tensors, in_place_updates
 from audit.detectors.allocation import escape_lines
+from audit.scan import state
+from audit.scan.user_code import HIDDEN, frame_kind, is_user_file
 
 
 def _owner(ctx, path: str):
@@ -36,39 +39,106 @@ def _executed(ctx, step: int, own_only: bool = False) -> set:
     return out
 
 
-def _source_sites(ctx, change, step: int):
-    """Candidate (file, line, function) for a change that did not go through __setattr__."""
-    if change.owner.startswith("<module "):
-        mod = sys.modules.get(change.owner[8:-1])
-        files = [(getattr(mod, "__file__", None), None, True)]
-    elif change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran
-        files = [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
-    else:
-        obj = _owner(ctx, change.owner)
-        files = []
-        for cls in type(obj).__mro__ if obj is not None else ():
-            try:
-                lines, start = inspect.getsourcelines(cls)
-                files.append((inspect.getsourcefile(cls), (start, start + len(lines)), False))
-            except (OSError, TypeError):
-                continue
+def _source_sites(ctx, change, step: int) -> tuple[list, str]:
+    """Candidate (file, line, function) for a change that did not go through __setattr__, and a note
+    for the message. Statements in functions that ran come first; for an object of a stdlib or
+    installed class whose mutating code did not show up (the stdlib's frames are hidden), the
+    user's call into it (`self.out.put_nowait(t)`); statements of the stdlib and torch never."""
+    files, foreign = _owner_files(ctx, change, step)
     ran = _executed(ctx, step)
     if not change.owner.startswith(("<module ", "<closure ")):  # `self.meta.tokens += 1` lives in the caller's code
         files += [(f, None, False) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
     cands = []
     attr = change.attr
-    if change.owner.startswith("<module ") and "." in attr:  # `METRICS.steps += 1` on a global object
-        attr, files = attr.split(".")[-1], [(f, s, False) for f, s, _ in files]
+    if "." in attr:  # `METRICS.steps += 1` on a global object, `self.cache.filled += 1` on a tensor
+        attr = attr.split(".")[-1]
+        if change.owner.startswith("<module "):
+            files = [(f, s, False) for f, s, _ in files]
     for file, span, glob in files:
         if not file:
             continue
         for line, fn in _mutations.mutation_sites(file, attr, span, global_name=glob):
             if fn not in ("__init__", "prepare"):
                 cands.append(((file, fn) in ran, file, line, fn))
-    if not cands:
-        return []
-    best = [c for c in cands if c[0]] or cands
-    return [(f, line, fn) for _, f, line, fn in best[:3]]
+    if change.owner.startswith("<closure "):  # the closure whose cell changed, not the scope that made it
+        own = change.owner[9:-1].split(".")[-1]
+        cands = [c for c in cands if c[3] == own] or cands
+    best = [(f, line, fn) for r, f, line, fn in cands if r]
+    if best:
+        return best[:3], ""
+    if foreign:
+        calls, note = _calls_into(ctx, change, foreign, ran)
+        if calls:
+            return calls, note
+    shown = [(f, line, fn) for _, f, line, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN]
+    return shown[:3], ""
+
+
+def _owner_files(ctx, change, step: int) -> tuple[list, str]:
+    """(file, span, global-name) to search for the change's statements, and the owner's class name
+    (`queue.Queue`) when none of its classes is in the user's files (else "")."""
+    if change.owner.startswith("<module "):
+        mod = sys.modules.get(change.owner[8:-1])
+        obj = vars(mod).get(change.attr.split(".")[0]) if mod is not None and "." in change.attr else None
+        return [(getattr(mod, "__file__", None), None, True)], _foreign_class(ctx, obj)
+    if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran
+        return [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})], ""
+    obj = _owner(ctx, change.owner)
+    files = []
+    for cls in type(obj).__mro__ if obj is not None else ():
+        try:
+            lines, start = inspect.getsourcelines(cls)
+            files.append((inspect.getsourcefile(cls), (start, start + len(lines)), False))
+        except (OSError, TypeError):
+            continue
+    return files, _foreign_class(ctx, obj)
+
+
+def _foreign_class(ctx, obj) -> str:
+    """`module.Class` of an object none of whose classes is defined in the user's files, else ""."""
+    if obj is None:
+        return ""
+    for cls in type(obj).__mro__[:-1]:
+        try:
+            if is_user_file(inspect.getsourcefile(cls) or "", ctx.trace.roots):
+                return ""
+        except TypeError:  # a builtin class: no source
+            continue
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str]:
+    """The user's lines that call a method of the changed object (`self.out.put_nowait(t)`): found in
+    the files of the step's own code and of the object that holds it, from the attribute holding it.
+    Calls in functions that ran come first."""
+    module = change.owner.startswith("<module ")
+    holder, files = (change.attr.split(".")[0], [getattr(sys.modules.get(change.owner[8:-1]), "__file__", None)]) \
+        if module else _holder(ctx, change.owner)
+    if not holder:
+        return [], ""
+    files = sorted({f for f in files if f} | {f for f, _ in ran if is_user_file(f, ctx.trace.roots)})
+    hits = [((f, fn) in ran, f, line, fn, m) for f in files
+            for line, fn, m in _mutations.method_calls(f, holder, global_name=module) if fn not in ("__init__", "prepare")]
+    best = [h for h in hits if h[0]] or hits
+    methods = ", ".join(dict.fromkeys(f"`.{m}()`" for *_, m in best[:3]))
+    return [(f, line, fn) for _, f, line, fn, _ in best[:3]], f"inside a `{cls}`, through {methods}"
+
+
+def _holder(ctx, owner: str) -> tuple[str | None, list[str]]:
+    """The attribute that holds the object at `owner` (`callbacks.0.__self__.out` -> `out`) and the
+    user source files of the object that holds it."""
+    parts = owner.split(".")
+    for i in range(len(parts) - 1, -1, -1):
+        parent = _owner(ctx, ".".join(parts[:i]))
+        if parent is not None and parts[i] in dict(state._instance_items(parent)):
+            files = []
+            for cls in type(parent).__mro__[:-1]:
+                try:
+                    files.append(inspect.getsourcefile(cls))
+                except TypeError:
+                    continue
+            return parts[i], [f for f in files if f and is_user_file(f, ctx.trace.roots)]
+    return None, []
 
 
 @register("cpu-side-effect")
@@ -86,13 +156,13 @@ def python_state_changes(ctx):
     for (owner, attr), hits in changed.items():
         s, c = hits[0]
         count = len(hits) / ctx.n_steps
-        msg = f"the step changes {c.describe()}; a replay would not"
+        msg = _message(c)
         recs = [r for r in setattrs.get(f"{owner}\x00{attr}", ()) if r.stack]
         if recs:
             text, sev = _guarded(msg, recs[0].stack[-1][0].co_filename, recs[0].stack[-1][1])
             out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, text, severity=sev))
             continue
-        sites = _source_sites(ctx, c, s)
+        sites, note = _source_sites(ctx, c, s)
         if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:
             sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it
             if not sites:
@@ -101,10 +171,22 @@ def python_state_changes(ctx):
             out.append(ctx.finding("cpu-side-effect", ("<python state>", 0, ""), "mutate", count,
                                    msg + " (no source line found)", module=owner))
         for site in sites:
-            text, sev = _guarded(msg, site[0], site[1])
+            text, sev = _guarded(_message(c, site, note), site[0], site[1])
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=_caller_of(ctx, site, s)))
     return out
+
+
+def _message(change, site=None, note: str = "") -> str:
+    """What the step changed, naming the element the site's line writes when it indexes a container
+    with a constant (`self.stats["active"].append(n)`: the `active` list, not another key)."""
+    key = None
+    if site is not None and site[0] and not site[0].startswith("<"):
+        glob = change.owner.startswith(("<module ", "<closure "))
+        attr = change.attr.split(".")[-1]
+        key = _mutations.subscript_key(site[0], site[1], attr, global_name=glob and "." not in change.attr)
+    what = change.describe(key)
+    return f"the step changes {what}{f' ({note})' if note else ''}; a replay would not"
 
 
 def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
@@ -133,7 +215,7 @@ def host_tensors_changed_in_place(ctx):
     host = host_tensors(ctx)
     if not host:
         return []
-    hits = in_place_updates(ctx, host)
+    hits = [r for r in in_place_updates(ctx, host) if not from_device(ctx, r, host)]  # those are host-sync's
     return [ctx.finding("cpu-side-effect", g[0], op, len(g) / ctx.n_steps,
                         f"the step updates the host tensor `{host[g[0].inputs[0].sid]}` in place (`{op}`): on a GPU "
                         "this runs on the CPU, outside the graph, so a replay would not redo it",

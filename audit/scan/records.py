@@ -41,6 +41,7 @@ class OpRecord:
     func: object = None   # the OpOverload (kind "aten")
     nested: bool = False  # dispatched inside a host read (bool(t) -> _local_scalar_dense)
     note: str = ""
+    host_scalars: tuple = ()  # (input index, value) of each 0-dim CPU tensor input: a kernel scalar on a GPU
 
     @property
     def frame(self) -> tuple[str, int, str] | None:

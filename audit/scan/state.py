@@ -8,9 +8,6 @@ and of the user modules' globals, right before and right after each audited step
 
 from __future__ import annotations
 
-import array
-import itertools
-import math
 import os
 import sys
 import types
@@ -20,13 +17,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from audit.scan.fingerprint import PLAIN
+from audit.scan.fingerprint import fp as fingerprint
+
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
 
-_PRIMS = (type(None), bool, int, float, complex, str, bytes)
 _FOREIGN = ("torch", "builtins", "numpy", "pandas", "typing", "collections", "enum", "functools")
 _SKIP_ATTRS = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
-_MAX_ITEMS = 32  # generator locals shown in a message
-_PLAIN = _PRIMS + (list, dict, set, deque, itertools.count, array.array)  # values a snapshot fingerprints
 
 
 def _is_user_object(v) -> bool:
@@ -137,102 +134,6 @@ def storage_id(t: torch.Tensor) -> int:
 
 
 # ---------------------------------------------------------------------- snapshots
-def _fp(v, depth: int = 0):
-    """A cheap, comparable fingerprint of a plain value; tensors are left to the tensor detectors.
-
-    Containers are compared element by element (up to _MAX_ELEMS, nested up to _MAX_DEPTH: a
-    persistent batch's 64 slots, a request dict of dicts of lists), sets by their members (a free
-    list that gives one slot out and takes one back keeps its size), arrays and numpy arrays by
-    their bytes, iterators and itertools objects by their position."""
-    if isinstance(v, _PRIMS):
-        return "nan" if isinstance(v, float) and math.isnan(v) else v
-    if isinstance(v, torch.Tensor):  # an attribute's tensor is the tensor detectors' business; a
-        # container's member is Python state: the step that puts another tensor there (a deque window,
-        # a list slot) changes what a replay would not
-        return "<tensor>" if depth == 0 else ("tensor", id(v))
-    if isinstance(v, (torch.dtype, torch.device, torch.Size)):
-        return v
-    if isinstance(v, (list, tuple, deque)):
-        if depth >= _MAX_DEPTH or len(v) > _MAX_ELEMS:
-            return (type(v).__name__, len(v), _digest(v))
-        return (type(v).__name__, len(v), tuple(_fp(x, depth + 1) for x in list(v)))
-    if isinstance(v, dict):
-        if depth >= _MAX_DEPTH or len(v) > _MAX_ELEMS:
-            return ("dict", len(v), _digest(v))
-        return ("dict", len(v), tuple((repr(k), _fp(x, depth + 1)) for k, x in list(v.items())))
-    if isinstance(v, (set, frozenset)):
-        members = sorted(repr(x) for x in list(v)[:_MAX_ELEMS])
-        return (type(v).__name__, len(v), tuple(members) if len(v) <= _MAX_ELEMS else hash(tuple(members)))
-    if isinstance(v, array.array):  # vLLM keeps token ids in array('l')
-        return ("array", v.typecode, len(v), hash(v.tobytes()))
-    if isinstance(v, itertools.count):  # next() on it is a step counter; its repr shows the state
-        return ("obj", repr(v))
-    if isinstance(v, types.GeneratorType):  # next() on it advances state held in its frame
-        return ("obj", _generator_state(v))
-    if (at := _iterator_position(v)) is not None:  # iter(list) / iter(range): the position is the state
-        return ("obj", f"<{type(v).__name__} at {at}>")
-    if type(v).__module__ == "itertools" and (state := _reduced_state(v)) is not None:  # cycle, islice...
-        return ("obj", f"<itertools.{type(v).__name__} {state}>")
-    if type(v).__name__ == "ndarray" and type(v).__module__ == "numpy" and v.nbytes <= _MAX_ARRAY_BYTES:
-        # host state mutated in place (`lens += 1`, a block table): small arrays by value, larger ones by a hash
-        return ("ndarray", v.shape, str(v.dtype), tuple(v.ravel().tolist()) if v.size <= 8 else hash(v.tobytes()))
-    return ("obj", type(v).__name__, id(v))
-
-
-_MAX_DEPTH = 4
-_MAX_ELEMS = 4096
-_MAX_ARRAY_BYTES = 64 << 20
-
-
-def _digest(v) -> int:
-    """A hash of a container too large or too deep to keep element by element."""
-    try:
-        items = list(v.items()) if isinstance(v, dict) else list(v)
-        return hash(tuple(repr(x) if not isinstance(x, torch.Tensor) else "<tensor>" for x in items))
-    except Exception:  # noqa: BLE001 - an unhashable or unprintable member: fall back to the size
-        return len(v)
-
-
-def _reduced_state(v):
-    """An itertools object's position, from its pickling state (cycle: the saved items and where it is)."""
-    import warnings
-
-    try:
-        with warnings.catch_warnings():  # Python 3.12 deprecates pickling itertools objects
-            warnings.simplefilter("ignore")
-            r = v.__reduce__()
-    except Exception:  # noqa: BLE001
-        return None
-    state = r[2] if len(r) > 2 else None
-    text = repr(state)
-    return text if len(text) < 2000 else hash(text)
-
-
-def _iterator_position(v):
-    """The position of a builtin iterator (list, tuple, range...: its __reduce__ carries it), else None."""
-    if type(v).__module__ != "builtins" or not type(v).__name__.endswith("iterator"):
-        return None
-    try:
-        r = v.__reduce__()
-    except Exception:  # noqa: BLE001 - not every iterator reduces
-        return None
-    return r[2] if len(r) > 2 and isinstance(r[2], int) else None
-
-
-def _generator_state(g) -> str:
-    """`<generator name: local=value, ...>` from the suspended frame (exhausted: `done`)."""
-    fr = g.gi_frame
-    if fr is None:
-        return f"<generator {g.__name__}: done>"
-    parts = []
-    for k, x in list(fr.f_locals.items())[:_MAX_ITEMS]:
-        if isinstance(x, _PRIMS):
-            parts.append(f"{k}={x!r}")
-        elif (at := _iterator_position(x)) is not None:
-            parts.append(f"{k}@{at}")
-    return f"<generator {g.__name__}: {', '.join(parts)}>"
-
-
 def _attrs(obj):
     if isinstance(obj, nn.Module):
         yield "_parameters", ("keys", tuple(obj._parameters))
@@ -241,7 +142,35 @@ def _attrs(obj):
     for k, v in _instance_items(obj):
         if k in _SKIP_ATTRS or "hooks" in k or isinstance(v, (nn.Module, types.FunctionType, types.MethodType)):
             continue
-        yield k, _fp(v)
+        yield k, fingerprint(v)
+        if isinstance(v, torch.Tensor):  # Python attributes set on a tensor (`cache.filled += 1`)
+            yield from ((f"{k}.{a}", fp) for a, fp in _plain_dict(v))
+
+
+def _plain_dict(obj) -> list[tuple[str, object]]:
+    """(name, fingerprint) of the plain values in an object's own __dict__ (a tensor's or a function's
+    Python attributes: `note_step.calls`)."""
+    d = getattr(obj, "__dict__", None)
+    if not isinstance(d, dict):
+        return []
+    return [(k, fingerprint(x)) for k, x in list(d.items()) if not k.startswith("__") and isinstance(x, PLAIN)]
+
+
+def _functions(obj):
+    """Plain functions hung on an object: attributes, and members of its list / tuple / dict attributes
+    (a list of logits-processor closures, a module's forward-hook dict)."""
+    for k, v in list(getattr(obj, "__dict__", {}).items()):
+        if isinstance(v, types.FunctionType):
+            yield v
+        elif isinstance(v, (list, tuple, dict)) and len(v) <= 4096:
+            yield from (x for x in (v.values() if isinstance(v, dict) else v) if isinstance(x, types.FunctionType))
+
+
+def _function_state(fn) -> dict:
+    """A function's state a step can change: its closure cells (`nonlocal n`) and its attributes."""
+    out = {(f"<closure {fn.__qualname__}>", name): fp for name, fp in _cells(fn)}
+    out.update(((f"<function {fn.__qualname__}>", k), fp) for k, fp in _plain_dict(fn))
+    return out
 
 
 def _cells(fn) -> list[tuple[str, object]]:
@@ -252,8 +181,8 @@ def _cells(fn) -> list[tuple[str, object]]:
             val = cell.cell_contents
         except ValueError:  # an empty cell
             continue
-        if isinstance(val, _PLAIN):
-            out.append((name, _fp(val)))
+        if isinstance(val, PLAIN):
+            out.append((name, fingerprint(val)))
     return out
 
 
@@ -273,17 +202,16 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
     for path, obj in objects:
         for k, fp in _attrs(obj):
             snap[(path, k)] = fp
-        for v in list(getattr(obj, "__dict__", {}).values()):
-            if isinstance(v, types.FunctionType):  # a closure hung on the object: its cells are state
-                snap.update(((f"<closure {v.__qualname__}>", name), fp) for name, fp in _cells(v))
+        for fn in _functions(obj):  # a closure hung on the object: its cells are state
+            snap.update(_function_state(fn))
     for name, mod in modules:
         for k, v in list(vars(mod).items()):
             if k.startswith("__") or isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType)):
                 continue
-            if isinstance(v, types.FunctionType):  # a decorated function: the wrapper's `nonlocal` counters
-                snap.update(((f"<closure {v.__qualname__}>", cell), fp) for cell, fp in _cells(v))
-            elif isinstance(v, _PLAIN):
-                snap[(f"<module {name}>", k)] = _fp(v)
+            if isinstance(v, types.FunctionType):  # a decorated function's `nonlocal` counters, its attributes
+                snap.update(_function_state(v))
+            elif isinstance(v, PLAIN):
+                snap[(f"<module {name}>", k)] = fingerprint(v)
             elif _is_user_object(v):  # a global metrics / config object: its attributes
                 snap.update(((f"<module {name}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
     for cls in _user_classes(objects):
@@ -308,8 +236,8 @@ def _class_state(cls: type) -> dict:
     for k, v in list(vars(cls).items()):
         if k.startswith("__"):
             continue
-        if isinstance(v, _PLAIN):
-            out[(f"<class {cls.__qualname__}>", k)] = _fp(v)
+        if isinstance(v, PLAIN):
+            out[(f"<class {cls.__qualname__}>", k)] = fingerprint(v)
         fn = v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
         if isinstance(fn, types.FunctionType):
             for name, fp in _cells(fn):
@@ -329,11 +257,14 @@ class StateChange:
         """The change is only which tensor objects a container holds (a slot rebound to a new tensor)."""
         return _masked(self.before) == _masked(self.after)
 
-    def describe(self) -> str:
+    def describe(self, key=None) -> str:
+        """What changed, down to the element; `key`: the element a given line writes (`stats["active"]`),
+        named first when it is one of those that changed."""
         where = f"{self.owner}.{self.attr}" if self.owner and not self.owner.startswith("<") else self.attr
         a, b = self.before, self.after
         if _is_container(a) and _is_container(b) and a[:2] == b[:2]:
-            for (ka, va), (kb, vb) in zip(_items(a), _items(b)):  # same size: name the element that changed
+            pairs = sorted(zip(_items(a), _items(b)), key=lambda p: key is None or p[0][0] not in (key, repr(key)))
+            for (ka, va), (kb, vb) in pairs:  # same size: name the element that changed
                 if ka == kb and va != vb:
                     inner = StateChange("", f"{where}[{ka}]", va, vb).describe()  # nested: down to the leaf
                     return inner if _is_container(va) and _is_container(vb) else f"`{where}[{ka}]` ({_show(va)} -> {_show(vb)})"

@@ -167,7 +167,7 @@ class Tracer:
             self._step, idx, "aten", name, norm, inputs, tuple(out_metas), in_step, tuple(new),
             mods[-1] if mods else "", self.stack(sys._getframe(2)), func,
             self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
-            "failed" if failed else ""))
+            "failed" if failed else "", _host_scalars(tensors, inputs)))
 
     def _small_values(self, t: torch.Tensor):
         """The data of a tensor built from Python values (to diff it across steps): the values when
@@ -305,6 +305,19 @@ def _cpu_only_checks(tracer: Tracer):
 
 
 _OPNAMES: dict = {}
+
+
+def _host_scalars(tensors: list, inputs: tuple) -> tuple:
+    """(index, value) of the 0-dim CPU tensor inputs (reading one is a host read, not a sync)."""
+    out = ()
+    for i, m in enumerate(inputs):
+        if not m.shape and m.device.type == "cpu":
+            t = tensors[i]
+            try:
+                out += ((i, hooks.ORIG["item"](t)),)
+            except Exception:  # noqa: BLE001 - a value we cannot read (meta, sparse)
+                continue
+    return out
 _tuple_new = tuple.__new__
 
 

@@ -44,7 +44,7 @@ class Dispatch:
         for e in range(E):
             if counts[e] == 0:  # HAZARD: data-dependent-control
                 continue
-            y = y + self.experts[e](self.x) * (self.sel == e)[:, None]  # HAZARD: baked-host-value
+            y = y + self.experts[e](self.x) * (self.sel == e)[:, None]  # the loop index: fine once the guard goes
         return torch.tanh(y)
 
 

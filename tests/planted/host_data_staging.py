@@ -3,7 +3,8 @@
 On a GPU each of these copies from pageable host memory, which capture refuses; on a CPU scan no
 copy happens, so the scan has to see where host data became a tensor and where it was sent.
 Constants built on the host without a device, or sent to the CPU, stay host tensors: no copy. A
-Python list used as an index into a device tensor is copied to the device as well.
+Python list used as an index into a device tensor is copied to the device as well, and so is a
+tensor attribute made once in pageable host memory and sent to the device in the step.
 """
 
 import numpy as np
@@ -15,10 +16,12 @@ class Staging:
         self.device = device
         self.logits = torch.zeros(2, 10, device=device)
         self.banned = np.array([1, 3], dtype=np.int64)
+        self.host_ids = torch.zeros(2, dtype=torch.long)  # pageable host memory, made once
 
     def prepare(self, i):
         self.logits.copy_(torch.randn(2, 10))
         self.banned[:] = np.random.randint(0, 10, size=2)
+        self.host_ids.copy_(torch.randint(0, 10, (2,)))
 
     @torch.no_grad()
     def step(self):
@@ -32,7 +35,8 @@ class Staging:
         out = self.logits.index_fill(1, ban, 0.0).index_fill(1, eos, 0.0) * scale * temp
         out[:, [2, 7]] = 0.0  # HAZARD: pageable-copy
         picked = out[[1, 0]]  # HAZARD: pageable-copy
-        return torch.maximum(picked, floor), host_only, empty
+        ids = self.host_ids.to(self.device, non_blocking=True)  # HAZARD: pageable-copy
+        return torch.maximum(picked, floor).index_fill(1, ids, 0.0), host_only, empty
 
 
 class StagingClean(Staging):
@@ -45,16 +49,18 @@ class StagingClean(Staging):
         self.temp = torch.full((1,), 0.5, device=device)
         self.cols = torch.tensor([2, 7], device=device)
         self.rows = torch.tensor([1, 0], device=device)
+        self.ids = torch.zeros(2, dtype=torch.long, device=device)
 
     def prepare(self, i):
         super().prepare(i)
         self.ban.copy_(torch.from_numpy(self.banned))
+        self.ids.copy_(self.host_ids)  # outside the step: the persistent device buffer is refilled
 
     @torch.no_grad()
     def step(self):
         out = self.logits.index_fill(1, self.ban, 0.0).index_fill(1, self.eos, 0.0) * self.scale * self.temp
         out[:, self.cols] = 0.0
-        return torch.maximum(out[self.rows], self.floor)
+        return torch.maximum(out[self.rows], self.floor).index_fill(1, self.ids, 0.0)
 
 
 def make(device):

@@ -1,0 +1,119 @@
+"""Comparable fingerprints of plain Python values: what a state snapshot keeps of each attribute.
+
+Containers element by element (bounded), sets by their members, arrays by their bytes, iterators,
+generators and itertools objects by their position; tensors are the tensor detectors' business.
+"""
+
+from __future__ import annotations
+
+import array
+import itertools
+import math
+import types
+from collections import deque
+
+import torch
+
+__all__ = ["PLAIN", "PRIMS", "fp"]
+
+PRIMS = (type(None), bool, int, float, complex, str, bytes)
+PLAIN = PRIMS + (list, dict, set, deque, itertools.count, array.array)  # values a snapshot fingerprints
+_MAX_ITEMS = 32  # generator locals shown in a message
+
+
+def fp(v, depth: int = 0):
+    """A cheap, comparable fingerprint of a plain value; tensors are left to the tensor detectors.
+
+    Containers are compared element by element (up to _MAX_ELEMS, nested up to _MAX_DEPTH: a
+    persistent batch's 64 slots, a request dict of dicts of lists), sets by their members (a free
+    list that gives one slot out and takes one back keeps its size), arrays and numpy arrays by
+    their bytes, iterators and itertools objects by their position."""
+    if isinstance(v, PRIMS):
+        return "nan" if isinstance(v, float) and math.isnan(v) else v
+    if isinstance(v, torch.Tensor):  # an attribute's tensor is the tensor detectors' business; a
+        # container's member is Python state: the step that puts another tensor there (a deque window,
+        # a list slot) changes what a replay would not
+        return "<tensor>" if depth == 0 else ("tensor", id(v))
+    if isinstance(v, (torch.dtype, torch.device, torch.Size)):
+        return v
+    if isinstance(v, (list, tuple, deque)):
+        if depth >= _MAX_DEPTH or len(v) > _MAX_ELEMS:
+            return (type(v).__name__, len(v), _digest(v))
+        return (type(v).__name__, len(v), tuple(fp(x, depth + 1) for x in list(v)))
+    if isinstance(v, dict):
+        if depth >= _MAX_DEPTH or len(v) > _MAX_ELEMS:
+            return ("dict", len(v), _digest(v))
+        return ("dict", len(v), tuple((repr(k), fp(x, depth + 1)) for k, x in list(v.items())))
+    if isinstance(v, (set, frozenset)):
+        members = sorted(repr(x) for x in list(v)[:_MAX_ELEMS])
+        return (type(v).__name__, len(v), tuple(members) if len(v) <= _MAX_ELEMS else hash(tuple(members)))
+    if isinstance(v, array.array):  # vLLM keeps token ids in array('l')
+        return ("array", v.typecode, len(v), hash(v.tobytes()))
+    if isinstance(v, itertools.count):  # next() on it is a step counter; its repr shows the state
+        return ("obj", repr(v))
+    if isinstance(v, types.GeneratorType):  # next() on it advances state held in its frame
+        return ("obj", _generator_state(v))
+    if (at := _iterator_position(v)) is not None:  # iter(list) / iter(range): the position is the state
+        return ("obj", f"<{type(v).__name__} at {at}>")
+    if type(v).__module__ == "itertools" and (state := _reduced_state(v)) is not None:  # cycle, islice...
+        return ("obj", f"<itertools.{type(v).__name__} {state}>")
+    if type(v).__name__ == "ndarray" and type(v).__module__ == "numpy" and v.nbytes <= _MAX_ARRAY_BYTES:
+        # host state mutated in place (`lens += 1`, a block table): small arrays by value, larger ones by a hash
+        return ("ndarray", v.shape, str(v.dtype), tuple(v.ravel().tolist()) if v.size <= 8 else hash(v.tobytes()))
+    return ("obj", type(v).__name__, id(v))
+
+
+_MAX_DEPTH = 4
+_MAX_ELEMS = 4096
+_MAX_ARRAY_BYTES = 64 << 20
+
+
+def _digest(v) -> int:
+    """A hash of a container too large or too deep to keep element by element."""
+    try:
+        items = list(v.items()) if isinstance(v, dict) else list(v)
+        return hash(tuple(repr(x) if not isinstance(x, torch.Tensor) else "<tensor>" for x in items))
+    except Exception:  # noqa: BLE001 - an unhashable or unprintable member: fall back to the size
+        return len(v)
+
+
+def _reduced_state(v):
+    """An itertools object's position, from its pickling state (cycle: the saved items and where it is)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # Python 3.12 deprecates pickling itertools objects
+            warnings.simplefilter("ignore")
+            r = v.__reduce__()
+    except Exception:  # noqa: BLE001
+        return None
+    state = r[2] if len(r) > 2 else None
+    text = repr(state)
+    return text if len(text) < 2000 else hash(text)
+
+
+def _iterator_position(v):
+    """The position of a builtin iterator (list, tuple, range...: its __reduce__ carries it), else None."""
+    if type(v).__module__ != "builtins" or not type(v).__name__.endswith("iterator"):
+        return None
+    try:
+        r = v.__reduce__()
+    except Exception:  # noqa: BLE001 - not every iterator reduces
+        return None
+    return r[2] if len(r) > 2 and isinstance(r[2], int) else None
+
+
+def _generator_state(g) -> str:
+    """`<generator name: local=value, ...>` from the suspended frame (exhausted: `done`)."""
+    fr = g.gi_frame
+    if fr is None:
+        return f"<generator {g.__name__}: done>"
+    parts = []
+    for k, x in list(fr.f_locals.items())[:_MAX_ITEMS]:
+        if isinstance(x, PRIMS):
+            parts.append(f"{k}={x!r}")
+        elif (at := _iterator_position(x)) is not None:
+            parts.append(f"{k}@{at}")
+    return f"<generator {g.__name__}: {', '.join(parts)}>"
+
+

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors._source import _FUNC, HOST_FACTORIES, _cpu_expr, tree
+from audit.detectors import _scopes
+from audit.detectors._source import _FUNC, HOST_FACTORIES, _on_cpu, tree
 
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
             "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse", "rotate",
@@ -173,7 +174,8 @@ def _param_aliases(t: ast.Module, rooted) -> dict[int, list[str]]:
 
 def assigns_host_tensor(filename: str, attr: str, lines: tuple[int, int] | None = None) -> bool:
     """Whether the source (or a span of it) assigns `<x>.attr` a tensor it names the CPU for:
-    `torch.zeros(..., device="cpu")`, `t.cpu()`, `t.to("cpu")` (a host tensor on a GPU too)."""
+    `torch.zeros(..., device="cpu")`, `t.cpu()`, `t.to("cpu")` (a host tensor on a GPU too); the
+    device may be a name assigned only the CPU (`device=self.host`)."""
     t = tree(filename)
     if t is None:
         return False
@@ -188,9 +190,10 @@ def assigns_host_tensor(filename: str, attr: str, lines: tuple[int, int] | None 
                 continue
             if isinstance(call.func, ast.Attribute) and call.func.attr == "cpu":
                 return True
-            if isinstance(call.func, ast.Attribute) and call.func.attr == "to" and call.args[:1] and _cpu_expr(call.args[0]):
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "to" and call.args[:1] and \
+                    _scopes.names_cpu(t, call.args[0], call.lineno):
                 return True
-            if any(k.arg == "device" and _cpu_expr(k.value) for k in call.keywords):
+            if any(k.arg == "device" and _scopes.names_cpu(t, k.value, call.lineno) for k in call.keywords):
                 return True
     return False
 
@@ -210,7 +213,7 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
         call = node.value
         host = (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in HOST_FACTORIES
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
-                and all(k.arg != "device" or _cpu_expr(k.value) for k in call.keywords))
+                and all(k.arg != "device" or _on_cpu(filename, k.value) for k in call.keywords))
         if not host:
             return None
         pinned = any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)

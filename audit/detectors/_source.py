@@ -12,6 +12,8 @@ import functools
 import linecache
 import os
 
+from audit.detectors import _scopes
+
 _BRANCH = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
@@ -136,16 +138,34 @@ def chooser(filename: str, line: int) -> int | None:
     return node.lineno
 
 
+def _computed(n) -> bool:
+    """An expression that is not a literal (`self.bucket`, `f"head_{self.task}"`, `key`)."""
+    return not isinstance(n, ast.Constant) and not (
+        isinstance(n, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in n.values))
+
+
+def _pick(value) -> bool:
+    """A lookup of one module among several by a computed key: `self.heads[self.bucket]`,
+    `getattr(self, f"head_{self.task}")`, `self.heads.get(key)`."""
+    if isinstance(value, ast.Subscript):
+        return _computed(value.slice)
+    if not isinstance(value, ast.Call) or not value.args:
+        return False
+    if isinstance(value.func, ast.Name) and value.func.id == "getattr":
+        return len(value.args) >= 2 and _computed(value.args[1])
+    return isinstance(value.func, ast.Attribute) and value.func.attr == "get" and _computed(value.args[0])
+
+
 def picked_by(filename: str, line: int) -> int | None:
-    """The statement that picked the callee of a call on `line` from a container by a computed index
-    (`head = self.heads[self.bucket]` then `head(x)`): the latest such assignment before `line`."""
+    """The statement that picked the callee of a call on `line` by a computed key (`head =
+    self.heads[self.bucket]`, `getattr(self, f"head_{task}")`, `self.heads.get(key)`, then
+    `head(x)`): the latest such assignment before `line`."""
     func = enclosing_function(filename, line)
     if func is None:
         return None
     names = {n.func.id for n in ast.walk(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
              and n.lineno <= line <= (n.end_lineno or n.lineno)}
-    picks = [n.lineno for n in ast.walk(func) if isinstance(n, ast.Assign) and n.lineno < line
-             and isinstance(n.value, ast.Subscript) and not isinstance(n.value.slice, ast.Constant)
+    picks = [n.lineno for n in ast.walk(func) if isinstance(n, ast.Assign) and n.lineno < line and _pick(n.value)
              and any(isinstance(t, ast.Name) and t.id in names for t in n.targets)]
     return max(picks, default=None)
 
@@ -234,23 +254,17 @@ def decider(filename: str, lo: int | None, line: int) -> int | None:
     return min(cands, default=loop.lineno)
 
 
-def _cpu_expr(n) -> bool:
-    """"cpu" / "cpu:0", or torch.device("cpu") written in the source."""
-    if isinstance(n, ast.Constant):
-        return isinstance(n.value, str) and n.value.startswith("cpu")
-    return isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", "")) == "device" and \
-        bool(n.args) and _cpu_expr(n.args[0])
-
-
 def names_cpu(filename: str, line: int) -> bool:
-    """A `.to(...)` call on `line` whose source names the CPU as its target (not a device variable)."""
+    """A `.to(...)` call on `line` whose target is the CPU: written there, or a name / `self.attr`
+    assigned only the CPU (`self.host = torch.device("cpu")`), not a device variable."""
     t = tree(filename)
     if t is None:
         return False
     for n in ast.walk(t):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to" and \
                 n.lineno <= line <= (n.end_lineno or n.lineno):
-            if any(_cpu_expr(a) for a in n.args[:1]) or any(k.arg == "device" and _cpu_expr(k.value) for k in n.keywords):
+            dev = [k.value for k in n.keywords if k.arg == "device"] + n.args[:1]
+            if any(_scopes.names_cpu(t, d, n.lineno) for d in dev):
                 return True
     return False
 
@@ -268,14 +282,20 @@ def _device_kw(n: ast.Call):
     return None if isinstance(dev, ast.Constant) and dev.value is None else dev
 
 
+def _on_cpu(filename: str, dev) -> bool:
+    """A `device=` argument that is the CPU: written so, or a name assigned only the CPU."""
+    t = tree(filename)
+    return t is not None and _scopes.names_cpu(t, dev, dev.lineno)
+
+
 def builds_on_device(filename: str, line: int) -> bool:
     """A `torch.tensor / as_tensor / asarray(data, device=<not the CPU>)` call on `line`, or
     `t.new_tensor(data)` (the data goes to t's device unless a CPU device is named)."""
     for n in _calls_on(filename, line, ("tensor", "as_tensor", "asarray", "new_tensor")):
         dev = _device_kw(n)
-        if getattr(n.func, "attr", "") == "new_tensor" and (dev is None or not _cpu_expr(dev)):
+        if getattr(n.func, "attr", "") == "new_tensor" and (dev is None or not _on_cpu(filename, dev)):
             return True
-        if dev is not None and not _cpu_expr(dev):
+        if dev is not None and not _on_cpu(filename, dev):
             return True
     return False
 
@@ -290,7 +310,7 @@ def factory_on_host(filename: str, line: int) -> bool:
     for n in _calls_on(filename, line, HOST_FACTORIES):
         if isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch":
             dev = _device_kw(n)
-            if dev is None or _cpu_expr(dev):
+            if dev is None or _on_cpu(filename, dev):
                 return True
     return False
 

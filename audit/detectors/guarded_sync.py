@@ -3,7 +3,9 @@
 `if x.is_cuda: torch.cuda.synchronize()` runs nothing on the CPU, so a CPU scan traces no wait,
 yet on the GPU that branch runs inside the captured region and capture fails. For every user
 function the step ran, we read its source and report the synchronizing calls inside an `if`
-that tests the device (cuda, is_cuda, device.type) whose branch ran no op during the scan.
+that tests the device whose branch ran no op during the scan. The test is read structurally
+(_scopes.device_test): `x.device != torch.device("cpu")`, `x.is_cuda`, `torch.cuda.*()`, or a flag
+assigned such a test (`self.on_accelerator = device != "cpu"`); a test on ordinary data is not one.
 CUDA scans skip this rule: there the branch either ran (and was traced) or is not taken.
 """
 
@@ -11,15 +13,15 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _source, register
+from audit.detectors import _scopes, _source, register
 
 SYNC_CALLS = {"synchronize", "item", "tolist", "cpu", "numpy", "query"}
-GUARDS = ("cuda", "device.type", "is_available")
 
 
-def _guarded(test: ast.AST) -> bool:
-    src = ast.unparse(test)
-    return any(g in src for g in GUARDS)
+def _guarded(file: str, test: ast.AST) -> bool:
+    """Whether the `if` test picks a side by device (so a CPU scan only ever runs one side)."""
+    tree = _source.tree(file)
+    return tree is not None and _scopes.device_test(tree, test)
 
 
 def _ran(ctx) -> tuple[dict, set]:
@@ -55,7 +57,7 @@ def syncs_in_untaken_device_branches(ctx):
         if func is None or getattr(func, "name", None) != name:
             continue
         for node in ast.walk(func):
-            if not (isinstance(node, ast.If) and _guarded(node.test)):
+            if not (isinstance(node, ast.If) and _guarded(file, node.test)):
                 continue
             for st in _untaken(node, file, lines):
                 for call in ast.walk(st):

@@ -13,7 +13,7 @@ import torch
 
 from audit.detectors import _mutations, _source, register
 from audit.detectors._host import class_spans
-from audit.detectors.host_sync import host_born
+from audit.detectors.host_sync import host_born, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
@@ -25,17 +25,6 @@ FIX = ("Build the tensor once outside the step (a persistent device buffer, refi
 def _src(r):
     code, line = r.stack[-1]
     return code.co_filename, line
-
-
-def _host_factories(recs) -> set:
-    """Storage ids of tensors a `torch.ones(...)`-style call made in host memory in this step (no
-    device named), among those later sent somewhere with `.to(...)`."""
-    sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
-    if not sent:
-        return set()
-    return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.outputs[0].sid in sent
-            and r.op.split(".")[1] in _source.HOST_FACTORIES and r.stack and 0 not in r.outputs[0].shape
-            and _source.factory_on_host(*_src(r))}
 
 
 INDEX = ("a Python list (or other host data) indexes a device tensor: on a GPU the index is built in host "
@@ -97,7 +86,7 @@ def host_data_to_device(ctx):
         return []
     hits = []
     for recs in ctx.steps:
-        born = host_born(recs) | _host_factories(recs)
+        born = host_born(recs) | host_factories(recs)
         hits += [(r, INDEX) for r in _host_indices(recs, born) if not _source.builds_on_device(*_src(r))]
         for r in recs:
             if not r.stack:

@@ -171,15 +171,26 @@ def host_born(recs) -> set:
             and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and 0 not in r.inputs[0].shape}
 
 
+def host_factories(recs) -> set:
+    """Storage ids of tensors a `torch.ones(...)`-style call made in host memory in this step (no
+    device named, or the CPU), among those later sent somewhere with `.to(...)`."""
+    sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
+    if not sent:
+        return set()
+    return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.outputs[0].sid in sent
+            and r.op.split(".")[1] in _source.HOST_FACTORIES and r.stack and 0 not in r.outputs[0].shape
+            and _source.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
+
+
 def _to_host(ctx):
     """The `.to(<cpu>)` candidates that would copy device->host on a GPU: the source names the CPU and
-    the tensor is not a host tensor already."""
+    the tensor is not a host tensor already (built from host data, or by a factory on the host)."""
     keep = set()
     for recs in ctx.steps:
         born = None
         for r in recs:
             if r.kind == "host" and r.note == "cpu?" and r.stack:
-                born = host_born(recs) if born is None else born
+                born = host_born(recs) | host_factories(recs) if born is None else born
                 if (not r.inputs or r.inputs[0].sid not in born) and _source.names_cpu(
                         r.stack[-1][0].co_filename, r.stack[-1][1]):
                     keep.add(id(r))

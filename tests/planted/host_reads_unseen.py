@@ -2,16 +2,26 @@
 
 On a GPU `.to("cpu")` is a device->host copy that waits; on a CPU scan the tensor is already on the
 CPU and the call copies nothing, so only the source says where it goes. `.to(self.device)` is the
-same call at run time and must stay clean. `torch.allclose` returns a Python bool: a host read.
+same call at run time and must stay clean. The CPU may be named once and stored
+(`self.host = torch.device("cpu")`, a local, a module constant): `.to(self.host)` is a read too,
+while `.to(self.accel)` with `self.accel = torch.device(device)` is not, nor a host-born tensor
+sent to the host. A counter built on `self.host` is host state: the step advancing it is a
+CPU side effect. `torch.allclose` returns a Python bool: a host read.
 """
 
 import torch
 from torch import nn
 
+HOST = "cpu"
+
 
 class Reads:
     def __init__(self, device):
         self.device = device
+        self.host = torch.device("cpu")
+        self.host_name = "cpu:0"
+        self.accel = torch.device(device)
+        self.reads_cpu = torch.zeros((), dtype=torch.long, device=self.host)  # a host counter on purpose
         self.head = nn.Linear(8, 16).to(device)
         self.h = torch.zeros(2, 8, device=device)
         self.prev = torch.zeros(2, 16, device=device)
@@ -25,8 +35,15 @@ class Reads:
         host = logits.to("cpu")  # HAZARD: host-sync
         probs = logits.softmax(-1).to(device=torch.device("cpu"), dtype=torch.float64)  # HAZARD: host-sync
         same = torch.allclose(logits, self.prev, atol=1e-3)  # HAZARD: host-sync
-        self.prev.copy_(logits)
-        return host, probs, same
+        mirror = logits.max().to(self.host)  # HAZARD: host-sync
+        dst = self.host_name
+        top = logits.amax(-1).to(dst, non_blocking=True)  # HAZARD: host-sync
+        flat = logits.flatten().to(device=HOST)  # HAZARD: host-sync
+        back = logits.to(self.accel)
+        counts = torch.zeros(3).to(self.host)  # born on the host: no copy, and nothing goes to the device
+        self.reads_cpu += 1  # HAZARD: cpu-side-effect
+        self.prev.copy_(back)
+        return host, probs, same, mirror, top, flat, counts
 
 
 class ReadsClean(Reads):

@@ -1,0 +1,221 @@
+"""What a name in the source stands for: its assignments in the same function, class or module.
+
+Device choices are often made once and stored (`self.host = torch.device("cpu")`,
+`self.on_accelerator = device != "cpu"`) and only read in the step. To tell what such a read means
+we look the name up where Python would: a local of the function, else a module global; `self.X`
+in every method of the class that assigns it (bases defined in the same file included). Any
+binding we cannot read (a parameter, a loop target, `+=`, tuple unpacking) leaves it unresolved.
+These helpers are pure AST: they take a parsed module and a line in it.
+"""
+
+from __future__ import annotations
+
+import ast
+
+_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_DEPTH = 3  # names resolved through names: a flag set from a flag set from a device test
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "npu")  # compared as strings: `if dev == "cuda"`
+_DEVICE_FLAGS = ("is_cuda", "is_mps", "is_xpu", "is_meta")
+
+
+def _span(node, line: int) -> bool:
+    return node.lineno <= line <= (node.end_lineno or node.lineno)
+
+
+def owners(tree: ast.Module, line: int):
+    """(innermost function, innermost class) whose source holds `line` (None where there is none)."""
+    func = cls = None
+    for n in ast.walk(tree):
+        if isinstance(n, _FUNCS) and _span(n, line) and (func is None or n.lineno >= func.lineno):
+            func = n
+        elif isinstance(n, ast.ClassDef) and _span(n, line) and (cls is None or n.lineno >= cls.lineno):
+            cls = n
+    return func, cls
+
+
+def _own_nodes(scope):
+    """The nodes of `scope`'s body, not descending into nested functions or classes."""
+    stack = list(scope.body) if isinstance(scope.body, list) else [scope.body]
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, _FUNCS + (ast.ClassDef,)):
+            stack.extend(ast.iter_child_nodes(n))
+
+
+def _bindings(nodes, hit) -> list | None:
+    """Values of the plain assignments whose target satisfies `hit`, or None when some other
+    binding of it exists (augmented, unpacked, a loop / with / walrus target)."""
+    out = []
+    for n in nodes:
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if hit(t):
+                    out.append((n.value, n.lineno))
+                elif isinstance(t, (ast.Tuple, ast.List)) and any(hit(x) for x in ast.walk(t)):
+                    return None
+        elif isinstance(n, ast.AnnAssign) and hit(n.target):
+            if n.value is None:
+                continue
+            out.append((n.value, n.lineno))
+        elif isinstance(n, (ast.AugAssign, ast.For, ast.AsyncFor, ast.comprehension, ast.NamedExpr)) and \
+                any(hit(x) for x in ast.walk(n.target)):
+            return None
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None and \
+                any(hit(x) for x in ast.walk(n.optional_vars)):
+            return None
+    return out
+
+
+def _params(func) -> set[str]:
+    a = func.args
+    return {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x is not None}
+
+
+def _self_name(func) -> str | None:
+    args = func.args.posonlyargs + func.args.args if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+    return args[0].arg if args else None
+
+
+def _classes(tree: ast.Module, cls: ast.ClassDef) -> list[ast.ClassDef]:
+    """`cls` and its bases defined in the same module (by name), nearest first."""
+    by_name = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop(0)
+        if c in out:
+            continue
+        out.append(c)
+        todo += [by_name[b.id] for b in c.bases if isinstance(b, ast.Name) and b.id in by_name]
+    return out
+
+
+def _attr_values(tree: ast.Module, cls: ast.ClassDef, attr: str) -> list | None:
+    """Values assigned to `self.<attr>` in the methods of `cls` (else of its bases in this module)."""
+    for c in _classes(tree, cls):
+        found = _bindings(c.body, lambda t: isinstance(t, ast.Name) and t.id == attr)  # a class attribute
+        if found is None:
+            return None
+        for m in (n for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            me = _self_name(m)
+            got = _bindings(_own_nodes(m), lambda t, me=me: isinstance(t, ast.Attribute) and t.attr == attr
+                            and isinstance(t.value, ast.Name) and t.value.id == me)
+            if got is None:
+                return None
+            found += got
+        if found:
+            return found
+    return None
+
+
+def values(tree: ast.Module, expr: ast.AST, line: int) -> list | None:
+    """(value, line) of every assignment a read of `expr` (a name or `self.attr`) on `line` can
+    see, or None when it cannot be resolved from the source."""
+    func, cls = owners(tree, line)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and func is not None \
+            and cls is not None and expr.value.id == _self_name(func):
+        return _attr_values(tree, cls, expr.attr)
+    if not isinstance(expr, ast.Name):
+        return None
+    def hit(t):
+        return isinstance(t, ast.Name) and t.id == expr.id
+    if func is not None and not isinstance(func, ast.Lambda):
+        if expr.id in _params(func):
+            return None
+        local = _bindings(_own_nodes(func), hit)
+        if local is None or local:
+            return local
+    return _bindings(_own_nodes(tree), hit) or None
+
+
+def resolves_all(tree: ast.Module, expr: ast.AST, line: int, pred, depth: int = _DEPTH) -> bool:
+    """Whether `expr` is a name/`self.attr` whose every assignment satisfies `pred(tree, value, line)`."""
+    vals = values(tree, expr, line) if depth > 0 else None
+    return bool(vals) and all(pred(tree, v, ln, depth - 1) for v, ln in vals)
+
+
+# ------------------------------------------------------------------ device literals and tests
+
+def cpu_literal(n) -> bool:
+    """"cpu" / "cpu:0", or torch.device("cpu") written in the source."""
+    if isinstance(n, ast.Constant):
+        return isinstance(n.value, str) and n.value.startswith("cpu")
+    return isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", "")) == "device" and \
+        bool(n.args) and cpu_literal(n.args[0])
+
+
+def names_cpu(tree: ast.Module, n: ast.AST, line: int, depth: int = _DEPTH) -> bool:
+    """A CPU device literal, or a name / `self.attr` every assignment of which is one
+    (`self.host = torch.device("cpu")` then `.to(self.host)`)."""
+    if isinstance(n, ast.Call) and _dotted(n.func) in ("torch.device", "device") and n.args and depth > 0:
+        return names_cpu(tree, n.args[0], line, depth - 1)  # torch.device(HOST)
+    return cpu_literal(n) or resolves_all(tree, n, line, names_cpu, depth)
+
+
+def _dotted(n) -> str:
+    return ast.unparse(n) if isinstance(n, (ast.Name, ast.Attribute)) else ""
+
+
+def _device_str(n) -> bool:
+    return isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.split(":")[0] in DEVICE_TYPES
+
+
+def _device_value(n) -> bool:
+    """An expression whose value is a device (or its type / index): `x.device`, `torch.device(...)`,
+    a name called `device` / `*_device`, `str(...)` or `.type` / `.index` of one."""
+    if isinstance(n, ast.Attribute):
+        return n.attr == "device" or (n.attr in ("type", "index") and _device_value(n.value))
+    if isinstance(n, ast.Name):
+        return n.id in ("device", "dev") or n.id.endswith("_device")
+    if isinstance(n, ast.Call):
+        fn = _dotted(n.func)
+        if fn in ("torch.device", "device") or fn.endswith(".get_device"):
+            return True
+        return fn == "str" and len(n.args) == 1 and _device_value(n.args[0])
+    return False
+
+
+def _backend_call(n) -> bool:
+    """`torch.cuda.<anything>(...)` or `torch.<backend>.is_available()`."""
+    if not isinstance(n, ast.Call):
+        return False
+    fn = _dotted(n.func)
+    return fn.startswith("torch.cuda.") or (fn.startswith("torch.") and fn.endswith(".is_available"))
+
+
+def _device_side(tree: ast.Module, n: ast.AST, line: int, depth: int = _DEPTH) -> bool:
+    """One side of a comparison that makes it a device test: a device value, a device-type string,
+    a backend query, or a name every assignment of which is a device value (`self.host =
+    torch.device("cpu")`). A name assigned only a string is a constant, not a device choice."""
+    if isinstance(n, (ast.Tuple, ast.List, ast.Set)):
+        return bool(n.elts) and all(_device_str(e) for e in n.elts)
+    return _device_value(n) or _device_str(n) or _backend_call(n) or \
+        resolves_all(tree, n, line, lambda _t, v, _ln, _d: _device_value(v), depth)
+
+
+def device_test(tree: ast.Module, test: ast.AST, line: int | None = None, depth: int = _DEPTH) -> bool:
+    """Whether an `if` test asks which device the code runs on: a comparison of a device value or
+    device-type string (`logits.device != torch.device("cpu")`, `dev.type == "cuda"`), `x.is_cuda`,
+    a `torch.cuda.*` call, or a flag every assignment of which is such a test
+    (`self.on_accelerator = device != "cpu"`). Tests on ordinary data are not."""
+    line = getattr(test, "lineno", 0) if line is None else line
+    if isinstance(test, ast.BoolOp):
+        return any(device_test(tree, v, line, depth) for v in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return device_test(tree, test.operand, line, depth)
+    if isinstance(test, ast.Compare):
+        if any(isinstance(c, ast.Constant) and c.value is None for c in test.comparators):
+            return False  # `if device is None:` asks whether one was chosen, not which
+        return any(_device_side(tree, s, line, depth) for s in [test.left, *test.comparators])
+    if isinstance(test, ast.Attribute) and test.attr in _DEVICE_FLAGS:
+        return True
+    if _backend_call(test):
+        return True
+    if isinstance(test, ast.Call):  # a helper named for the device: `if is_cuda(x):`
+        return "cuda" in _dotted(test.func).rpartition(".")[2].lower()
+    if not isinstance(test, (ast.Name, ast.Attribute)):
+        return False
+    vals = values(tree, test, line) if depth > 0 else None
+    if vals:
+        return all(device_test(tree, v, ln, depth - 1) for v, ln in vals)
+    return "cuda" in _dotted(test).rpartition(".")[2].lower()  # unresolved (a parameter): `if use_cuda:`

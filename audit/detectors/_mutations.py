@@ -15,7 +15,7 @@ from audit.detectors._source import _FUNC, HOST_FACTORIES, _on_cpu, tree
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
             "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse", "rotate",
             "move_to_end", "difference_update", "intersection_update", "symmetric_difference_update",
-            "fromlist", "frombytes"}
+            "fromlist", "frombytes", "set"}  # set: a ContextVar (threading.Event too)
 # functions (stdlib and alike) that change their first argument in place: `heapq.heappush(self.heap, x)`,
 # `bisect.insort(self.sorted, x)`, `random.shuffle(self.order)` (called as `mod.f(...)` or imported `f(...)`)
 IN_PLACE_FUNCS = {"heappush", "heappop", "heapify", "heapreplace", "heappushpop", "insort", "insort_left",

@@ -132,8 +132,8 @@ def op_sequence_divergence(ctx):
         for tag, i1, i2, j1, j2 in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes():
             if tag == "equal":
                 continue
-            a = ra[i1] if i1 < len(ra) else None
-            b = rb[j1] if j1 < len(rb) else None
+            a = ra[i1] if i1 < len(ra) and tag != "insert" else None  # an insert's ra[i1] is the op after it:
+            b = rb[j1] if j1 < len(rb) and tag != "delete" else None  # not part of the difference
             p = ra[i1 - 1] if i1 > 0 else None
             if a is None and b is None:
                 continue

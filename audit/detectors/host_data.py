@@ -12,12 +12,15 @@ from __future__ import annotations
 import torch
 
 from audit.detectors import _mutations, _source, register
-from audit.detectors._host import class_spans
+from audit.detectors._host import class_spans, host_tensors
 from audit.detectors.host_sync import host_born, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
              "from pageable host memory, and capture raises 'Cannot copy between CPU and CUDA tensors ...'")
+COPY_IN = ("host data built in the step is copied into a persistent tensor of the target (`buf.copy_(host)`): "
+           "on a GPU that is a copy from pageable host memory, and capture raises 'Cannot copy between CPU and "
+           "CUDA tensors ...'")
 FIX = ("Build the tensor once outside the step (a persistent device buffer, refilled in prepare() with "
        "copy_), or use a device op (torch.full, fill_) for constants.")
 
@@ -85,6 +88,7 @@ def host_data_to_device(ctx):
     if ctx.cuda:
         return []
     hits = []
+    host = host_tensors(ctx)  # a host tensor taking host data is no copy to the device
     for recs in ctx.steps:
         born = host_born(recs) | host_factories(recs)
         hits += [(r, INDEX) for r in _host_indices(recs, born) if not _source.builds_on_device(*_src(r))]
@@ -98,6 +102,9 @@ def host_data_to_device(ctx):
             elif r.kind == "host" and r.note == "cpu?" and r.inputs and r.inputs[0].sid in born and \
                     not _source.names_cpu(*_src(r)):
                 hits.append((r, TO_DEVICE))
+            elif r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born \
+                    and r.inputs[0].sid not in born and not r.in_step[0] and r.inputs[0].sid not in host:
+                hits.append((r, COPY_IN))  # `self.buf.copy_(torch.from_numpy(a))`: into a persistent buffer
     msg = {id(r): m for r, m in hits}
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, msg[id(g[0])], fix=FIX,
                         severity="blocks-capture")

@@ -8,6 +8,7 @@ and of the user modules' globals, right before and right after each audited step
 
 from __future__ import annotations
 
+import contextvars
 import os
 import sys
 import types
@@ -168,7 +169,7 @@ def _functions(obj):
 
 def _function_state(fn) -> dict:
     """A function's state a step can change: its closure cells (`nonlocal n`) and its attributes."""
-    out = {(f"<closure {fn.__qualname__}>", name): fp for name, fp in _cells(fn)}
+    out = {(f"<closure {fn.__qualname__}>", name, id(fn)): fp for name, fp in _cells(fn)}  # lambdas share a qualname
     out.update(((f"<function {fn.__qualname__}>", k), fp) for k, fp in _plain_dict(fn))
     return out
 
@@ -212,6 +213,8 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
                 snap.update(_function_state(v))
             elif isinstance(v, PLAIN):
                 snap[(f"<module {name}>", k)] = fingerprint(v)
+            elif isinstance(v, contextvars.ContextVar):  # a request-scoped counter: its value in this context
+                snap[(f"<module {name}>", k)] = fingerprint(v.get("<unset>"))
             elif _is_user_object(v):  # a global metrics / config object: its attributes
                 snap.update(((f"<module {name}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
     for cls in _user_classes(objects):
@@ -302,6 +305,8 @@ def _items(fp):
 def diff(before: dict, after: dict) -> list[StateChange]:
     out = []
     for key in before.keys() | after.keys():
+        if len(key) > 2 and (key not in before or key not in after):
+            continue  # a function made or dropped by the step: its cells did not change (the container did)
         a, b = before.get(key, "<unset>"), after.get(key, "<unset>")
         if a != b:
             out.append(StateChange(key[0], key[1], a, b))

@@ -17,6 +17,7 @@ class Staging:
         self.logits = torch.zeros(2, 10, device=device)
         self.banned = np.array([1, 3], dtype=np.int64)
         self.host_ids = torch.zeros(2, dtype=torch.long)  # pageable host memory, made once
+        self.cands = torch.zeros(2, dtype=torch.long, device=device)
 
     def prepare(self, i):
         self.logits.copy_(torch.randn(2, 10))
@@ -36,6 +37,7 @@ class Staging:
         out[:, [2, 7]] = 0.0  # HAZARD: pageable-copy
         picked = out[[1, 0]]  # HAZARD: pageable-copy
         ids = self.host_ids.to(self.device, non_blocking=True)  # HAZARD: pageable-copy
+        self.cands.copy_(torch.from_numpy(np.argsort(-self.banned, kind="stable")))  # HAZARD: pageable-copy, baked-host-value
         return torch.maximum(picked, floor).index_fill(1, ids, 0.0), host_only, empty
 
 
@@ -55,6 +57,7 @@ class StagingClean(Staging):
         super().prepare(i)
         self.ban.copy_(torch.from_numpy(self.banned))
         self.ids.copy_(self.host_ids)  # outside the step: the persistent device buffer is refilled
+        self.cands.copy_(torch.from_numpy(np.argsort(-self.banned, kind="stable")))
 
     @torch.no_grad()
     def step(self):

@@ -1,15 +1,20 @@
 """Planted host state hung where an attribute scan of the target does not look (and a graph-safe twin).
 
 A counter in the closure of a logits processor kept in a list, one in a forward hook's closure, a
-"static variable" on a module-level function, a Python attribute set on a cache tensor, a 0-dim host
-tensor that prepare() anneals and the step uses as a kernel scalar, and a device value copied into a
-small host mirror. A replay would redo none of it (and the mirror copy waits for the device).
+"static variable" on a module-level function, a Python attribute set on a cache tensor, a ContextVar,
+a cache of lambdas that a miss extends (the lambdas share a qualname: their cells are no change), a
+0-dim host tensor that prepare() anneals and the step uses as a kernel scalar, and a device value
+copied into a small host mirror. A replay would redo none of it (and the mirror copy waits for the
+device).
 """
+
+import contextvars
 
 import torch
 from torch import nn
 
 D, V = 16, 32
+STEPS = contextvars.ContextVar("decode_steps", default=0)  # request-scoped, set by middleware
 
 
 def make_penalty(device):
@@ -52,7 +57,13 @@ class Attached:
         self.temp = torch.tensor(1.0, device="cpu")
         self.tok_cpu = torch.zeros(1, dtype=torch.long, device="cpu")
         self.processors = [make_penalty(device)]
+        self.specialized = {}
+        self.n = 0
         attach_counter(self.proj)
+
+    def _build(self, bucket):
+        scale = 1.0 / (1 + bucket)
+        return lambda x: x * scale
 
     def prepare(self, i):
         self.h.copy_(torch.randn(D))
@@ -69,6 +80,10 @@ class Attached:
         self.cache.filled += 1  # HAZARD: cpu-side-effect
         self.tok_cpu.copy_(tok)  # HAZARD: host-sync
         note_step()
+        STEPS.set(STEPS.get() + 1)  # HAZARD: cpu-side-effect
+        self.n += 1  # HAZARD: cpu-side-effect
+        if self.n not in self.specialized:
+            self.specialized[self.n] = self._build(self.n)  # HAZARD: cpu-side-effect
         return logits
 
 

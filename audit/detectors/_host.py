@@ -12,19 +12,30 @@ import torch
 from audit.detectors import _mutations
 
 
+def cpu_attrs(ctx):
+    """(storage id, 'owner.attr', attribute name, owner, tensor) for each CPU tensor attribute of the
+    objects reachable from the target."""
+    from audit.scan import state
+
+    for path, obj in ctx.trace.objects:
+        for name, t in list(getattr(obj, "__dict__", {}).items()):
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                yield state.storage_id(t), f"{path}.{name}" if path else name, name, obj, t
+
+
 def host_tensors(ctx) -> dict[int, str]:
     """Storage id -> 'owner.attr' of tensors the target keeps on the host on purpose: on a CUDA scan
     those on the CPU, on a CPU scan those whose class source puts them on the CPU (`device="cpu"`,
-    `.cpu()`, `.to("cpu")`), since there every tensor is a host tensor."""
-    from audit.scan import state
-
+    `.cpu()`, `.to("cpu")`), since there every tensor is a host tensor. Computed once per scan."""
+    if (cached := getattr(ctx, "_host_tensors", None)) is not None:
+        return cached
     out = {}
-    for path, obj in ctx.trace.objects:
-        for name, t in list(getattr(obj, "__dict__", {}).items()):
-            if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.dim() > 1 or t.numel() > 64:
-                continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
-            if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in class_spans(type(obj))):
-                out[state.storage_id(t)] = f"{path}.{name}" if path else name
+    for sid, label, name, obj, t in cpu_attrs(ctx):
+        if t.dim() > 1 or t.numel() > 64:
+            continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
+        if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in class_spans(type(obj))):
+            out[sid] = label
+    ctx._host_tensors = out
     return out
 
 

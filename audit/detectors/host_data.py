@@ -9,10 +9,8 @@ tensor (`lift_fresh`), and the source says whether it was sent to the step's dev
 
 from __future__ import annotations
 
-import torch
-
 from audit.detectors import _mutations, _source, register
-from audit.detectors._host import class_spans, host_tensors
+from audit.detectors._host import class_spans, cpu_attrs, host_tensors
 from audit.detectors.host_sync import host_born, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
 
@@ -57,15 +55,8 @@ STAGED_FIX = ("Stage through a persistent pinned buffer (pin_memory=True) copied
 
 def _host_attrs(ctx) -> dict[int, str]:
     """Storage id -> 'owner.attr' of the target's tensor attributes its class makes in pageable host memory."""
-    from audit.scan import state
-
-    out = {}
-    for path, obj in ctx.trace.objects:
-        for name, t in list(getattr(obj, "__dict__", {}).items()):
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and any(
-                    _mutations.host_factory_attr(f, name, span) == "pageable" for f, span in class_spans(type(obj))):
-                out[state.storage_id(t)] = f"{path}.{name}" if path else name
-    return out
+    return {sid: label for sid, label, name, obj, _ in cpu_attrs(ctx)
+            if any(_mutations.host_factory_attr(f, name, span) == "pageable" for f, span in class_spans(type(obj)))}
 
 
 @register("pageable-copy")

@@ -299,17 +299,18 @@ def test_sparse_attention_op_twin_is_the_reference(rng):
         kernels.use(before)
 
 
-def test_layer_kernels_run_from_their_measured_row_counts(monkeypatch):
-    """Unset, DSV4_TRITON_<name> leaves a layer kernel to LAYER_KERNEL_MIN_ROWS (the attention kernel
-    from 16 rows, the mixes kernel never); 1 / 0 turns one on / off at any row count."""
+def test_layer_kernels_run_at_their_measured_row_counts(monkeypatch):
+    """Unset, DSV4_TRITON_<name> leaves a layer kernel to LAYER_KERNEL_ROWS (the attention kernel from
+    16 rows, the mixes kernel up to 8, a kernel not listed never); 1 / 0 turns one on / off at any row count."""
     from dsv4 import kernels
 
-    monkeypatch.setitem(kernels.LAYER_KERNEL_MIN_ROWS, "ATTN", 16)
-    monkeypatch.setitem(kernels.LAYER_KERNEL_MIN_ROWS, "MIXES", None)
-    for name in ("MIXES", "ATTN"):
+    monkeypatch.setitem(kernels.LAYER_KERNEL_ROWS, "ATTN", (16, None))
+    monkeypatch.setitem(kernels.LAYER_KERNEL_ROWS, "MIXES", (None, 8))
+    for name in ("MIXES", "ATTN", "NEW"):
         monkeypatch.delenv(f"DSV4_TRITON_{name}", raising=False)
     assert kernels._off("ATTN", 15) and not kernels._off("ATTN", 16) and not kernels._off("ATTN", 64)
-    assert kernels._off("MIXES", 1) and kernels._off("MIXES", 64)
+    assert not kernels._off("MIXES", 1) and not kernels._off("MIXES", 8) and kernels._off("MIXES", 9)
+    assert kernels._off("NEW", 1) and kernels._off("NEW", 64)
     for name in ("MIXES", "ATTN"):
         monkeypatch.setenv(f"DSV4_TRITON_{name}", "1")
         assert not kernels._off(name, 1)

@@ -157,21 +157,24 @@ def test_sm90_build_uses_tensor_cores():
     names = ["x_ptr", "w_ptr", "s_ptr", "g_ptr", "y_ptr", "rows_ptr", "slot_expert_ptr", "slot_start_ptr",
              "slot_count_ptr", "N", "K", "sxm", "swe", "swn", "sse", "ssn", "sym"]
     types = ["*bf16", "*u8", "*u8", "*fp32", "*fp32", "*i32", "*i32", "*i32", "*i32"] + ["i32"] * 8
-    sig = dict(zip(names, types)) | dict.fromkeys(("NV", "BLOCK_M", "BLOCK_N", "BLOCK_K", "ASM"), "constexpr")
+    sig = dict(zip(names, types)) | dict.fromkeys(("NV", "BLOCK_M", "BLOCK_N", "BLOCK_K", "ASM", "PDL"), "constexpr")
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(names))}  # what the JIT sees at Flash shapes
     for nv in (False, True):
         for bn in (32, 64):
             src = ASTSource(fn=T._experts_kernel, signature=sig, attrs=attrs,
-                            constexprs={"NV": nv, "BLOCK_M": T.BLOCK_M, "BLOCK_N": bn, "BLOCK_K": 128, "ASM": True})
+                            constexprs={"NV": nv, "BLOCK_M": T.BLOCK_M, "BLOCK_N": bn, "BLOCK_K": 128, "ASM": True,
+                                        "PDL": bn == 64})
             ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                  options={"num_warps": 4, "num_stages": 4}).asm["ptx"]
             assert "mma.sync" in ptx and "cp.async" in ptx, (nv, bn)
             assert "mul.rn.bf16x2" in ptx and "prmt.b32" in ptx, (nv, bn)  # the inline decode
+            assert ("griddepcontrol.wait" in ptx) == (bn == 64), (nv, bn)  # PDL only where asked for
     gsig = {"idx_ptr": "*i64", "rows_ptr": "*i32", "slot_expert_ptr": "*i32", "slot_start_ptr": "*i32",
             "slot_count_ptr": "*i32", "R": "i32", "P": "i32", "x_ptr": "*bf16", "xr_ptr": "*bf16",
-            "K": "i32", "sxm": "i32", "BLOCK_R": "constexpr", "BLOCK_E": "constexpr", "QB": "constexpr"}
+            "K": "i32", "sxm": "i32", "BLOCK_R": "constexpr", "BLOCK_E": "constexpr", "QB": "constexpr",
+            "PDL": "constexpr"}
     triton.compile(ASTSource(fn=T._group_kernel, signature=gsig,
-                             constexprs={"BLOCK_R": T.BLOCK_R, "BLOCK_E": 256, "QB": T.QUANT_BLOCKS}),
+                             constexprs={"BLOCK_R": T.BLOCK_R, "BLOCK_E": 256, "QB": T.QUANT_BLOCKS, "PDL": True}),
                    target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
 

@@ -13,6 +13,9 @@ mode); what remains is fp32 summation order. Layers with the same structure (com
 hash or learned routing) share one compiled graph, so flash's 43 layers compile ~5 graphs.
 The replacement is per StaticLayer instance: another decoder over the same model is unaffected.
 
+Programmatic dependent launch (DSV4_PDL, on by default; dsv4/kernels/_pdl.py): inductor's kernels
+wait for the previous grid in-kernel, so each launch overlaps the previous kernel's tail.
+
 DSV4_INDUCTOR="name=value,..." adds inductor options for an experiment (e.g. combo_kernels=1,
 split_reductions=0); the bench records them in its row notes.
 """
@@ -22,7 +25,9 @@ from __future__ import annotations
 import os
 
 import torch
+from torch._inductor import config as inductor_config
 
+from dsv4 import kernels
 from dsv4.errors import DSV4Error
 
 INDUCTOR_OPTIONS = {"emulate_precision_casts": True}
@@ -41,9 +46,16 @@ def extra_options() -> dict:
     return out
 
 
+def options() -> dict:
+    """The inductor options of our compiles: the explicit casts kept, PDL launches where the switch and
+    this torch allow (dsv4/kernels/_pdl.py), then DSV4_INDUCTOR's."""
+    pdl = {"triton.enable_pdl": True} if kernels.pdl() and hasattr(inductor_config.triton, "enable_pdl") else {}
+    return {**INDUCTOR_OPTIONS, **pdl, **extra_options()}
+
+
 def compiled(fn):
     """fn under inductor: static shapes, the model's explicit casts kept."""
-    return torch.compile(fn, dynamic=False, options={**INDUCTOR_OPTIONS, **extra_options()})
+    return torch.compile(fn, dynamic=False, options=options())
 
 
 def fuse_layers(layers, mode: str) -> None:

@@ -37,6 +37,12 @@ def enabled() -> bool:
     return os.environ.get("DSV4_KERNELS", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
+def pdl() -> bool:
+    """Programmatic dependent launch for our Triton kernels and inductor's (sm_90+, dsv4/kernels/_pdl.py):
+    on unless DSV4_PDL is 0/false/no/off."""
+    return os.environ.get("DSV4_PDL", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def use(flag: bool | None) -> bool | None:
     """Turn the kernels on or off for this process; None goes back to the environment variable.
     Returns the previous setting, so a caller can put it back."""
@@ -77,22 +83,25 @@ def fp8_gemv(x, weight, scale, out=None):
     return launch.fp8_gemv(x, weight, scale, out)
 
 
-# Layer kernels, from the rows of a step at which the H200 measured them faster than what they
-# replace (dsv4/kernels/NOTES.md, session 7); None: off unless asked for. The attention kernel took
-# 30 us per layer at batch 1 and at batch 16 alike (its loop over the keys is serial), against ~20 us
-# for the cuBLAS batched matmuls and softmax kernels it replaces at batch 1 and ~45 us at batch 16.
-# The mixes kernel took 5.8 us per site at batch 1 (~5 us for the launches it replaces) and 19 us at
-# batch 16 (~14 us).
-LAYER_KERNEL_MIN_ROWS: dict[str, int | None] = {"MIXES": None, "ATTN": 16}
+# Layer kernels, on for the rows of a step at which the H200 measured them faster than what they
+# replace (dsv4/kernels/NOTES.md, sessions 7 and 9): (least, most) rows, None = unbounded; a name
+# missing here is off unless asked for. The attention kernel took 30 us per layer at batch 1 and at
+# batch 16 alike (its loop over the keys is serial), against ~20 us for the cuBLAS batched matmuls and
+# softmax kernels it replaces at batch 1 and ~45 us at batch 16. The mixes kernel took 5.8 us per site
+# at batch 1, where the path it replaces is five launches (a split RMS reduction, the normalized copy,
+# cuBLAS's dot and reduce: 8.4 us of kernels plus their gaps), and 19 us at batch 16 (~14 us).
+LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {"MIXES": (None, 8), "ATTN": (16, None)}
 
 
 def _off(name: str, rows: int) -> bool:
     """Whether one Triton layer kernel is left out for a step of `rows` rows: DSV4_TRITON_<name>=1 / 0
-    turns it on / off everywhere, unset takes LAYER_KERNEL_MIN_ROWS (A/B switch recorded by the bench)."""
+    turns it on / off everywhere, unset takes LAYER_KERNEL_ROWS (A/B switch recorded by the bench)."""
     v = os.environ.get(f"DSV4_TRITON_{name}", "").strip().lower()
     if not v:
-        least = LAYER_KERNEL_MIN_ROWS[name]
-        return least is None or rows < least
+        if name not in LAYER_KERNEL_ROWS:
+            return True
+        least, most = LAYER_KERNEL_ROWS[name]
+        return (least is not None and rows < least) or (most is not None and rows > most)
     return v in ("0", "false", "no", "off")
 
 
@@ -171,7 +180,7 @@ def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | No
     """mhc.hc_mixes in one launch: rms(x) @ fn^T for the flattened streams x [..., K] (bf16 or fp32,
     fn [J, K]) -> fp32 [..., J], or None to use the twin. The kernel returns the dot products and the
     sum of squares; the RMS scale is applied here (a pointwise op for the compiler to fuse).
-    Off unless DSV4_TRITON_MIXES=1 (LAYER_KERNEL_MIN_ROWS)."""
+    Up to 8 rows, or as DSV4_TRITON_MIXES=1 / 0 says (LAYER_KERNEL_ROWS)."""
     K = fn.shape[-1]
     if not _applies(x) or x.shape[-1] != K or x.dtype not in (torch.bfloat16, torch.float32):
         return None
@@ -190,7 +199,7 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | N
                      probs_dtype: torch.dtype) -> torch.Tensor | None:
     """layers/attention.sparse_attention in one launch for decode in bfloat16 mode (q [B, 1, H, D],
     keys [B, N, D], mask [B, 1, N] bool or None, bf16 probabilities), or None to use the reference.
-    From 16 rows (batch), or as DSV4_TRITON_ATTN=1 / 0 says (LAYER_KERNEL_MIN_ROWS)."""
+    From 16 rows (batch), or as DSV4_TRITON_ATTN=1 / 0 says (LAYER_KERNEL_ROWS)."""
     if (not _applies(q) or q.dim() != 4 or q.shape[1] != 1 or q.dtype != torch.bfloat16 or keys.dtype != torch.bfloat16
             or probs_dtype != torch.bfloat16 or q.shape[-1] & (q.shape[-1] - 1)
             or _off("ATTN", q.shape[0])):

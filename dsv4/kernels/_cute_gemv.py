@@ -79,6 +79,14 @@ def _warp_sum(v):
     return cute.arch.warp_reduction_sum(v)
 
 
+def _pdl_wait(PDL: bool):
+    """Programmatic dependent launch (dsv4/kernels/_pdl.py): wait for the previous grid to complete and
+    flush, then let the next grid launch. Everything before this call may only read weights."""
+    if cutlass.const_expr(PDL):
+        cute.arch.griddepcontrol_wait()
+        cute.arch.griddepcontrol_launch_dependents()
+
+
 def _grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j: int, KC: int):
     """Issue every load of step j (x chunk, NW weight chunks, NW scales) before any math."""
     cc, valid = _chunk(lane, j, KC)
@@ -117,12 +125,13 @@ def _scaled(tot, g):
 @cute.kernel
 def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
                    mIdx: cute.Tensor, mY: cute.Tensor, N: Constexpr, KC: Constexpr, NW: Constexpr,
-                   WARPS: Constexpr, CPL: Constexpr, PD: Constexpr, NV: Constexpr):
+                   WARPS: Constexpr, CPL: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
     warp = tidx // 32
     r = by
+    _pdl_wait(PDL)  # the expert ids come from the previous kernel: nothing to read before them
     e = Int32(mIdx[r])
     nbase = (bx * WARPS + warp) * NW
     nrows = [_imin(nbase + i, N - 1) for i in range(NW)]
@@ -148,10 +157,10 @@ def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cu
 @cute.jit  # both e2m1 formats (the name keeps profiles' "FP4 experts" family)
 def fp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, mIdx: cute.Tensor,
             mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr, KC: Constexpr, NW: Constexpr,
-            WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr, NV: Constexpr):
+            WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr):
     grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
-    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV).launch(
-        grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream)
+    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV, PDL).launch(
+        grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream, use_pdl=PDL)
 
 
 # ---------------------------------------------------------------- FP8 e4m3 + UE8M0 128x128, dense
@@ -176,7 +185,7 @@ def _fp8_xrow(mX, m, nbase, N: int, G: int):
 @cute.kernel
 def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
                M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr, WARPS: Constexpr,
-               CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr):
+               CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr, PDL: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -188,6 +197,7 @@ def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tenso
     xrows = [_fp8_xrow(mX, _imin(m0 + mm, M - 1), nbase, N, G) for mm in range(MB)]
     acc = [[Float32(0.0) for _ in range(NW)] for _ in range(MB)]
     stages = [_fp8_issue(mS, wrows, nrows, lane, j, KC) for j in range(min(PD, CPL))]
+    _pdl_wait(PDL)  # the first PD weight chunks are in flight while the previous kernel finishes
     for j in cutlass.range_constexpr(CPL):
         if cutlass.const_expr(j + PD < CPL):
             stages.append(_fp8_issue(mS, wrows, nrows, lane, j + PD, KC))
@@ -223,11 +233,11 @@ def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tenso
 @cute.jit
 def fp8_dense(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
               stream: cuda.CUstream, M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr,
-              WARPS: Constexpr, CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr):
+              WARPS: Constexpr, CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr, PDL: Constexpr):
     grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
     grid_y = (M + MB - 1) // MB
-    fp8_kernel(mX, mW, mS, mY, M, N, KC, NW, WARPS, CPL, MB, PD, G).launch(
-        grid=(grid_x, grid_y, 1), block=(32 * WARPS, 1, 1), stream=stream)
+    fp8_kernel(mX, mW, mS, mY, M, N, KC, NW, WARPS, CPL, MB, PD, G, PDL).launch(
+        grid=(grid_x, grid_y, 1), block=(32 * WARPS, 1, 1), stream=stream, use_pdl=PDL)
 
 
 # ---------------------------------------------------------------- probe (tests only)

@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dsv4.kernels._pdl import launch_args, pdl_wait
+
 BLOCK_H = 16  # heads per program (the smallest tl.dot M)
 BLOCK_N = 32  # keys per tile: a [D, 32] bf16 tile is 32 KB at D = 512
 
@@ -39,7 +41,8 @@ def _logits(q, k_ptr, m_ptr, rn, rd, N, skn, scale):
 
 @triton.jit
 def _sparse_attention_kernel(q_ptr, k_ptr, m_ptr, sink_ptr, o_ptr, H, N, scale, sqb, sqh, skb, skn, smb, sob, soh,
-                             D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr):
+                             D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     b = tl.program_id(1)
     rh = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
     rd = tl.arange(0, D)
@@ -85,5 +88,5 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, si
         _sparse_attention_kernel[grid](q, keys, m8, sink.float().contiguous(), o, H, N, scale, q.stride(0),
                                        q.stride(1), keys.stride(0), keys.stride(1), m8.stride(0), o.stride(0),
                                        o.stride(1), D=D, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, num_warps=4,
-                                       num_stages=2)
+                                       num_stages=2, **launch_args(q))
     return o

@@ -50,6 +50,7 @@ import triton
 import triton.language as tl
 
 from dsv4.kernels import overrides
+from dsv4.kernels._pdl import launch_args, pdl_wait
 from dsv4.kernels._triton_fp8 import _act_round
 
 BLOCK_M = 16  # rows per tl.dot (its minimum); a slot with more rows loops over row chunks
@@ -62,7 +63,9 @@ TUNE = overrides.from_env("experts")  # overrides for a sweep: bn, bk, warps, st
 
 @triton.jit
 def _group_kernel(idx_ptr, rows_ptr, slot_expert_ptr, slot_start_ptr, slot_count_ptr, R, P,
-                  x_ptr, xr_ptr, K, sxm, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr, QB: tl.constexpr):
+                  x_ptr, xr_ptr, K, sxm, BLOCK_R: tl.constexpr, BLOCK_E: tl.constexpr, QB: tl.constexpr,
+                  PDL: tl.constexpr):
+    pdl_wait(PDL)
     pid = tl.program_id(0)
     jr = tl.arange(0, BLOCK_R)
     n_sort = tl.cdiv(R, BLOCK_R)
@@ -149,7 +152,9 @@ def _nibbles_x(wb, factor, HIGH: tl.constexpr, ASM: tl.constexpr):
 @triton.jit
 def _experts_kernel(x_ptr, w_ptr, s_ptr, g_ptr, y_ptr, rows_ptr, slot_expert_ptr, slot_start_ptr, slot_count_ptr,
                     N, K, sxm, swe, swn, sse, ssn, sym, NV: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASM: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASM: tl.constexpr,
+                    PDL: tl.constexpr):
+    pdl_wait(PDL)
     SB: tl.constexpr = 16 if NV else 32  # elements per scale
     G: tl.constexpr = BLOCK_K // SB  # scale groups per K step
     slot = tl.program_id(1)
@@ -242,14 +247,14 @@ def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: 
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         _group_kernel[(triton.cdiv(R, BLOCK_R) + 1 + chunks,)](
             idx, rows, slot_expert, slot_start, slot_count, R, P, x, xr, K, x.stride(0),
-            BLOCK_R=BLOCK_R, BLOCK_E=triton.next_power_of_2(E), QB=QUANT_BLOCKS)
+            BLOCK_R=BLOCK_R, BLOCK_E=triton.next_power_of_2(E), QB=QUANT_BLOCKS, **launch_args(x))
         if quant:  # the rounded rows, written by the grouping launch (ordered before the next launch)
             x = xr
         _experts_kernel[(triton.cdiv(N, bn), P)](
             x, w, s, g, y, rows, slot_expert, slot_start, slot_count, N, K, x.stride(0), w.stride(0), w.stride(1),
             s.stride(0), s.stride(1), y.stride(0), NV=nv, BLOCK_M=BLOCK_M, BLOCK_N=bn, BLOCK_K=bk,
             ASM=x.is_cuda and not _interpreting(),
-            num_warps=TUNE.get("warps", WARPS), num_stages=TUNE.get("stages", 4))
+            num_warps=TUNE.get("warps", WARPS), num_stages=TUNE.get("stages", 4), **launch_args(x))
     return y
 
 

@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from dsv4.kernels import overrides
+from dsv4.kernels._pdl import launch_args, pdl_wait
 from dsv4.kernels._triton_gemv import _tile
 from dsv4.kernels._triton_splitk import store_tile, workspace
 
@@ -92,7 +93,9 @@ def _round_e4m3(v):
 @triton.jit
 def _fp8_gemm_kernel(x_ptr, w_ptr, s_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, N_PER_GROUP, G,
                      sxm, swn, ssn, sym, sys,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, QUANT: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, QUANT: tl.constexpr,
+                     PDL: tl.constexpr):
+    pdl_wait(PDL)
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     n0 = tl.program_id(0) * BLOCK_N
     xrow = rm * G + n0 // N_PER_GROUP  # the tile lies in one group (the host checks N/G % BLOCK_N == 0)
@@ -167,5 +170,5 @@ def fp8_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups:
         _fp8_gemm_kernel[grid](x, w8, s8, y, ws, cnt, M, N, K, per, N // groups, groups, x.stride(0), w8.stride(0),
                                s8.stride(0), y.stride(0), ws.stride(0) if splits > 1 else 0,
                                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, QUANT=quant,
-                               num_warps=TUNE.get("warps", 4), num_stages=TUNE.get("stages", 4))
+                               num_warps=TUNE.get("warps", 4), num_stages=TUNE.get("stages", 4), **launch_args(x))
     return y

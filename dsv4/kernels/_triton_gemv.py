@@ -43,6 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
+from dsv4.kernels._pdl import launch_args, pdl_wait
 from dsv4.kernels._triton_splitk import store_tile, workspace
 
 ELEMS = 8192  # CUDA-core path: products held in registers per program and K step (BLOCK_M * BLOCK_N * BLOCK_K)
@@ -69,7 +70,8 @@ def _tile(K, K_PER_SPLIT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K:
 
 @triton.jit
 def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)  # per-lane partial sums: no shuffles per step
     for k0 in range(k_begin, k_end, BLOCK_K):
@@ -83,7 +85,8 @@ def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT
 
 @triton.jit
 def _bf16_gemv_tc_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_begin, k_end, BLOCK_K):
@@ -153,5 +156,5 @@ def bf16_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None)
         kernel, launch = _bf16_gemv_kernel, dict(num_warps=4)
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         kernel[grid](x, w, y, ws, cnt, M, N, K, per, x.stride(0), w.stride(0), y.stride(0),
-                     ws.stride(0) if splits > 1 else 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **launch)
+                     ws.stride(0) if splits > 1 else 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **launch, **launch_args(x))
     return y

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from dsv4.kernels._pdl import launch_args, pdl_wait
 from dsv4.kernels._triton_splitk import store_small_tile, workspace
 
 PRODUCTS = 4096  # products held per program and K step (BLOCK_T * BLOCK_J * BLOCK_K)
@@ -33,7 +34,9 @@ FINISH_CHUNK = 32  # partials the last program of a row block loads per round tr
 
 @triton.jit
 def _mix_sums_kernel(x_ptr, f_ptr, y_ptr, ws_ptr, cnt_ptr, T, J, K, K_PER_SPLIT, sxt, sfj, syt, sys,
-                     BLOCK_T: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, CHUNK: tl.constexpr):
+                     BLOCK_T: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_K: tl.constexpr, CHUNK: tl.constexpr,
+                     PDL: tl.constexpr):
+    pdl_wait(PDL)
     rt = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     rj = tl.arange(0, BLOCK_J)
     rk = tl.arange(0, BLOCK_K)
@@ -83,5 +86,5 @@ def mix_sums(x: torch.Tensor, fn: torch.Tensor) -> torch.Tensor:
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         _mix_sums_kernel[grid](x, fn, y, ws, cnt, T, J, K, per, x.stride(0), fn.stride(0), y.stride(0),
                                ws.stride(0) if grid[2] > 1 else 0, BLOCK_T=bt, BLOCK_J=bj, BLOCK_K=bk,
-                               CHUNK=FINISH_CHUNK, num_warps=4)
+                               CHUNK=FINISH_CHUNK, num_warps=4, **launch_args(x))
     return y

@@ -15,11 +15,15 @@ import torch
 import triton
 import triton.language as tl
 
+from dsv4.kernels._pdl import launch_args, pdl_wait
+
 BLOCK_T = 32  # tokens per program; a decode batch is one program
 
 
 @triton.jit
-def _sinkhorn_kernel(x_ptr, y_ptr, T, iters, eps, HC: tl.constexpr, HP: tl.constexpr, BLOCK_T: tl.constexpr):
+def _sinkhorn_kernel(x_ptr, y_ptr, T, iters, eps, HC: tl.constexpr, HP: tl.constexpr, BLOCK_T: tl.constexpr,
+                     PDL: tl.constexpr):
+    pdl_wait(PDL)
     rt = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     ri = tl.arange(0, HP)
     rj = tl.arange(0, HP)
@@ -48,5 +52,5 @@ def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
     grid = (triton.cdiv(T, BLOCK_T),)
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         _sinkhorn_kernel[grid](x, y, T, iters, eps, HC=hc, HP=triton.next_power_of_2(hc), BLOCK_T=BLOCK_T,
-                               num_warps=1)
+                               num_warps=1, **launch_args(x))
     return y

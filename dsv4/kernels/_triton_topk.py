@@ -25,6 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dsv4.kernels._pdl import launch_args, pdl_wait
+
 RANK_MAX = 64  # n up to this: the rank kernel (one [n, n] comparison)
 BLOCK_MAX = 8192  # n up to this: the row stays in registers; above, chunks of this size are re-read
 MAX_N = (1 << 21) - 1  # the packed 21-bit counts
@@ -46,7 +48,8 @@ def _value(key):
 
 
 @triton.jit(do_not_specialize=["k"])
-def _topk_rank_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr):
+def _topk_rank_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     key = _keys(x_ptr + row * n, offs, n)
@@ -61,7 +64,9 @@ def _topk_rank_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["k"])
-def _topk_select_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, NCHUNK: tl.constexpr, ALL: tl.constexpr):
+def _topk_select_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, NCHUNK: tl.constexpr, ALL: tl.constexpr,
+                        PDL: tl.constexpr):
+    pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     xr = x_ptr + row * n
     offs = tl.arange(0, BLOCK)
@@ -143,8 +148,8 @@ def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     kind, block, nchunk, warps = launch_config(n, k)
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         if kind == "rank":
-            _topk_rank_kernel[(R,)](x, values, indices, n, k, BLOCK=block, num_warps=warps)
+            _topk_rank_kernel[(R,)](x, values, indices, n, k, BLOCK=block, num_warps=warps, **launch_args(x))
         else:
             _topk_select_kernel[(R,)](x, values, indices, n, k, BLOCK=block, NCHUNK=nchunk, ALL=k == n,
-                                 num_warps=warps)
+                                 num_warps=warps, **launch_args(x))
     return values, indices

@@ -56,6 +56,13 @@ def pick_nw(groups: int, n: int, sms: int, cap: int = 4) -> int:
     return 1
 
 
+def _pdl(x: torch.Tensor) -> bool:
+    """Programmatic dependent launch for this launch (a compile-time flag of the kernels)."""
+    from dsv4.kernels import _pdl
+
+    return _pdl.applies(x)
+
+
 def _sig(t: torch.Tensor) -> tuple:
     return tuple(t.shape), tuple(t.stride()), str(t.dtype)
 
@@ -137,7 +144,7 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out) -> torch.Tensor
         raise DSV4Error(f"{fmt}_grouped_gemv: x and weight need 16-byte aligned rows")
     KC = K // 32
     nw = pick_nw(R, N, _sms(x.device))
-    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv)
+    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x))
     key = ("fp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(g), _sig(idx), x.device, consts)
     _run(key, "fp4_grouped", [xw, ww, sw, g, idx, y], [16, 16, 2 if nv else 1, 4 if nv else 1,
                                                    idx.element_size(), 4], consts, x.device)
@@ -163,7 +170,7 @@ def fp8_gemv(x, weight, scale, out=None, groups: int = 1) -> torch.Tensor:
     M = x.shape[0] // groups
     if K % 16 or scale.shape != (-(-N // 128), -(-K // 128)):
         raise DSV4Error("fp8_gemv: K must be a multiple of 16 and scale [ceil(N/128), ceil(K/128)]")
-    if x.shape[0] != M * groups or N % groups or (N // groups) % 4:
+    if x.shape[0] != M * groups or N % groups or (groups > 1 and (N // groups) % 4):
         raise DSV4Error(f"fp8_gemv: {groups} groups need x rows a multiple of groups and N/groups % 4 == 0")
     y = _out(out, M, N, x.device)
     if M == 0:
@@ -174,7 +181,7 @@ def fp8_gemv(x, weight, scale, out=None, groups: int = 1) -> torch.Tensor:
     KC = K // 16
     mb = min(M, 8)
     nw = pick_nw(-(-M // mb), N, _sms(x.device), cap=4 if M == 1 else 2)
-    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, min(int(TUNE["pd8"]), -(-KC // 32)), groups)
+    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, min(int(TUNE["pd8"]), -(-KC // 32)), groups, _pdl(x))
     key = ("fp8_dense", _sig(xw), _sig(ww), _sig(sw), x.device, consts)
     _run(key, "fp8_dense", [xw, ww, sw, y], [16, 16, 1, 4], consts, x.device)
     return y
@@ -208,7 +215,7 @@ def try_dense(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups
     x2 = x.contiguous()
     if not 0 < x2.shape[0] <= MAX_DENSE_ROWS * groups or x2.shape[0] % groups or not _available():
         return None
-    if N % groups or (N // groups) % 4 or not weight.is_contiguous() or not _aligned(x2, weight):
+    if N % groups or (groups > 1 and (N // groups) % 4) or not weight.is_contiguous() or not _aligned(x2, weight):
         return None
     try:
         return fp8_gemv(x2, weight, scale, groups=groups)

@@ -225,7 +225,7 @@ def triton_gemm(rows: int, kind: str = "fp8") -> bool:
 def settings() -> str:
     """The Triton GEMM switches in effect, for a bench row's note ("" when all are at their defaults)."""
     names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS", "DSV4_TRITON_MIXES",
-             "DSV4_TRITON_ATTN", "DSV4_TRITON_TUNE")
+             "DSV4_TRITON_ATTN", "DSV4_TRITON_TUNE", "DSV4_PDL")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 
 

@@ -113,6 +113,15 @@ class HostEvent:
         return 0.0
 
 
+class _NoNVTX:
+    """torch.cuda.nvtx on a CPU-only torch raises ("NVTX functions not installed"). NVTX ranges and
+    marks are host-side profiler annotations, legal in a captured region and launching nothing, so
+    during a CPU scan they do nothing (torch's nvtx functions all go through this object)."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: 0
+
+
 @contextlib.contextmanager
 def standing_in(tracer, patched):
     """Installs the stand-ins (torch.cuda.synchronize/current_stream/default_stream/set_stream,
@@ -120,7 +129,10 @@ def standing_in(tracer, patched):
     restores torch afterwards."""
     host = _HOST
     host.tracer, host.default = tracer, HostStream(stream_id=0)
-    host.current = host.default
+    # the step runs on a stream of its own, as under capture (a graph is captured on a side stream):
+    # torch.cuda.default_stream() is then another stream than the step's, which it is in a capture,
+    # so a fork from or a join to the default stream is not mistaken for a legal one
+    host.current = HostStream(stream_id=-1)
     cuda = torch.cuda
     set0, enter0, exit0 = cuda.set_stream, cuda.StreamContext.__enter__, cuda.StreamContext.__exit__
 
@@ -150,6 +162,7 @@ def standing_in(tracer, patched):
         host.sync("torch.accelerator.synchronize")
 
     with contextlib.ExitStack() as stack:
+        originals = {}
         for owner, name, new in (
                 (cuda, "synchronize", sync),
                 (cuda, "current_stream", lambda device=None: host.current),
@@ -160,10 +173,21 @@ def standing_in(tracer, patched):
                 (cuda.StreamContext, "__enter__", enter),
                 (cuda.StreamContext, "__exit__", exit_),
                 (cuda, "is_current_stream_capturing", lambda: False)):  # an eager step: never capturing
+            if not isinstance(owner, type):
+                orig = getattr(owner, name)
+                originals[id(orig)] = (orig, new)
             stack.enter_context(patched(owner, name, new))
         if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "synchronize"):
+            orig = torch.accelerator.synchronize
+            originals[id(orig)] = (orig, acc_sync)
             stack.enter_context(patched(torch.accelerator, "synchronize", acc_sync))
-        stream_hooks.start(tracer, stream_hooks.key(host.default))
+        from audit.scan.hooks import alias_sites  # (hooks imports this module)
+        for mod, name, new in alias_sites(originals):  # `from torch.cuda import synchronize`
+            stack.enter_context(patched(mod, name, new))
+        nvtx = getattr(cuda, "nvtx", None)
+        if nvtx is not None and type(getattr(nvtx, "_nvtx", None)).__name__ == "_NVTXStub":
+            stack.enter_context(patched(nvtx, "_nvtx", _NoNVTX()))
+        stream_hooks.start(tracer, stream_hooks.key(host.current))
         try:
             yield host
         finally:

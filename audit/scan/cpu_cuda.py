@@ -124,7 +124,7 @@ class _NoNVTX:
 
 @contextlib.contextmanager
 def standing_in(tracer, patched):
-    """Installs the stand-ins (torch.cuda.synchronize/current_stream/default_stream/set_stream,
+    """Installs the stand-ins (torch.cuda.synchronize/empty_cache/current_stream/default_stream/set_stream,
     is_current_stream_capturing, Stream(), Event(), `with torch.cuda.stream(s)`) for one step;
     restores torch afterwards."""
     host = _HOST
@@ -165,6 +165,7 @@ def standing_in(tracer, patched):
         originals = {}
         for owner, name, new in (
                 (cuda, "synchronize", sync),
+                (cuda, "empty_cache", lambda: host.sync("torch.cuda.empty_cache")),
                 (cuda, "current_stream", lambda device=None: host.current),
                 (cuda, "default_stream", lambda device=None: host.default),
                 (cuda, "set_stream", set_stream),

@@ -111,6 +111,9 @@ def _sync_targets(cuda: bool):
            (torch.cuda.Stream, "query", "Stream.query")]
     if cuda:
         out.append((torch.cuda, "synchronize", "torch.cuda.synchronize"))
+        # empty_cache frees cached blocks: it waits on their pending events and cudaFree synchronizes
+        # the device (a wait like synchronize; not allowed while capturing)
+        out.append((torch.cuda, "empty_cache", "torch.cuda.empty_cache"))
         acc = getattr(torch, "accelerator", None)
         if acc is not None and hasattr(acc, "synchronize"):
             out.append((acc, "synchronize", "torch.accelerator.synchronize"))
@@ -172,13 +175,15 @@ def active(tracer):
     if _ACTIVE is not None:
         raise AuditError("a scan is already running in this process (scans do not nest)")
     with contextlib.ExitStack() as stack:
+        originals = {}  # id(original) -> (original, wrapper): aliases bound at import get the wrapper too
         for name in HOST_READS:
-            stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, getattr(torch.Tensor, name))))
+            orig = getattr(torch.Tensor, name)
+            stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, orig)))
+            originals[id(orig)] = (orig, getattr(torch.Tensor, name))  # `_tolist = torch.Tensor.tolist`
         stack.enter_context(patched(torch.Tensor, "to", _to_wrapper(torch.Tensor.to)))
         for owner, name, label in _SEEDERS:
             stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name), kind="seed")))
         have_cuda = torch.cuda.is_available()
-        originals = {}
         for owner, name, label in _sync_targets(have_cuda):
             orig = getattr(owner, name)
             stack.enter_context(patched(owner, name, _sync_wrapper(label, orig)))

@@ -25,6 +25,13 @@ READERS = {"qsize", "empty", "full", "copy", "keys", "values", "items", "count",
            "__len__", "__repr__"}
 
 
+def _setattr_names(call: ast.Call, attr: str) -> bool:
+    """`object.__setattr__(obj, "attr", v)` (how a frozen dataclass or a class with its own
+    __setattr__ is written past) or `obj.__setattr__("attr", v)` / `super().__setattr__("attr", v)`."""
+    return any(len(call.args) > i + 1 and isinstance(call.args[i], ast.Constant) and call.args[i].value == attr
+               for i in (0, 1))
+
+
 def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = None,
                    global_name: bool = False) -> list[tuple[int, str]]:
     """(line, function) of statements that mutate `<x>.attr` (or global `attr`) in a file or a span.
@@ -69,6 +76,8 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
             elif isinstance(node, ast.Call) and _func_name(node) in IN_PLACE_FUNCS and node.args:
                 a = node.args[0]
                 hit = target(a) or rooted(a) and _same_object(a) or (isinstance(a, ast.Name) and a.id in aliases)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__setattr__":
+                hit = _setattr_names(node, attr)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 v = node.func.value
                 hit = node.func.attr in MUTATORS and (target(v) or (isinstance(v, ast.Name) and v.id in aliases))

@@ -20,6 +20,9 @@ MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "a
 # `bisect.insort(self.sorted, x)`, `random.shuffle(self.order)` (called as `mod.f(...)` or imported `f(...)`)
 IN_PLACE_FUNCS = {"heappush", "heappop", "heapify", "heapreplace", "heappushpop", "insort", "insort_left",
                   "insort_right", "shuffle"}
+# functions and methods that write into a buffer passed as their first or second argument:
+# `struct.pack_into(fmt, self.header, 0, n)`, `self.sock.recv_into(self.buf)`, `np.copyto(self.lens, v)`
+INTO_FUNCS = {"pack_into", "readinto", "readinto1", "recv_into", "recvfrom_into", "copyto"}
 # methods that only read: a call of one on an object is not how the step changed it
 READERS = {"qsize", "empty", "full", "copy", "keys", "values", "items", "count", "index", "is_set", "locked",
            "__len__", "__repr__"}
@@ -76,6 +79,9 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
             elif isinstance(node, ast.Call) and _func_name(node) in IN_PLACE_FUNCS and node.args:
                 a = node.args[0]
                 hit = target(a) or rooted(a) and _same_object(a) or (isinstance(a, ast.Name) and a.id in aliases)
+            elif isinstance(node, ast.Call) and _func_name(node) in INTO_FUNCS:
+                hit = any(target(a) or rooted(a) and _same_object(a) or (isinstance(a, ast.Name) and a.id in aliases)
+                          for a in node.args[:2])
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__setattr__":
                 hit = _setattr_names(node, attr)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):

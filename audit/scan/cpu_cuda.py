@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 
 import torch
 
 from audit.scan import stream_hooks
 
-__all__ = ["HostEvent", "HostStream", "needs_gpu", "standing_in"]
+__all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "standing_in"]
 
 _CUDA_MISSING = ("torch not compiled with cuda", "requires cuda support", "dummy base class", "no nvidia driver",
                  "no cuda gpus are available", "cuda driver initialization failed", "cuda is not available",
@@ -113,6 +114,28 @@ class HostEvent:
         return 0.0
 
 
+def alias_sites(originals) -> list:
+    """(module, global name, new) for each module global bound to a function we replace, as
+    `from torch.cuda import synchronize` binds it at import: patching `torch.cuda.synchronize`
+    does not reach that name, so the step would call the real function (on a CPU-only torch it
+    raises; on a GPU the wait goes unrecorded). `originals` maps id(original) -> (original, new).
+    torch's and the auditor's own modules are left alone."""
+    if not originals:
+        return []
+    out = []
+    for mname, mod in list(sys.modules.items()):
+        if mod is None or mname.partition(".")[0] in ("torch", "audit"):
+            continue
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for name, v in list(d.items()):
+            hit = originals.get(id(v))
+            if hit is not None and hit[0] is v:
+                out.append((mod, name, hit[1]))
+    return out
+
+
 class _NoNVTX:
     """torch.cuda.nvtx on a CPU-only torch raises ("NVTX functions not installed"). NVTX ranges and
     marks are host-side profiler annotations, legal in a captured region and launching nothing, so
@@ -182,7 +205,6 @@ def standing_in(tracer, patched):
             orig = torch.accelerator.synchronize
             originals[id(orig)] = (orig, acc_sync)
             stack.enter_context(patched(torch.accelerator, "synchronize", acc_sync))
-        from audit.scan.hooks import alias_sites  # (hooks imports this module)
         for mod, name, new in alias_sites(originals):  # `from torch.cuda import synchronize`
             stack.enter_context(patched(mod, name, new))
         nvtx = getattr(cuda, "nvtx", None)

@@ -159,28 +159,6 @@ def patched(owner, name: str, new):
             delattr(owner, name)
 
 
-def alias_sites(originals) -> list:
-    """(module, global name, new) for each module global bound to a function we replace, as
-    `from torch.cuda import synchronize` binds it at import: patching `torch.cuda.synchronize`
-    does not reach that name, so the step would call the real function (on a CPU-only torch it
-    raises; on a GPU the wait goes unrecorded). `originals` maps id(original) -> (original, new).
-    torch's and the auditor's own modules are left alone."""
-    if not originals:
-        return []
-    out = []
-    for mname, mod in list(sys.modules.items()):
-        if mod is None or mname.partition(".")[0] in ("torch", "audit"):
-            continue
-        d = getattr(mod, "__dict__", None)
-        if not isinstance(d, dict):
-            continue
-        for name, v in list(d.items()):
-            hit = originals.get(id(v))
-            if hit is not None and hit[0] is v:
-                out.append((mod, name, hit[1]))
-    return out
-
-
 def _setattr_wrapper(orig):
     def __setattr__(self, name, value):
         tr = _ACTIVE
@@ -218,7 +196,7 @@ def active(tracer):
             stack.enter_context(patched(owner, name, _sync_wrapper(label, orig)))
             if not isinstance(owner, type):
                 originals[id(orig)] = (orig, getattr(owner, name))
-        for mod, name, new in alias_sites(originals):
+        for mod, name, new in cpu_cuda.alias_sites(originals):
             stack.enter_context(patched(mod, name, new))
         if not have_cuda:  # no CUDA here: stand-ins that record instead of raising
             stack.enter_context(cpu_cuda.standing_in(tracer, patched))

@@ -20,9 +20,19 @@ MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "a
 # `bisect.insort(self.sorted, x)`, `random.shuffle(self.order)` (called as `mod.f(...)` or imported `f(...)`)
 IN_PLACE_FUNCS = {"heappush", "heappop", "heapify", "heapreplace", "heappushpop", "insort", "insort_left",
                   "insort_right", "shuffle"}
+# functions and methods that write into a buffer passed as their first or second argument:
+# `struct.pack_into(fmt, self.header, 0, n)`, `self.sock.recv_into(self.buf)`, `np.copyto(self.lens, v)`
+INTO_FUNCS = {"pack_into", "readinto", "readinto1", "recv_into", "recvfrom_into", "copyto"}
 # methods that only read: a call of one on an object is not how the step changed it
 READERS = {"qsize", "empty", "full", "copy", "keys", "values", "items", "count", "index", "is_set", "locked",
            "__len__", "__repr__"}
+
+
+def _setattr_names(call: ast.Call, attr: str) -> bool:
+    """`object.__setattr__(obj, "attr", v)` (how a frozen dataclass or a class with its own
+    __setattr__ is written past) or `obj.__setattr__("attr", v)` / `super().__setattr__("attr", v)`."""
+    return any(len(call.args) > i + 1 and isinstance(call.args[i], ast.Constant) and call.args[i].value == attr
+               for i in (0, 1))
 
 
 def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = None,
@@ -69,6 +79,11 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
             elif isinstance(node, ast.Call) and _func_name(node) in IN_PLACE_FUNCS and node.args:
                 a = node.args[0]
                 hit = target(a) or rooted(a) and _same_object(a) or (isinstance(a, ast.Name) and a.id in aliases)
+            elif isinstance(node, ast.Call) and _func_name(node) in INTO_FUNCS:
+                hit = any(target(a) or rooted(a) and _same_object(a) or (isinstance(a, ast.Name) and a.id in aliases)
+                          for a in node.args[:2])
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__setattr__":
+                hit = _setattr_names(node, attr)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 v = node.func.value
                 hit = node.func.attr in MUTATORS and (target(v) or (isinstance(v, ast.Name) and v.id in aliases))

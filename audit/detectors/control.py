@@ -132,6 +132,8 @@ def op_sequence_divergence(ctx):
         for tag, i1, i2, j1, j2 in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes():
             if tag == "equal":
                 continue
+            if _elided_slice(tag, ra, rb, i1, i2, j1, j2):
+                continue
             a = ra[i1] if i1 < len(ra) and tag != "insert" else None  # an insert's ra[i1] is the op after it:
             b = rb[j1] if j1 < len(rb) and tag != "delete" else None  # not part of the difference
             p = ra[i1 - 1] if i1 > 0 else None
@@ -153,6 +155,20 @@ def op_sequence_divergence(ctx):
         out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs, msg, module=mod,
                                caller=ctx.caller_into(rec, where[0], where[2])))
     return out
+
+
+def _elided_slice(tag, ra, rb, i1, i2, j1, j2) -> bool:
+    """torch dispatches nothing for a full-range slice (`x[:n]` with n == x.size(0) is x itself), so a
+    statement slicing by a bound that varies (`self.out[: len(drafts)] = ...`) runs aten.slice in some
+    steps and not in others. When the only extra ops are such slices, made by the very statement
+    (same frames) whose next op both steps ran, no branch chose anything: the varying bound is
+    baked-host-value / dynamic-shape, reported there."""
+    if tag not in ("insert", "delete"):
+        return False
+    extra, rest = (ra[i1:i2], ra[i2:]) if tag == "delete" else (rb[j1:j2], rb[j2:])
+    if not extra or not rest or any(r.op != "aten.slice" for r in extra):
+        return False
+    return all(r.stack == rest[0].stack for r in extra)
 
 
 def _fold_loops_into_guards(hits: dict) -> None:

@@ -129,14 +129,59 @@ _HOST_FIX = {
 }
 
 
+_INDEX_PUT = ("aten.index_put_", "aten.index_put", "aten._index_put_impl_")
+
+
+def masked_fill_dispatch(rec, host_values: set, cuda: bool) -> bool:
+    """`x[mask] = 0.0`: index_put_ with one bool mask and a one-element host value. torch sends it to
+    masked_fill_ (ATen's canDispatchToMaskedFill: one bool/uint8 index on x's device covering x's
+    dims at its position, a CPU value of one element, no accumulate; Python's setitem makes a scalar
+    value on the CPU for that), which needs no nonzero() and so no host read. On a CPU scan every
+    value is a host tensor, so the value must have been built from host data on the assignment's own
+    line (`lift_fresh` of the Python scalar), not computed on the device (`x[mask] = x.max()` syncs)."""
+    if rec.op not in _INDEX_PUT or len(rec.inputs) < 3 or len(rec.args) < 2 or not isinstance(rec.args[1], (tuple, list)):
+        return False
+    if len(rec.args) > 3 and rec.args[3] is True or any(isinstance(a, tuple) and a[:1] == ("accumulate",) and a[1] for a in rec.args[3:]):
+        return False
+    self_m, masks, value = rec.inputs[0], rec.inputs[1:-1], rec.inputs[-1]
+    if len(masks) != 1 or masks[0].dtype not in _BOOLS or masks[0].device != self_m.device:
+        return False
+    lead = 0
+    for a in rec.args[1]:
+        if a is not None:
+            break
+        lead += 1
+    mask = masks[0]
+    if tuple(self_m.shape[lead:lead + len(mask.shape)]) != tuple(mask.shape):
+        return False
+    if value.device.type != "cpu" or 1 != (torch.Size(value.shape).numel()):
+        return False
+    return cuda or value.sid in host_values
+
+
+def _host_values(recs) -> set:
+    """Storage ids of tensors lifted from host data (a Python scalar, torch.tensor(...)) per line:
+    {(sid, file, line)}."""
+    return {(r.inputs[0].sid,) + tuple(r.frame[:2]) for r in recs if r.kind == "aten" and r.inputs and r.frame
+            and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")}
+
+
 @register("host-sync")
 def dispatched_syncs(ctx):
-    """Aten ops that synchronize (SYNC_OPS), unless they are the inside of a hooked host read."""
+    """Aten ops that synchronize (SYNC_OPS), unless they are the inside of a hooked host read, or a
+    bool-mask assignment of a host scalar that torch turns into masked_fill_ (masked_fill_dispatch)."""
     hits = []
+    lifted = {}
     for r in ctx.all_records(("aten",)):
         rule = SYNC_OPS.get(r.op)
         if rule is None or r.nested:
             continue
+        if r.op in _INDEX_PUT and r.frame:
+            if r.step not in lifted:
+                lifted[r.step] = _host_values(ctx.steps[r.step]) if not ctx.cuda else set()
+            here = {sid for sid, f, ln in lifted[r.step] if (f, ln) == tuple(r.frame[:2])}
+            if masked_fill_dispatch(r, here, ctx.cuda):
+                continue
         res = rule(r)
         if res:
             hits.append((r, res))

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 
 import torch
 
 from audit.scan import stream_hooks
 
-__all__ = ["HostEvent", "HostStream", "needs_gpu", "standing_in"]
+__all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "standing_in"]
 
 _CUDA_MISSING = ("torch not compiled with cuda", "requires cuda support", "dummy base class", "no nvidia driver",
                  "no cuda gpus are available", "cuda driver initialization failed", "cuda is not available",
@@ -113,14 +114,48 @@ class HostEvent:
         return 0.0
 
 
+def alias_sites(originals) -> list:
+    """(module, global name, new) for each module global bound to a function we replace, as
+    `from torch.cuda import synchronize` binds it at import: patching `torch.cuda.synchronize`
+    does not reach that name, so the step would call the real function (on a CPU-only torch it
+    raises; on a GPU the wait goes unrecorded). `originals` maps id(original) -> (original, new).
+    torch's and the auditor's own modules are left alone."""
+    if not originals:
+        return []
+    out = []
+    for mname, mod in list(sys.modules.items()):
+        if mod is None or mname.partition(".")[0] in ("torch", "audit"):
+            continue
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for name, v in list(d.items()):
+            hit = originals.get(id(v))
+            if hit is not None and hit[0] is v:
+                out.append((mod, name, hit[1]))
+    return out
+
+
+class _NoNVTX:
+    """torch.cuda.nvtx on a CPU-only torch raises ("NVTX functions not installed"). NVTX ranges and
+    marks are host-side profiler annotations, legal in a captured region and launching nothing, so
+    during a CPU scan they do nothing (torch's nvtx functions all go through this object)."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: 0
+
+
 @contextlib.contextmanager
 def standing_in(tracer, patched):
-    """Installs the stand-ins (torch.cuda.synchronize/current_stream/default_stream/set_stream,
+    """Installs the stand-ins (torch.cuda.synchronize/empty_cache/current_stream/default_stream/set_stream,
     is_current_stream_capturing, Stream(), Event(), `with torch.cuda.stream(s)`) for one step;
     restores torch afterwards."""
     host = _HOST
     host.tracer, host.default = tracer, HostStream(stream_id=0)
-    host.current = host.default
+    # the step runs on a stream of its own, as under capture (a graph is captured on a side stream):
+    # torch.cuda.default_stream() is then another stream than the step's, which it is in a capture,
+    # so a fork from or a join to the default stream is not mistaken for a legal one
+    host.current = HostStream(stream_id=-1)
     cuda = torch.cuda
     set0, enter0, exit0 = cuda.set_stream, cuda.StreamContext.__enter__, cuda.StreamContext.__exit__
 
@@ -150,8 +185,10 @@ def standing_in(tracer, patched):
         host.sync("torch.accelerator.synchronize")
 
     with contextlib.ExitStack() as stack:
+        originals = {}
         for owner, name, new in (
                 (cuda, "synchronize", sync),
+                (cuda, "empty_cache", lambda: host.sync("torch.cuda.empty_cache")),
                 (cuda, "current_stream", lambda device=None: host.current),
                 (cuda, "default_stream", lambda device=None: host.default),
                 (cuda, "set_stream", set_stream),
@@ -160,10 +197,20 @@ def standing_in(tracer, patched):
                 (cuda.StreamContext, "__enter__", enter),
                 (cuda.StreamContext, "__exit__", exit_),
                 (cuda, "is_current_stream_capturing", lambda: False)):  # an eager step: never capturing
+            if not isinstance(owner, type):
+                orig = getattr(owner, name)
+                originals[id(orig)] = (orig, new)
             stack.enter_context(patched(owner, name, new))
         if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "synchronize"):
+            orig = torch.accelerator.synchronize
+            originals[id(orig)] = (orig, acc_sync)
             stack.enter_context(patched(torch.accelerator, "synchronize", acc_sync))
-        stream_hooks.start(tracer, stream_hooks.key(host.default))
+        for mod, name, new in alias_sites(originals):  # `from torch.cuda import synchronize`
+            stack.enter_context(patched(mod, name, new))
+        nvtx = getattr(cuda, "nvtx", None)
+        if nvtx is not None and type(getattr(nvtx, "_nvtx", None)).__name__ == "_NVTXStub":
+            stack.enter_context(patched(nvtx, "_nvtx", _NoNVTX()))
+        stream_hooks.start(tracer, stream_hooks.key(host.current))
         try:
             yield host
         finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import array
 import itertools
 import math
+import mmap
 import types
 from collections import deque
 
@@ -17,7 +18,7 @@ import torch
 __all__ = ["PLAIN", "PRIMS", "fp"]
 
 PRIMS = (type(None), bool, int, float, complex, str, bytes)
-PLAIN = PRIMS + (list, dict, set, deque, itertools.count, array.array)  # values a snapshot fingerprints
+PLAIN = PRIMS + (list, dict, set, deque, itertools.count, array.array, bytearray)  # values a snapshot fingerprints
 _MAX_ITEMS = 32  # generator locals shown in a message
 
 
@@ -49,6 +50,12 @@ def fp(v, depth: int = 0):
         return (type(v).__name__, len(v), tuple(members) if len(v) <= _MAX_ELEMS else hash(tuple(members)))
     if isinstance(v, array.array):  # vLLM keeps token ids in array('l')
         return ("array", v.typecode, len(v), hash(v.tobytes()))
+    if isinstance(v, (bytearray, memoryview, mmap.mmap)):  # a shared-memory header, an IPC ring written in
+        # place (struct.pack_into, readinto): mutable bytes, compared by their contents
+        try:
+            return (type(v).__name__, len(v), hash(bytes(v)) if len(v) <= _MAX_ARRAY_BYTES else len(v))
+        except (ValueError, TypeError):  # a released memoryview, a closed mmap
+            return ("obj", type(v).__name__, id(v))
     if isinstance(v, itertools.count):  # next() on it is a step counter; its repr shows the state
         return ("obj", repr(v))
     if isinstance(v, types.GeneratorType):  # next() on it advances state held in its frame

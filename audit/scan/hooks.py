@@ -22,6 +22,7 @@ import sys
 import warnings
 
 import torch
+import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
@@ -76,6 +77,29 @@ def _to_wrapper(orig):
     return to
 
 
+# Constructors that wrap host memory without dispatching any op (zero-copy): unlike torch.tensor or
+# from_numpy (`lift_fresh`), the trace would not see where their tensor came from.
+ZERO_COPY = [(torch, "frombuffer"), (torch, "from_dlpack"), (torch.utils.dlpack, "from_dlpack")]
+
+
+def _zero_copy_wrapper(orig):
+    """`torch.frombuffer(shm)` / `torch.from_dlpack(np_array)` in the step: a tensor over host data, as
+    `torch.tensor(data)` is. Its result is passed through `aten.lift_fresh` (an identity op) so the trace
+    records it as host data at the user's line, like every other tensor built from host data: moved to
+    the device it is a pageable copy, and its new storage each step is not a rebound input."""
+
+    def wrapper(*args, **kwargs):
+        out = orig(*args, **kwargs)
+        tr = _ACTIVE
+        if tr is not None and not tr.host_depth and tr._step >= 0 and isinstance(out, torch.Tensor) \
+                and out.device.type == "cpu":
+            out = torch.ops.aten.lift_fresh.default(out)
+        return out
+
+    wrapper.__wrapped__ = orig
+    return wrapper
+
+
 def _sync_wrapper(label: str, orig, kind: str = "sync"):
     def wrapper(*args, **kwargs):
         tr = _ACTIVE
@@ -111,6 +135,9 @@ def _sync_targets(cuda: bool):
            (torch.cuda.Stream, "query", "Stream.query")]
     if cuda:
         out.append((torch.cuda, "synchronize", "torch.cuda.synchronize"))
+        # empty_cache frees cached blocks: it waits on their pending events and cudaFree synchronizes
+        # the device (a wait like synchronize; not allowed while capturing)
+        out.append((torch.cuda, "empty_cache", "torch.cuda.empty_cache"))
         acc = getattr(torch, "accelerator", None)
         if acc is not None and hasattr(acc, "synchronize"):
             out.append((acc, "synchronize", "torch.accelerator.synchronize"))
@@ -150,14 +177,27 @@ def active(tracer):
     if _ACTIVE is not None:
         raise AuditError("a scan is already running in this process (scans do not nest)")
     with contextlib.ExitStack() as stack:
+        originals = {}  # id(original) -> (original, wrapper): aliases bound at import get the wrapper too
         for name in HOST_READS:
-            stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, getattr(torch.Tensor, name))))
+            orig = getattr(torch.Tensor, name)
+            stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, orig)))
+            originals[id(orig)] = (orig, getattr(torch.Tensor, name))  # `_tolist = torch.Tensor.tolist`
         stack.enter_context(patched(torch.Tensor, "to", _to_wrapper(torch.Tensor.to)))
+        for owner, name in ZERO_COPY:
+            if hasattr(owner, name):
+                orig = getattr(owner, name)
+                stack.enter_context(patched(owner, name, _zero_copy_wrapper(orig)))
+                originals.setdefault(id(orig), (orig, getattr(owner, name)))
         for owner, name, label in _SEEDERS:
             stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name), kind="seed")))
         have_cuda = torch.cuda.is_available()
         for owner, name, label in _sync_targets(have_cuda):
-            stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name))))
+            orig = getattr(owner, name)
+            stack.enter_context(patched(owner, name, _sync_wrapper(label, orig)))
+            if not isinstance(owner, type):
+                originals[id(orig)] = (orig, getattr(owner, name))
+        for mod, name, new in cpu_cuda.alias_sites(originals):
+            stack.enter_context(patched(mod, name, new))
         if not have_cuda:  # no CUDA here: stand-ins that record instead of raising
             stack.enter_context(cpu_cuda.standing_in(tracer, patched))
         if tracer.cuda:

@@ -89,7 +89,8 @@ def markdown(res: BenchResult, plot_name: str | None) -> str:
              "- weight bytes read per decode step: " + ", ".join(
                  f"batch {b}: {v / 1e9:.2f} GB" for b, v in res.weight_bytes.items()),
              f"- weight-only decode kernels (dsv4/kernels): {'on' if res.kernels else 'off'}; `fused`: the layers' "
-             "pointwise work compiled by inductor inside our graphs (dsv4/decode/fuse.py)",
+             "pointwise work compiled by inductor inside our graphs (dsv4/decode/fuse.py); kernels chained by "
+             "programmatic dependent launch unless a row's note says DSV4_PDL=0 (dsv4/kernels/_pdl.py)",
              "- floor = weight bytes / copy ceiling; `x floor` = measured / floor; graph rows are checked "
              "bitwise against the eager run of the same functions before timing; `drift vs unfused` = max "
              "relative logit difference of a fused step vs the unfused static path from the same state (in "
@@ -183,6 +184,9 @@ def _time_by_family(res: BenchResult) -> list[str]:
     names = list(dict.fromkeys(n for f in fams for n in sorted(f, key=lambda n: -f[n]["us_per_step"])))
     names = [n for n in names if n != "not itemized"] + [n for n in names if n == "not itemized"]
     out = ["", "## Where a full-graph step's GPU time goes (torch.profiler over replays; us per step, kernels per step)", "",
+           "With programmatic dependent launch a kernel starts while the previous one runs and waits inside it, "
+           "so its profiled duration includes that wait: durations overlap, their sum can exceed the step time, "
+           "and a family's time (and the roofline's % of the ceiling below) is an upper (lower) bound.", "",
            "| kernel family | " + " | ".join(f"B{r.batch} ctx {r.context}" for r in rows) + " |",
            "|" + "---|" * (len(rows) + 1),
            "| **all kernels** | " + " | ".join(f"**{r.kernels[0]['us_per_step']:.0f}** ({r.kernels[0]['per_step']:.0f})"

@@ -56,7 +56,7 @@ def _arg_diff(recs) -> str:
             col = [a[i] for a in args]
             if len(set(map(repr, col))) > 1:
                 if args[0] and args[0][0] == "value":
-                    return f"a tensor built from host data (torch.tensor, as_tensor, from_numpy) changes every step: {_show(col)}"
+                    return f"a tensor built from host data (torch.tensor, as_tensor, from_numpy, frombuffer) changes every step: {_show(col)}"
                 name = f"`{col[0][0]}=`" if isinstance(col[0], tuple) and len(col[0]) == 2 and isinstance(col[0][0], str) \
                     else f"argument {i}"
                 vals = [c[1] if name.startswith("`") else c for c in col]

@@ -324,6 +324,8 @@ def _show(fp) -> str:
         return f"array{list(fp[3])}" if isinstance(fp[3], tuple) else f"<ndarray {list(fp[1])} {fp[2]}>"
     if isinstance(fp, tuple) and fp and fp[0] == "array":
         return f"array('{fp[1]}') of {fp[2]}"
+    if isinstance(fp, tuple) and len(fp) == 3 and fp[0] in ("bytearray", "memoryview", "mmap"):
+        return f"<{fp[0]} of {fp[1]} bytes, contents #{fp[2] & 0xFFFF:04x}>"  # a hash of the bytes: it changed
     if isinstance(fp, tuple) and fp and fp[0] == "keys":
         return "{" + ", ".join(fp[1]) + "}"
     s = repr(fp)

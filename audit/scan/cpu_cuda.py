@@ -32,6 +32,7 @@ def needs_gpu(text: str) -> bool:
 
 
 _IDS = itertools.count(1)  # stream ids stay unique across steps (a stream made in warmup lives on)
+_STEP_IDS = itertools.count(-1, -1)  # each step's own stream: negative, another one every step
 
 
 class _Host:
@@ -154,8 +155,11 @@ def standing_in(tracer, patched):
     host.tracer, host.default = tracer, HostStream(stream_id=0)
     # the step runs on a stream of its own, as under capture (a graph is captured on a side stream):
     # torch.cuda.default_stream() is then another stream than the step's, which it is in a capture,
-    # so a fork from or a join to the default stream is not mistaken for a legal one
-    host.current = HostStream(stream_id=-1)
+    # so a fork from or a join to the default stream is not mistaken for a legal one. Every step gets
+    # another one, as warmup and capture run on different streams: a stream the step looked up once
+    # and kept (`if self.main is None: self.main = torch.cuda.current_stream()`) is not the stream a
+    # later step runs on, so a fork from it or a join into it is no fork or join of that step
+    host.current = HostStream(stream_id=next(_STEP_IDS))
     cuda = torch.cuda
     set0, enter0, exit0 = cuda.set_stream, cuda.StreamContext.__enter__, cuda.StreamContext.__exit__
 

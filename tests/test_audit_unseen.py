@@ -16,7 +16,7 @@ from test_audit_planted import BLOCKING, markers
 PLANTED = Path(__file__).parent / "planted"
 FORMS = ["control_guards", "control_dispatch", "control_picked", "control_named", "control_sorted", "control_experts", "host_reads_unseen",
          "host_data_staging", "host_state_unseen", "host_state_hidden", "host_state_attached", "host_state_shapes",
-         "host_state_stdlib", "capture_guard", "device_flags", "rng_reseed"]
+         "host_state_stdlib", "capture_guard", "device_flags", "rng_reseed", "host_state_callbacks", "host_data_fields"]
 
 
 def _scan(name: str, factory: str):

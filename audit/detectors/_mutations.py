@@ -41,7 +41,8 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
 
     Catches `x.attr = / += ...`, `x.attr[k][j] = ...`, `x.attr.append(...)` and friends, `del x.attr`,
     `setattr(x, "attr", ...)`, `next(x.attr)`, `heapq.heappush(x.attr, ...)` and the other in-place
-    functions of IN_PLACE_FUNCS, and the same through an alias of the attribute's value:
+    functions of IN_PLACE_FUNCS, a mutating method passed uncalled (`stack.callback(x.attr.append, v)`),
+    and the same through an alias of the attribute's value:
     a local bound from it (`req = self.requests[rid]; req["recent"][i] = t`) or the parameter of a
     function of the file that is called with it (`bump(self.stats, key)` -> `stats[key] += n`)."""
     t = tree(filename)
@@ -91,9 +92,22 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
                 hit = bool(node.args) and target(node.args[0])  # advancing an iterator / itertools.count
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
                 hit = len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == attr
+            if not hit and isinstance(node, ast.Call):
+                hit = any(_bound_mutator(a, target, aliases) for a in node.args + [k.value for k in node.keywords])
             if hit:
                 out.append((node.lineno, getattr(func, "name", "<lambda>")))
     return sorted(set(out))
+
+
+def _bound_mutator(a, target, aliases) -> bool:
+    """A mutating method handed over uncalled, to run later or elsewhere: `stack.callback(self.done.append,
+    rid)`, `map(self.seen.add, ids)`, `functools.partial(self.free.insert, 0)`. The call that runs it is in
+    the stdlib (contextlib, map, partial), whose frames never host a finding, so the user's line is the one
+    that passes the bound method: the state changes because of it."""
+    if not (isinstance(a, ast.Attribute) and a.attr in MUTATORS):
+        return False
+    v = a.value
+    return target(v) or (isinstance(v, ast.Name) and v.id in aliases)
 
 
 def _rooted(n, attr: str, global_name: bool = False) -> bool:
@@ -223,9 +237,14 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or (lines and not lines[0] <= node.lineno <= lines[1]):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if not any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets) or node.value is None:
+        if node.value is None:
             continue
-        call = node.value
+        if any(isinstance(x, ast.Name) and x.id == attr for x in targets) and (made := _field_factory(node.value)):
+            call = made  # `temp: torch.Tensor = field(default_factory=lambda: torch.ones(1))` in a dataclass
+        elif any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets):
+            call = node.value
+        else:
+            continue
         host = (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in HOST_FACTORIES
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
                 and all(k.arg != "device" or _on_cpu(filename, k.value) for k in call.keywords))
@@ -234,3 +253,15 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
         pinned = any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)
         kinds.add("pinned" if pinned else "pageable")
     return kinds.pop() if len(kinds) == 1 else None
+
+
+def _field_factory(value):
+    """The expression a dataclass (or attrs) field's factory returns: `field(default_factory=lambda:
+    torch.ones(1))`, `attr.ib(factory=lambda: ...)`. Each instance gets that tensor as its attribute, made
+    where the class declares the field, not in `__init__`, so the field is how the class makes it."""
+    if not (isinstance(value, ast.Call) and _func_name(value) in ("field", "ib", "attrib")):
+        return None
+    for k in value.keywords:
+        if k.arg in ("default_factory", "factory") and isinstance(k.value, ast.Lambda):
+            return k.value.body
+    return None

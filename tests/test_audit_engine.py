@@ -370,3 +370,32 @@ def test_event_and_stream_waits_are_reported_and_still_run(monkeypatch):
     assert sorted(sync.line - Waits.step.__code__.co_firstlineno) == [2, 3, 4]
     assert calls == ["event", "stream"] * 3  # the program's calls still happen
     assert (torch.cuda.Event.synchronize, torch.cuda.Stream.synchronize, torch.cuda.Event.query) == patched
+
+
+ROTATING = '''
+import torch
+class Rotating:
+    def __init__(self, device):
+        self.w = torch.randn(8, 8, device=device)
+        self.pool = [torch.zeros(1, 8, device=device) for _ in range(3)]
+        self.x = torch.randn(1, 8, device=device)
+        self.i = 0
+    def prepare(self, i):
+        self.i = i % 3
+        self.x = torch.randn(1, 8)  # rebound: read from another storage each step
+    def step(self):
+        y = self.x @ self.w
+        torch.tanh(y, out=self.pool[self.i])  # a rotating out= buffer: written, not read
+        return self.pool[self.i]
+def make(device):
+    return Rotating(device)
+'''
+
+
+def test_stale_pointer_says_whether_the_rebound_tensor_is_read_or_written(tmp_path):
+    path = tmp_path / "rotating.py"
+    path.write_text(ROTATING)
+    inv = audit.scan(f"{path}:make", device="cpu", steps=4)
+    msgs = list(inv.df[inv.df.category == "stale-input-pointer"].message)
+    assert any(m.startswith("reads `x`") for m in msgs), msgs
+    assert any(m.startswith("writes into `pool[") for m in msgs), msgs

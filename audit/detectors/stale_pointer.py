@@ -66,7 +66,10 @@ def rebound_inputs(ctx):
         name = f"`{holder}`" if holder else f"input {j}"
         ptrs = " -> ".join(hex(x.ptr) for _, x in reads[:3])
         what = "storage" if len({x.sid for _, x in reads}) > 1 else "address of one buffer"
-        msg = (f"reads {name} ({list(m.shape)} {str(m.dtype).replace('torch.', '')}) from a different {what} "
+        # an out= or in-place target is written, not read: the replay writes into the captured storage
+        written = any(x.sid in {o.sid for o in rr.outputs} for rr, x in reads)
+        verb, at = ("writes into", "at") if written else ("reads", "from")
+        msg = (f"{verb} {name} ({list(m.shape)} {str(m.dtype).replace('torch.', '')}) {at} a different {what} "
                f"across steps ({ptrs}); it is not produced inside the step")
         fix = ("Allocate the input once as a static buffer and refill it with copy_ in prepare(); "
                + (f"do not rebind `{holder}`." if holder else "never rebind the tensor the step reads."))

@@ -18,6 +18,7 @@ from dsv4.cache import CompressorState
 from dsv4.layers.attention import Attention, sparse_attention
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.indexer import Indexer
+from dsv4.ops.compress import compress_step_ref
 
 
 def write_slot(buf: torch.Tensor, slot: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None) -> None:
@@ -29,18 +30,16 @@ def write_slot(buf: torch.Tensor, slot: torch.Tensor, value: torch.Tensor, keep:
 
 def compressor_step(comp: Compressor, x: torch.Tensor, pos: torch.Tensor, state: CompressorState,
                     out: torch.Tensor) -> None:
-    """Adds the token at `pos` to the block state; writes entry pos // m into `out` iff the block completed."""
+    """Adds the token at `pos` to the block state; writes entry pos // m into `out` iff the block completed.
+    The state update and the pooling are one kernel launch where DSV4_TRITON_COMPRESS=1 (dsv4/ops/compress.py)."""
     m = comp.ratio
     kv, z = comp.project(x, pos.view(1))
-    slot = (pos % m + (m if comp.overlap else 0)).view(1)
-    write_slot(state.kv, slot, kv[:, 0])
-    write_slot(state.score, slot, z[:, 0])
-    entry = comp.pool(state.kv[:, None], state.score[:, None], pos // m)[:, 0]
+    pooled = kernels.compress_step(kv[:, 0], z[:, 0], state.kv, state.score, pos, m, comp.overlap)
+    if pooled is None:
+        pooled = compress_step_ref(kv[:, 0].float(), z[:, 0].float(), state.kv, state.score, pos, m, comp.overlap)
+    entry = comp.finish(pooled[:, None], pos // m)[:, 0]
     done = ((pos + 1) % m) == 0
     write_slot(out, (pos // m).view(1), entry, keep=~done)
-    if comp.overlap:  # the completed block becomes the previous one
-        for t in (state.kv, state.score):
-            t[:, :m] = torch.where(done, t[:, m:], t[:, :m])
 
 
 class StaticAttention:

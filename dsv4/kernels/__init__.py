@@ -221,6 +221,18 @@ def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor | Non
     return ops.sinkhorn(logits.reshape(-1, hc, hc), iters, eps).view(logits.shape)
 
 
+def compress_step(kv_new: torch.Tensor, z_new: torch.Tensor, kv_state: torch.Tensor, score_state: torch.Tensor,
+                  pos: torch.Tensor, ratio: int, overlap: bool) -> torch.Tensor | None:
+    """dsv4/ops/compress.compress_step_ref in one launch (slot writes, pooling, block shift; the state
+    written in place) -> the pooled entry [B, hd] fp32, or None to use the twin. Off unless
+    DSV4_TRITON_COMPRESS=1 (LAYER_KERNEL_ROWS: not measured on a GPU yet)."""
+    if not _applies(kv_state) or _off("COMPRESS", kv_state.shape[0]) or kv_state.dtype != torch.float32:
+        return None
+    from dsv4.kernels import ops
+
+    return ops.compress_step(kv_new, z_new, kv_state, score_state, pos, ratio, overlap)
+
+
 def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(values, indices) of the k largest along the last dim in one Triton launch, or None to use torch.topk.
 

@@ -19,6 +19,7 @@ from dsv4.config import ModelConfig
 from dsv4.layers.linear import Linear, rows_forward
 from dsv4.layers.norm import RMSNorm
 from dsv4.layers.rope import apply_rope, rope_angles
+from dsv4.ops.compress import pool_rows
 from dsv4.ops.kvquant import round_index, round_kv
 
 
@@ -47,13 +48,12 @@ class Compressor(nn.Module):
 
         first_block may be an int or a device scalar (graph-ready path).
         """
-        if self.overlap:  # rows [0, m): previous block through a; rows [m, 2m): this block through b
-            m, hd = self.ratio, self.width
-            kv = torch.cat((kv[..., :m, :hd], kv[..., m:, hd:]), dim=-2)
-            z = torch.cat((z[..., :m, :hd], z[..., m:, hd:]), dim=-2)
-        pooled = (z.softmax(dim=-2) * kv).sum(dim=-2)
+        return self.finish(pool_rows(kv, z, self.ratio, self.overlap), first_block)
+
+    def finish(self, pooled: torch.Tensor, first_block) -> torch.Tensor:
+        """[B, n, hd] fp32 pooled blocks -> entries: model dtype, RMSNorm, RoPE at the block's position, rounding."""
         n = pooled.shape[1]
-        pos = (torch.arange(n, device=kv.device) + first_block) * self.ratio
+        pos = (torch.arange(n, device=pooled.device) + first_block) * self.ratio
         cos, sin = rope_angles(pos, self.freqs)
         entry = apply_rope(self.norm(pooled.to(self.act_dtype)), cos[None], sin[None])
         if self.rounding == "kv":

@@ -1,0 +1,38 @@
+"""A compressor's decode step in pure torch: the twin of the fused kernel, and the reference.
+
+The gated pooling of dsv4/layers/compressor.py seen from its state: the token's kv and gate logits go
+into their slot of the block state, the block's rows are pooled (softmax of the gate logits over the
+rows, per channel, times kv), and when the token completes an overlapping (ratio-4) block, the
+block becomes the previous one. Under inductor these are ~5 kernels per compressor and step (two
+slot writes, the pooling, two copy-backs of the shift); dsv4/kernels/_triton_compress.py does them
+in one launch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def pool_rows(kv: torch.Tensor, z: torch.Tensor, ratio: int, overlap: bool) -> torch.Tensor:
+    """[..., rows, c*hd] block state -> [..., hd] fp32 pooled entries. Ratio 4 (overlap): rows [0, m)
+    are the previous block through channels [0, hd), rows [m, 2m) this block through [hd, 2hd)."""
+    if overlap:
+        hd = kv.shape[-1] // 2
+        kv = torch.cat((kv[..., :ratio, :hd], kv[..., ratio:, hd:]), dim=-2)
+        z = torch.cat((z[..., :ratio, :hd], z[..., ratio:, hd:]), dim=-2)
+    return (z.softmax(dim=-2) * kv).sum(dim=-2)
+
+
+def compress_step_ref(kv_new: torch.Tensor, z_new: torch.Tensor, kv_state: torch.Tensor, score_state: torch.Tensor,
+                      pos: torch.Tensor, ratio: int, overlap: bool) -> torch.Tensor:
+    """kv_new, z_new [B, c*hd] fp32 (z with its ape), state [B, slots, c*hd] fp32 (written in place), pos a
+    0-dim int64 device tensor -> the block's pooled entry [B, hd] fp32, as it stands after this token."""
+    slot = (pos % ratio + (ratio if overlap else 0)).view(1)
+    kv_state.index_copy_(1, slot, kv_new.unsqueeze(1))
+    score_state.index_copy_(1, slot, z_new.unsqueeze(1))
+    pooled = pool_rows(kv_state, score_state, ratio, overlap)
+    if overlap:  # a completed block becomes the previous one
+        done = ((pos + 1) % ratio) == 0
+        for t in (kv_state, score_state):
+            t[:, :ratio] = torch.where(done, t[:, ratio:], t[:, :ratio])
+    return pooled

@@ -10,6 +10,10 @@ When they apply they call the custom ops in `ops.py`, which torch.compile sees a
 ops, and which themselves fall back to the twin for what only real tensors can tell (alignment, a
 shape the compiler rejects, no CuTe DSL).
 
+The layer kernels (mHC mixes, decode attention, the compressor step) run at the batch sizes at which
+they measured faster than what they replace (`LAYER_KERNEL_ROWS`; DSV4_TRITON_<NAME>=1/0 overrides).
+On sm_90+ every kernel is launched with programmatic dependent launch unless DSV4_PDL=0 (`_pdl.py`).
+
 Nothing here imports cutlass or triton: they are imported only when a GPU kernel is about to
 run, so the package imports and every CPU test passes without CUDA or the native libraries.
 """
@@ -21,7 +25,8 @@ import os
 import torch
 
 __all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel", "bf16_dense_gemv",
-           "hc_mixes", "sparse_attention", "sinkhorn", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv"]
+           "hc_mixes", "sparse_attention", "sinkhorn", "compress_step", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv",
+           "fp8_gemv", "pdl"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
 MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (PDL) for our Triton kernels, on Hopper and later.
+"""Programmatic dependent launch (PDL) for our Triton and CuTe kernels, on Hopper and later.
 
 Why: a batch-1 decode step is ~85 launches a layer, most a few microseconds long, and inside a CUDA
 graph each one still pays its grid's launch and ramp-up after the previous grid has drained. With PDL
@@ -34,6 +34,7 @@ try:  # Triton >= 3.3
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 except ImportError:  # pragma: no cover - older Triton: PDL stays off
     gdc_wait = gdc_launch_dependents = None
+
 
 @functools.cache
 def _capable(index: int) -> bool:

@@ -126,3 +126,23 @@ def test_a_library_line_counts_once_per_step(lib_inv):
     """A library line reached in every step counts once per step, like a line of the target."""
     row = lib_inv.where("host-sync", file="plantedlib/numerics.py").iloc[0]
     assert row.count_per_step == 1
+
+
+def test_installed_library_globals_are_state(site_dir, monkeypatch):
+    """With plantedlib in a real site-packages folder (not only on sys.path), a module global of the
+    library that the step changes (serving.TIMINGS, appended to by the @timed wrapper) is still
+    Python state a replay never updates: found at the library's line, with the target's caller."""
+    from audit.scan import user_code
+
+    user_code._init()
+    root = user_code.norm_dir(str(site_dir))
+    monkeypatch.setattr(user_code, "_SITE", user_code._SITE + [root])
+    monkeypatch.setattr(user_code, "_SKIP", user_code._SKIP + [root])
+    assert not user_code.is_user_file(str(site_dir / "plantedlib" / "serving.py"))
+    inv = audit.scan(f"{TARGET}:make", device="cpu")
+    want = {(f, line, c) for f, line, c in _library_markers(site_dir) if f == "plantedlib/serving.py"}
+    df = inv.df
+    got = {(f, int(line), c) for f, line, c in zip(df.file, df.line, df.category)}
+    assert want and want <= got, sorted(want - got)
+    row = df[(df.file == "plantedlib/serving.py") & (df.category == "cpu-side-effect")].iloc[0]
+    assert "self.mix(y)" in TARGET.read_text().splitlines()[int(row.caller_line) - 1]

@@ -94,11 +94,19 @@ _TORCH_SEEDERS = ("torch", "torch.cuda", "torch.random")  # reseeding through th
 def generator_reseeding(ctx):
     """`gen.manual_seed(...)` / `gen.set_state(...)` on a generator object inside the step (a
     per-request generator reseeded every token): a C method, so no hook sees it; found in the source
-    of the target's functions that ran in the step. A CUDA generator refuses it during capture."""
+    of the functions that ran in the step, the target's own and library code (with the target's line
+    that called into it as the caller). A CUDA generator refuses it during capture."""
     from audit.detectors import _source
 
-    ran = {(code.co_filename, code.co_name, code.co_firstlineno) for recs in ctx.steps for r in recs
-           for code, _ in r.stack if ctx.trace.is_own(code)}
+    # Library code that ran is read too (a serving library's sampler reseeding a per-request generator
+    # every step blocks capture wherever it lives); its finding names the target's line that called it.
+    ran, via = set(), {}
+    for recs in ctx.steps:
+        for r in recs:
+            for code, _ in r.stack:
+                key = (code.co_filename, code.co_name, code.co_firstlineno)
+                ran.add(key)
+                via.setdefault(key, r)
     out = []
     for file, fn, first in sorted(ran):
         t = _source.tree(file)
@@ -114,7 +122,7 @@ def generator_reseeding(ctx):
                         "rng", (file, node.lineno, fn), f"Generator.{node.func.attr}", 1.0,
                         f"`{ast.unparse(node.func)}()` reseeds a generator inside the step: capture raises on a CUDA "
                         "generator ('Cannot call CUDAGeneratorImpl::set_current_seed'), and a replay would not reseed",
-                        severity="blocks-capture",
+                        severity="blocks-capture", caller=ctx.caller_into(via[(file, fn, first)], file, fn),
                         fix="Seed the generator once outside the step (prepare() or request setup) and register "
                             "it with the graph, or draw the per-step noise in prepare() into a static buffer."))
     return out

@@ -197,6 +197,17 @@ def user_modules(is_user) -> list[tuple[str, types.ModuleType]]:
     return out
 
 
+def installed_modules(files: set) -> list[tuple[str, types.ModuleType]]:
+    """The imported modules whose source is one of `files` (real paths): installed library modules
+    whose code a step ran, added to the state modules by the tracer."""
+    out = []
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None)
+        if f and name.split(".")[0] not in _FOREIGN and os.path.realpath(f) in files:
+            out.append((name, mod))
+    return out
+
+
 def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.ModuleType]]) -> dict:
     """(owner path, attribute) -> fingerprint, for reachable objects and user-module globals."""
     snap = {}

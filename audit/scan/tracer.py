@@ -18,6 +18,7 @@ import gc
 import hashlib
 import importlib
 import math
+import os
 import sys
 import time
 import warnings
@@ -32,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from audit.scan import hooks, state
 from audit.scan.records import OpRecord, TensorMeta, Trace
-from audit.scan.user_code import HIDDEN, frame_kind, is_user_file, norm_root
+from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
 
 DIGEST_MAX = 1 << 16  # a host-built tensor up to this many values is compared by its data across steps
 
@@ -249,6 +250,23 @@ class Tracer:
             self._step = -1
             self._wlog = None
             self.trace.changes.append(state.diff(before, state.snapshot(self.trace.objects, self._modules_state)))
+            self._add_ran_library_modules()
+
+    def _add_ran_library_modules(self) -> None:
+        """Installed modules (site-packages) whose code ran in the step: their globals are state from the
+        next step on. `user_modules` leaves site-packages out (a step cannot be expected to touch most
+        of it), yet a library's own global the step updates (a `@timed` decorator's TIMINGS dict, a
+        metrics counter) is Python state a replay never updates, exactly like a user module's."""
+        files = {code.co_filename for r in self._records for code, _ in r.stack
+                 if self.trace.codes.get(id(code), (None, HIDDEN))[1] == LIBRARY}
+        have = {id(m) for _, m in self._modules_state}
+        files = {os.path.realpath(f) for f in files if not self.is_user(f)}
+        if not files:
+            return
+        for name, mod in state.installed_modules(files):
+            if id(mod) not in have:
+                have.add(id(mod))
+                self._modules_state.append((name, mod))
 
     def _replay_warnings(self) -> None:
         """Warnings the program emitted during the step that are not ours: show them as usual."""

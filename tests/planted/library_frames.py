@@ -7,7 +7,7 @@ is marked `# CALLS:` and is each finding's caller.
 
 import torch
 
-from plantedlib import kv, moe, numerics
+from plantedlib import kv, moe, numerics, serving
 
 
 class LibraryStep:
@@ -16,6 +16,7 @@ class LibraryStep:
         self.scores = torch.zeros(4, device=device)
         self.weights = torch.randn(4, 8, 8, device=device)
         self.cache = kv.GrowingCache(8, device)
+        self.sampler = serving.SeededSampler(device)
         self.pos = 0
 
     def prepare(self, i):
@@ -28,7 +29,13 @@ class LibraryStep:
         y = numerics.normalize(self.x)  # CALLS: plantedlib
         y = moe.routed(y, self.weights, self.scores)  # CALLS: plantedlib
         y = numerics.position_bias(y, self.pos)  # CALLS: plantedlib
-        return y + keys.sum()
+        y = self.mix(y)  # CALLS: plantedlib
+        tok = self.sampler(torch.softmax(y, -1))  # CALLS: plantedlib
+        return y + keys.sum() + tok
+
+    @serving.timed("mix")
+    def mix(self, y):
+        return y * 0.5
 
 
 class LibraryStepClean:
@@ -37,6 +44,7 @@ class LibraryStepClean:
         self.scores = torch.zeros(4, device=device)
         self.weights = torch.randn(4, 8, 8, device=device)
         self.cache = kv.StaticCache(8, device)
+        self.sampler = serving.GreedySampler()
         self.pos = torch.zeros((), device=device)
 
     def prepare(self, i):
@@ -49,7 +57,13 @@ class LibraryStepClean:
         y = numerics.normalize_on_device(self.x)
         y = moe.dense(y, self.weights, self.scores)
         y = numerics.position_bias_on_device(y, self.pos)
-        return y + keys.sum()
+        y = self.mix(y)
+        tok = self.sampler(torch.softmax(y, -1))
+        return y + keys.sum() + tok
+
+    @serving.untimed("mix")
+    def mix(self, y):
+        return y * 0.5
 
 
 def make(device):

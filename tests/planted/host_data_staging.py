@@ -15,13 +15,13 @@ class Staging:
     def __init__(self, device):
         self.device = device
         self.logits = torch.zeros(2, 10, device=device)
-        self.banned = np.array([1, 3], dtype=np.int64)
+        self.banned = np.array([1, 3, 5, 8], dtype=np.int64)
         self.host_ids = torch.zeros(2, dtype=torch.long)  # pageable host memory, made once
-        self.cands = torch.zeros(2, dtype=torch.long, device=device)
+        self.cands = torch.zeros(4, dtype=torch.long, device=device)
 
     def prepare(self, i):
         self.logits.copy_(torch.randn(2, 10))
-        self.banned[:] = np.random.randint(0, 10, size=2)
+        self.banned[:] = np.random.permutation(10)[:4]  # distinct: their order differs between steps
         self.host_ids.copy_(torch.randint(0, 10, (2,)))
 
     @torch.no_grad()
@@ -45,7 +45,7 @@ class StagingClean(Staging):
     def __init__(self, device):
         super().__init__(device)
         self.floor = torch.full((), -1e4, device=device)
-        self.ban = torch.zeros(2, dtype=torch.long, device=device)
+        self.ban = torch.zeros(4, dtype=torch.long, device=device)
         self.eos = torch.zeros(1, dtype=torch.long, device=device)
         self.scale = torch.ones(2, 1, device=device)
         self.temp = torch.full((1,), 0.5, device=device)

@@ -378,8 +378,7 @@ class Rotating:
     def __init__(self, device):
         self.w = torch.randn(8, 8, device=device)
         self.pool = [torch.zeros(1, 8, device=device) for _ in range(3)]
-        self.x = torch.randn(1, 8, device=device)
-        self.i = 0
+        self.x, self.i = torch.randn(1, 8, device=device), 0
     def prepare(self, i):
         self.i = i % 3
         self.x = torch.randn(1, 8)  # rebound: read from another storage each step
@@ -393,8 +392,7 @@ def make(device):
 
 
 def test_stale_pointer_says_whether_the_rebound_tensor_is_read_or_written(tmp_path):
-    path = tmp_path / "rotating.py"
-    path.write_text(ROTATING)
+    (path := tmp_path / "rotating.py").write_text(ROTATING)
     inv = audit.scan(f"{path}:make", device="cpu", steps=4)
     msgs = list(inv.df[inv.df.category == "stale-input-pointer"].message)
     assert any(m.startswith("reads `x`") for m in msgs), msgs

@@ -36,7 +36,7 @@ def compressor_step(comp: Compressor, x: torch.Tensor, pos: torch.Tensor, state:
     kv, z = comp.project(x, pos.view(1))
     pooled = kernels.compress_step(kv[:, 0], z[:, 0], state.kv, state.score, pos, m, comp.overlap)
     if pooled is None:
-        pooled = compress_step_ref(kv[:, 0].float(), z[:, 0].float(), state.kv, state.score, pos, m, comp.overlap)
+        pooled = compress_step_ref(kv[:, 0], z[:, 0], state.kv, state.score, pos, m, comp.overlap)
     entry = comp.finish(pooled[:, None], pos // m)[:, 0]
     done = ((pos + 1) % m) == 0
     write_slot(out, (pos // m).view(1), entry, keep=~done)

@@ -58,8 +58,10 @@ def pick_nw(groups: int, n: int, sms: int, cap: int = 4) -> int:
 
 def _pdl(x: torch.Tensor) -> bool:
     """Programmatic dependent launch for this launch (a compile-time flag of the kernels)."""
-    from dsv4.kernels import _pdl
-
+    try:
+        from dsv4.kernels import _pdl  # reads Triton's PDL support
+    except ImportError:  # CuTe without Triton: plain launches
+        return False
     return _pdl.applies(x)
 
 

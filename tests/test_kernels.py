@@ -268,6 +268,28 @@ def test_fp4_expert_op_with_quant_rounds_the_activation_first(rng):
         kernels.use(before)
 
 
+def test_cute_gemvs_are_asked_to_round_only_whole_blocks_on_cuda(monkeypatch):
+    """Where the CuTe DSL runs, the GEMVs get x unrounded (they round 128 blocks in registers: bit for
+    bit in tests/test_cute_round_gpu.py); K not a multiple of 128, the CPU, or DSV4_CUTE_ROUND=0 keep
+    the rounding in front (with torch ops)."""
+    from types import SimpleNamespace
+
+    from dsv4.kernels import launch, ops
+
+    monkeypatch.setattr(launch, "_AVAILABLE", [True])
+    monkeypatch.setattr(ops, "_TRITON", [False])  # no batched Triton GEMM: the CuTe GEMV at any row count
+    cuda = lambda k: SimpleNamespace(is_cuda=True, shape=(1, k))  # noqa: E731
+    assert ops.rounds_in_kernel(cuda(4096)) and ops.expert_rounds_in_kernel(cuda(2048))
+    assert not ops.rounds_in_kernel(cuda(272)) and not ops.expert_rounds_in_kernel(cuda(96))
+    assert not ops.rounds_in_kernel(SimpleNamespace(is_cuda=False, shape=(1, 4096)))
+    monkeypatch.setenv("DSV4_CUTE_ROUND", "0")
+    assert not ops.rounds_in_kernel(cuda(4096)) and not ops.expert_rounds_in_kernel(cuda(2048))
+    assert "DSV4_CUTE_ROUND=0" in ops.settings()
+    monkeypatch.setattr(launch, "_AVAILABLE", [False])
+    monkeypatch.delenv("DSV4_CUTE_ROUND")
+    assert not ops.rounds_in_kernel(cuda(4096))
+
+
 def test_mix_sums_op_scaled_is_the_reference_mixes(rng):
     """dsv4::hc_mix_sums' dots times rsqrt(sumsq / K + eps) is mhc's rms(x) @ fn^T (the twin path
     here; the Triton kernel against float64 in tests/test_triton_interpret.py)."""

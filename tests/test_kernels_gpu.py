@@ -223,6 +223,12 @@ def test_first_call_inside_capture_raises():
 
 
 def test_tiny_decoder_uses_kernels_and_replays_bitwise(monkeypatch):
+    """The decoder with the kernels is no further from the float32 reference than with the twins.
+
+    Kernels and twins differ in fp32 summation order only, but in bfloat16 that moves a rounding here
+    and there and the moves grow over layers and steps (6 seeds on the CPU, the mixes kernel's order
+    alone: up to 1.7e-2 of the logits), so the two bf16 runs are each held against the float32 run of
+    the same weights: a wrong row, expert or scale puts the kernels' run far outside the twins' error."""
     import collections
 
     import dsv4
@@ -230,32 +236,29 @@ def test_tiny_decoder_uses_kernels_and_replays_bitwise(monkeypatch):
     from dsv4.decode.static import StaticDecoder
     from dsv4.decode.verify import verify_replay
 
-    # the weight kernels against their twins: the mHC mixes kernel (on at 2 rows) sums in another order,
-    # which alone moves tiny bf16 logits by up to 1.7e-2 (bf16 roundings flip and grow with depth); its
-    # numerics are held to float64 in test_fuse_gpu.py and, fused, to 1e-5 of the reference in float32
-    monkeypatch.setenv("DSV4_TRITON_MIXES", "0")
     seed = int(torch.randint(0, 1000, (1,)))
-    model = dsv4.load("tiny", device="cuda", dtype="bfloat16", seed=seed)
-    prompt = torch.randint(0, model.cfg.vocab_size, (2, 6))
-    steps = torch.randint(0, model.cfg.vocab_size, (8, 2))
+    models = {dt: dsv4.load("tiny", device="cuda", dtype=dt, seed=seed) for dt in ("bfloat16", "float32")}
+    vocab = models["float32"].cfg.vocab_size
+    prompt = torch.randint(0, vocab, (2, 6))
+    steps = torch.randint(0, vocab, (8, 2))
     ran = collections.Counter()
     real_run = launch._run
 
     def counting_run(key, entry, *a):
         real_run(key, entry, *a)
-        ran[entry] += 1
+        ran[entry, key[-1][-1]] += 1  # (kernel, rounds x in registers)
 
     monkeypatch.setattr(launch, "_run", counting_run)
     logits = {}
-    for flag in (False, True):
+    for name, dt, flag in (("reference", "float32", False), ("twins", "bfloat16", False), ("kernels", "bfloat16", True)):
         kernels.use(flag)
-        dec = StaticDecoder(model, batch_size=2)
+        dec = StaticDecoder(models[dt], batch_size=2)
         dec.prefill(prompt)
-        logits[flag] = torch.stack([dec.decode(steps[i]) for i in range(len(steps))])
-    assert ran["fp4_grouped"] > 0 and ran["fp8_dense"] > 0, ran
-    err = _relerr(logits[True], logits[False])
-    print(f"tiny decoder logits, kernels vs twins: relerr={err:.2e}")
-    assert err <= 2e-2
-    gdec = CUDAGraphDecoder(model, mode="full", batch_size=2)
+        logits[name] = torch.stack([dec.decode(steps[i]) for i in range(len(steps))]).float()
+    assert ran["fp4_grouped", True] > 0 and ran["fp8_dense", True] > 0, ran  # tiny's dim is 256: rounded inside
+    err_k, err_t = (_relerr(logits[k], logits["reference"]) for k in ("kernels", "twins"))
+    print(f"tiny decoder logits vs float32: kernels {err_k:.2e}, twins {err_t:.2e}")
+    assert err_k <= 1.5 * err_t + 1e-3
+    gdec = CUDAGraphDecoder(models["bfloat16"], mode="full", batch_size=2)
     res = verify_replay(gdec, steps=16, seed=seed)
     assert res.ok, res.first_mismatch

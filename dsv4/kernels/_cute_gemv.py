@@ -26,8 +26,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from dsv4.kernels._ptx import (bf16x2_to_f32, e2m1x8_to_f32, e4m3x2_to_f32, e4m3x4_to_f32,
-                               e8m0_to_f32_x64, ffma)
+from dsv4.kernels._ptx import (absmax_f32, act_block_scale, bf16x2_to_f32, e2m1x8_to_f32, e4m3_round_x2,
+                               e4m3x2_to_f32, e4m3x4_to_f32, e8m0_to_f32_x64, ffma)
 
 Constexpr = cutlass.Constexpr
 
@@ -73,6 +73,18 @@ def _dot_e2m1_words(words, xs):
             else:
                 s1 = ffma(v[t], xs[8 * q + t], s1)
     return s0 + s1
+
+
+def _act_round(xs, lanes: int, Q: bool):
+    """With Q, the lane's x values rounded as fp8_fake_quant(x, 128) (the released activation rounding,
+    done here instead of by two kernels in front); a 128 block spans `lanes` lanes of one step."""
+    if not Q:
+        return xs
+    s, inv = act_block_scale(absmax_f32(xs), lanes)
+    out = []
+    for t in range(0, len(xs), 2):
+        out.extend(e4m3_round_x2(xs[t], xs[t + 1], s, inv))
+    return out
 
 
 def _warp_sum(v):
@@ -125,7 +137,8 @@ def _scaled(tot, g):
 @cute.kernel
 def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
                    mIdx: cute.Tensor, mY: cute.Tensor, N: Constexpr, KC: Constexpr, NW: Constexpr,
-                   WARPS: Constexpr, CPL: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr):
+                   WARPS: Constexpr, CPL: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr,
+                   Q: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -143,7 +156,7 @@ def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cu
         if cutlass.const_expr(j + PD < CPL):
             stages.append(_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j + PD, KC))
         valid, xf, ws, ss = stages[j]
-        xs = _bf16_words(xf, 16)
+        xs = _act_round(_bf16_words(xf, 16), 4, Q)
         for i in cutlass.range_constexpr(NW):
             acc[i] = _grouped_step(acc[i], ws[i], ss[i], xs, valid, NV)
     g = _expert_scale(mG, e, NV)
@@ -157,9 +170,10 @@ def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cu
 @cute.jit  # both e2m1 formats (the name keeps profiles' "FP4 experts" family)
 def fp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, mIdx: cute.Tensor,
             mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr, KC: Constexpr, NW: Constexpr,
-            WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr):
+            WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr,
+            Q: Constexpr):
     grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
-    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV, PDL).launch(
+    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV, PDL, Q).launch(
         grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream, use_pdl=PDL)
 
 
@@ -185,7 +199,7 @@ def _fp8_xrow(mX, m, nbase, N: int, G: int):
 @cute.kernel
 def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
                M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr, WARPS: Constexpr,
-               CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr, PDL: Constexpr):
+               CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr, PDL: Constexpr, Q: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -211,7 +225,7 @@ def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tenso
             wv.append(vals)
             sc.append(e8m0_to_f32_x64(ss[i], valid))
         for mm in cutlass.range_constexpr(MB):
-            xs = _bf16_words(_load(xrows[mm], 8, cc), 8)
+            xs = _act_round(_bf16_words(_load(xrows[mm], 8, cc), 8), 8, Q)
             for i in cutlass.range_constexpr(NW):
                 s0 = Float32(0.0)
                 s1 = Float32(0.0)
@@ -233,10 +247,11 @@ def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tenso
 @cute.jit
 def fp8_dense(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
               stream: cuda.CUstream, M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr,
-              WARPS: Constexpr, CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr, PDL: Constexpr):
+              WARPS: Constexpr, CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr, PDL: Constexpr,
+              Q: Constexpr):
     grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
     grid_y = (M + MB - 1) // MB
-    fp8_kernel(mX, mW, mS, mY, M, N, KC, NW, WARPS, CPL, MB, PD, G, PDL).launch(
+    fp8_kernel(mX, mW, mS, mY, M, N, KC, NW, WARPS, CPL, MB, PD, G, PDL, Q).launch(
         grid=(grid_x, grid_y, 1), block=(32 * WARPS, 1, 1), stream=stream, use_pdl=PDL)
 
 

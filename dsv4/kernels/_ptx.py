@@ -24,7 +24,7 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 __all__ = ["e2m1x8_to_f32", "e4m3x4_to_f32", "bf16x2_to_f32", "ffma", "e8m0_to_f32_x64",
-           "e4m3x2_to_f32"]
+           "e4m3x2_to_f32", "absmax_f32", "act_block_scale", "e4m3_round_x2"]
 
 
 def _asm(n_out: int, args: list, body: str, constraints: str):
@@ -148,3 +148,73 @@ def e8m0_to_f32_x64(b, valid, *, loc=None, ip=None):
     selp.b32 $0, t, 0, p;
 }"""
     return _asm(1, [_i32(b, loc, ip), _i32(valid, loc, ip)], body, "=f,r,r")
+
+
+# ---------------------------------------------------------------- the FP8 activation rounding, in registers
+# fp8_fake_quant(x, 128) inside the GEMV: a 128 block of x is spread over `lanes` consecutive lanes of
+# one warp step (8 for the FP8 GEMV's 16-element chunks, 4 for the experts' 32-element chunks), so its
+# amax is a butterfly max over those lanes; the scale is built from fp32 bits as `ue8m0_scale` does, and
+# the rounding is the hardware's e4m3 conversion (round to nearest even, saturating at 448).
+
+
+@dsl_user_op
+def absmax_f32(xs, *, loc=None, ip=None):
+    """max |x| over the fp32 values xs (a NaN is skipped, as max.f32 does)."""
+    n = len(xs)
+    steps = "".join(f"    abs.f32 a, ${i + 1};\n    max.f32 m, m, a;\n" for i in range(1, n))
+    body = "{\n    .reg .f32 a, m;\n    abs.f32 m, $1;\n" + steps + "    mov.f32 $0, m;\n}"
+    args = [Float32(v).ir_value(loc=loc, ip=ip) for v in xs]
+    return _asm(1, args, body, "=f," + ",".join(["f"] * n))
+
+
+@dsl_user_op
+def act_block_scale(m, lanes: int, *, loc=None, ip=None):
+    """The lane's partial amax m -> (s, 1/s) of its 128 block (`lanes` lanes, a power of two, aligned):
+    s = 2^ceil(log2(fl(max(amax, 1e-4) / 448))), the exponent read off the quotient's bits (+1 unless
+    its mantissa is zero), the division IEEE-rounded (div.rn) as torch's. Every lane must call it."""
+    shuffles = "".join(f"    shfl.sync.bfly.b32 t, m, {o}, 0x1f, 0xffffffff;\n    max.f32 m, m, t;\n"
+                       for o in (1, 2, 4, 8, 16) if o < lanes)
+    body = """{
+    .reg .f32 m, t, y;
+    .reg .b32 b, e, c;
+    .reg .pred p;
+    mov.f32 m, $2;
+""" + shuffles + """    max.f32 y, m, 0f38D1B717;
+    div.rn.f32 y, y, 0f43E00000;
+    mov.b32 b, y;
+    shr.u32 e, b, 23;
+    and.b32 e, e, 255;
+    and.b32 c, b, 8388607;
+    setp.ne.u32 p, c, 0;
+    selp.u32 c, 1, 0, p;
+    add.u32 e, e, c;
+    shl.b32 b, e, 23;
+    mov.b32 $0, b;
+    mov.u32 c, 254;
+    sub.u32 e, c, e;
+    shl.b32 b, e, 23;
+    mov.b32 $1, b;
+}"""
+    return _asm(2, [Float32(m).ir_value(loc=loc, ip=ip)], body, "=f,=f,f")
+
+
+@dsl_user_op
+def e4m3_round_x2(a, b, s, inv, *, loc=None, ip=None):
+    """(a, b) -> e4m3(a * inv) * s, e4m3(b * inv) * s: fp8_fake_quant's value of each (exact products:
+    s and inv are powers of two; e4m3 -> f16 -> f32 exact)."""
+    body = """{
+    .reg .f32 u, v;
+    .reg .b16 p, h0, h1;
+    .reg .b32 h;
+    mul.f32 u, $2, $5;
+    mul.f32 v, $3, $5;
+    cvt.rn.satfinite.e4m3x2.f32 p, u, v;
+    cvt.rn.f16x2.e4m3x2 h, p;
+    mov.b32 {h0, h1}, h;
+    cvt.f32.f16 u, h1;
+    cvt.f32.f16 v, h0;
+    mul.f32 $0, u, $4;
+    mul.f32 $1, v, $4;
+}"""
+    args = [Float32(v).ir_value(loc=loc, ip=ip) for v in (a, b, s, inv)]
+    return _asm(2, args, body, "=f,=f,f,f,f,f")

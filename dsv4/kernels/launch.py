@@ -127,7 +127,12 @@ def _u8(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype != torch.uint8 else t
 
 
-def _grouped(fmt: str, x, weight, scale, global_scale, idx, out) -> torch.Tensor:
+def _check_quant(quant: bool, K: int, name: str) -> None:
+    if quant and K % 128:
+        raise DSV4Error(f"{name}: the in-kernel activation rounding needs K a multiple of 128, got {K}")
+
+
+def _grouped(fmt: str, x, weight, scale, global_scale, idx, out, quant: bool = False) -> torch.Tensor:
     """One launcher for both expert formats: the same CuTe kernel, NV a compile-time flag."""
     E, N, Kh = weight.shape
     K = 2 * Kh
@@ -136,6 +141,7 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out) -> torch.Tensor
     nv = fmt == "nvfp4"
     if K % 32 or scale.shape != (E, N, K // (16 if nv else 32)) or idx.shape != (R,):
         raise DSV4Error(f"{fmt}_grouped_gemv: inconsistent shapes")
+    _check_quant(quant, K, f"{fmt}_grouped_gemv")
     y = _out(out, R, N, x.device)
     if R == 0:
         return y
@@ -146,16 +152,17 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out) -> torch.Tensor
         raise DSV4Error(f"{fmt}_grouped_gemv: x and weight need 16-byte aligned rows")
     KC = K // 32
     nw = pick_nw(R, N, _sms(x.device))
-    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x))
+    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x), quant)
     key = ("fp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(g), _sig(idx), x.device, consts)
     _run(key, "fp4_grouped", [xw, ww, sw, g, idx, y], [16, 16, 2 if nv else 1, 4 if nv else 1,
                                                    idx.element_size(), 4], consts, x.device)
     return y
 
 
-def fp4_grouped_gemv(x, weight, scale, idx, out=None) -> torch.Tensor:
-    """x [R, K] bf16, weight [E, N, K/2] int8 (e2m1 pairs), scale [E, N, K/32] e8m0, idx [R]."""
-    return _grouped("fp4", x, weight, scale, None, idx, out)
+def fp4_grouped_gemv(x, weight, scale, idx, out=None, quant: bool = False) -> torch.Tensor:
+    """x [R, K] bf16, weight [E, N, K/2] int8 (e2m1 pairs), scale [E, N, K/32] e8m0, idx [R].
+    quant: x is unrounded; the kernel rounds it as fp8_fake_quant(x, 128) first (K % 128 == 0)."""
+    return _grouped("fp4", x, weight, scale, None, idx, out, quant)
 
 
 def nvfp4_grouped_gemv(x, weight, scale, global_scale, idx, out=None) -> torch.Tensor:
@@ -163,10 +170,11 @@ def nvfp4_grouped_gemv(x, weight, scale, global_scale, idx, out=None) -> torch.T
     return _grouped("nvfp4", x, weight, scale, global_scale, idx, out)
 
 
-def fp8_gemv(x, weight, scale, out=None, groups: int = 1) -> torch.Tensor:
+def fp8_gemv(x, weight, scale, out=None, groups: int = 1, quant: bool = False) -> torch.Tensor:
     """x [M, K] bf16, weight [N, K] e4m3, scale [ceil(N/128), ceil(K/128)] e8m0 -> fp32 [M, N].
 
-    groups G > 1 (wo_a): x is [M * G, K] and output rows [g*N/G, (g+1)*N/G) read x row m*G + g."""
+    groups G > 1 (wo_a): x is [M * G, K] and output rows [g*N/G, (g+1)*N/G) read x row m*G + g.
+    quant: x is unrounded; the kernel rounds it as fp8_fake_quant(x, 128) first (K % 128 == 0)."""
     N, K = weight.shape
     _check_rows(x, K)
     M = x.shape[0] // groups
@@ -174,6 +182,7 @@ def fp8_gemv(x, weight, scale, out=None, groups: int = 1) -> torch.Tensor:
         raise DSV4Error("fp8_gemv: K must be a multiple of 16 and scale [ceil(N/128), ceil(K/128)]")
     if x.shape[0] != M * groups or N % groups or (groups > 1 and (N // groups) % 4):
         raise DSV4Error(f"fp8_gemv: {groups} groups need x rows a multiple of groups and N/groups % 4 == 0")
+    _check_quant(quant, K, "fp8_gemv")
     y = _out(out, M, N, x.device)
     if M == 0:
         return y
@@ -183,7 +192,7 @@ def fp8_gemv(x, weight, scale, out=None, groups: int = 1) -> torch.Tensor:
     KC = K // 16
     mb = min(M, 8)
     nw = pick_nw(-(-M // mb), N, _sms(x.device), cap=4 if M == 1 else 2)
-    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, min(int(TUNE["pd8"]), -(-KC // 32)), groups, _pdl(x))
+    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, min(int(TUNE["pd8"]), -(-KC // 32)), groups, _pdl(x), quant)
     key = ("fp8_dense", _sig(xw), _sig(ww), _sig(sw), x.device, consts)
     _run(key, "fp8_dense", [xw, ww, sw, y], [16, 16, 1, 4], consts, x.device)
     return y
@@ -192,9 +201,9 @@ def fp8_gemv(x, weight, scale, out=None, groups: int = 1) -> torch.Tensor:
 # ------------------------------------------------------------------ integration (None = use the twin)
 
 
-def try_expert(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor) -> torch.Tensor | None:
+def try_expert(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor, quant: bool = False) -> torch.Tensor | None:
     w = bank["weight"]
-    if x.dtype != torch.bfloat16 or x.dim() != 2 or w.shape[-1] * 2 != x.shape[1] or x.shape[1] % 32:
+    if x.dtype != torch.bfloat16 or x.dim() != 2 or w.shape[-1] * 2 != x.shape[1] or x.shape[1] % (128 if quant else 32):
         return None
     if not _available() or idx.dtype not in (torch.int32, torch.int64):
         return None
@@ -203,16 +212,18 @@ def try_expert(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor) -> torc
         return None
     try:
         if fmt == "fp4":
-            return fp4_grouped_gemv(x, w, bank["scale"], idx)
-        return nvfp4_grouped_gemv(x, w, bank["scale"], bank["global_scale"], idx)
+            return fp4_grouped_gemv(x, w, bank["scale"], idx, quant=quant)
+        return _grouped("nvfp4", x, w, bank["scale"], bank["global_scale"], idx, None, quant)
     except CompileError:
         return None
 
 
-def try_dense(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: int = 1) -> torch.Tensor | None:
+def try_dense(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups: int = 1,
+              quant: bool = False) -> torch.Tensor | None:
     """x [M * groups, K] -> fp32 [M, N], or None (the caller runs the twin)."""
     N, K = weight.shape
-    if x.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[-1] != K or K % 16 or weight.dtype != torch.float8_e4m3fn:
+    if x.dtype != torch.bfloat16 or x.dim() != 2 or x.shape[-1] != K or K % (128 if quant else 16) \
+            or weight.dtype != torch.float8_e4m3fn:
         return None
     x2 = x.contiguous()
     if not 0 < x2.shape[0] <= MAX_DENSE_ROWS * groups or x2.shape[0] % groups or not _available():
@@ -220,7 +231,7 @@ def try_dense(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, groups
     if N % groups or (groups > 1 and (N // groups) % 4) or not weight.is_contiguous() or not _aligned(x2, weight):
         return None
     try:
-        return fp8_gemv(x2, weight, scale, groups=groups)
+        return fp8_gemv(x2, weight, scale, groups=groups, quant=quant)
     except CompileError:
         return None
 

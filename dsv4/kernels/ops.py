@@ -40,17 +40,15 @@ def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor, groups: int = 1, quant: b
         y = _tiled(_triton_fp8.fp8_gemm, x, weight, scale, groups, quant=quant)
         if y is not None:
             return y
-    if quant:
-        from dsv4.ops.quantize import fp8_fake_quant
-
-        x = fp8_fake_quant(x, 128)
+    inner = quant and x.is_cuda and cute_rounds()  # the CuTe GEMV rounds x in registers
+    xq = x if inner else _round(x, quant)
     if x.is_cuda:
         from dsv4.kernels import launch
 
-        y = launch.try_dense(x, weight, scale, groups)
+        y = launch.try_dense(xq, weight, scale, groups, quant=inner)
         if y is not None:
             return y
-    return twins.fp8_gemv_ref(x, weight, scale, groups)
+    return twins.fp8_gemv_ref(_round(x, inner) if inner else xq, weight, scale, groups)
 
 
 @fp8_gemv.register_fake
@@ -69,17 +67,15 @@ def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor, quan
         y = _tiled(_triton_experts.grouped_expert_gemm, "fp4", x, weight, scale, idx, quant=quant)
         if y is not None:
             return y
-    if quant:
-        from dsv4.ops.quantize import fp8_fake_quant
-
-        x = fp8_fake_quant(x, 128)
+    inner = quant and x.is_cuda and cute_rounds()
+    xq = x if inner else _round(x, quant)
     if x.is_cuda:
         from dsv4.kernels import launch
 
-        y = launch.try_expert("fp4", x, {"weight": weight, "scale": scale}, idx)
+        y = launch.try_expert("fp4", xq, {"weight": weight, "scale": scale}, idx, quant=inner)
         if y is not None:
             return y
-    return twins.fp4_grouped_gemv_ref(x, weight, scale, idx)
+    return twins.fp4_grouped_gemv_ref(_round(x, inner) if inner else xq, weight, scale, idx)
 
 
 @fp4_grouped_gemv.register_fake
@@ -246,19 +242,39 @@ def triton_gemm(rows: int, kind: str = "fp8") -> bool:
 def settings() -> str:
     """The Triton GEMM switches in effect, for a bench row's note ("" when all are at their defaults)."""
     names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS", "DSV4_TRITON_MIXES",
-             "DSV4_TRITON_ATTN", "DSV4_TRITON_COMPRESS", "DSV4_TRITON_TUNE", "DSV4_PDL")
+             "DSV4_TRITON_ATTN", "DSV4_TRITON_COMPRESS", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_CUTE_ROUND")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
+
+
+def _round(x: Tensor, quant: bool) -> Tensor:
+    """x rounded as the released activation rounding (quant), else x."""
+    if not quant:
+        return x
+    from dsv4.ops.quantize import fp8_fake_quant
+
+    return fp8_fake_quant(x, 128)
+
+
+def cute_rounds() -> bool:
+    """Whether the CuTe GEMVs round the activation in registers (the DSL importable; DSV4_CUTE_ROUND=0
+    turns it off: two rounding kernels in front of each GEMV instead, for an A/B)."""
+    if os.environ.get("DSV4_CUTE_ROUND", "").strip().lower() in _OFF:
+        return False
+    from dsv4.kernels import launch
+
+    return launch._available()
 
 
 def rounds_in_kernel(x: Tensor, groups: int = 1) -> bool:
     """True where fp8_gemv(x, ..., quant=True) rounds the activation inside the GEMM kernel (one
-    launch, no rounding kernel in front); elsewhere the op rounds with torch ops first."""
-    return x.is_cuda and triton_gemm(x.shape[0] // groups)
+    launch, no rounding kernel in front): the Triton GEMM's prologue, or the CuTe GEMV's registers;
+    elsewhere the op rounds with torch ops first."""
+    return x.is_cuda and x.shape[-1] % 128 == 0 and (triton_gemm(x.shape[0] // groups) or cute_rounds())
 
 
 def expert_rounds_in_kernel(x: Tensor) -> bool:
     """True where fp4_grouped_gemv(x, ..., quant=True) rounds the activation inside its kernels."""
-    return x.is_cuda and triton_gemm(x.shape[0], "experts")
+    return x.is_cuda and x.shape[-1] % 128 == 0 and (triton_gemm(x.shape[0], "experts") or cute_rounds())
 
 
 def _tiled(kernel, *args, **kwargs) -> Tensor | None:

@@ -15,7 +15,8 @@ from audit.detectors._source import _FUNC, HOST_FACTORIES, _on_cpu, tree
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
             "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse", "rotate",
             "move_to_end", "difference_update", "intersection_update", "symmetric_difference_update",
-            "fromlist", "frombytes", "set"}  # set: a ContextVar (threading.Event too)
+            "fromlist", "frombytes", "set",  # set: a ContextVar (threading.Event too)
+            "put", "put_nowait"}  # a queue (queue.SimpleQueue has no attributes to watch); not get: dict.get reads
 # functions (stdlib and alike) that change their first argument in place: `heapq.heappush(self.heap, x)`,
 # `bisect.insort(self.sorted, x)`, `random.shuffle(self.order)` (called as `mod.f(...)` or imported `f(...)`)
 IN_PLACE_FUNCS = {"heappush", "heappop", "heapify", "heapreplace", "heappushpop", "insort", "insort_left",
@@ -25,7 +26,7 @@ IN_PLACE_FUNCS = {"heappush", "heappop", "heapify", "heapreplace", "heappushpop"
 INTO_FUNCS = {"pack_into", "readinto", "readinto1", "recv_into", "recvfrom_into", "copyto"}
 # methods that only read: a call of one on an object is not how the step changed it
 READERS = {"qsize", "empty", "full", "copy", "keys", "values", "items", "count", "index", "is_set", "locked",
-           "__len__", "__repr__"}
+           "__len__", "__repr__", "get_lock", "get_obj", "acquire", "release"}  # locks: not the change
 
 
 def _setattr_names(call: ast.Call, attr: str) -> bool:
@@ -128,9 +129,19 @@ def _func_name(call: ast.Call) -> str | None:
         call.func.attr if isinstance(call.func, ast.Attribute) else None
 
 
+def _stores(node) -> list[ast.Attribute]:
+    """The attribute targets an assignment statement writes (`a.b = v`, `a.b += v`)."""
+    if isinstance(node, ast.Assign):
+        return [t for t in node.targets if isinstance(t, ast.Attribute)]
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Attribute):
+        return [node.target]
+    return []
+
+
 def method_calls(filename: str, holder: str, global_name: bool = False) -> list[tuple[int, str, str]]:
     """(line, function, method) of method calls on the object held in `<x>.holder` (or global `holder`),
-    directly, through a subscript or a local alias: `self.out.put_nowait(t)`, `q = self.out; q.put(t)`.
+    directly, through a subscript or a local alias: `self.out.put_nowait(t)`, `q = self.out; q.put(t)`;
+    and of stores to its attributes (`self.done.value += 1` on a multiprocessing.Value).
 
     How user code changes an object whose class is not its own (a queue.Queue): the statements that
     mutate it are in the stdlib, which never hosts a finding; the call into it is the user's line."""
@@ -145,6 +156,10 @@ def method_calls(filename: str, holder: str, global_name: bool = False) -> list[
                    _rooted(node.value, holder, global_name) and _same_object(node.value)
                    for x in node.targets if isinstance(x, ast.Name)}
         for node in ast.walk(func):
+            for t in _stores(node):  # `self.counter.value += 1`: a property of the object set from outside
+                if (_rooted(t.value, holder, global_name) and _same_object(t.value)) or \
+                        (isinstance(t.value, ast.Name) and t.value.id in aliases):
+                    out.append((node.lineno, getattr(func, "name", "<lambda>"), t.attr))
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)) or node.func.attr in READERS:
                 continue
             v = node.func.value

@@ -277,8 +277,18 @@ def _calls_on(filename: str, line: int, names) -> list[ast.Call]:
             and getattr(n.func, "attr", getattr(n.func, "id", "")) in names]
 
 
-def _device_kw(n: ast.Call):
+def _device_kw(n: ast.Call, filename: str | None = None):
+    """The call's `device=` argument: written at the call, or the "device" entry of a dict it splats
+    (`torch.tensor(ids, **self.factory_kwargs)` with `self.factory_kwargs = {"device": device, ...}`)."""
     dev = next((k.value for k in n.keywords if k.arg == "device"), None)
+    t = tree(filename) if dev is None and filename else None
+    for k in (k for k in n.keywords if k.arg is None and t is not None):
+        dicts = [k.value] if isinstance(k.value, ast.Dict) else [v for v, _ in _scopes.values(t, k.value, n.lineno) or ()]
+        found = [v for d in dicts if isinstance(d, ast.Dict)
+                 for key, v in zip(d.keys, d.values) if isinstance(key, ast.Constant) and key.value == "device"]
+        if found:
+            dev = found[0]
+            break
     return None if isinstance(dev, ast.Constant) and dev.value is None else dev
 
 
@@ -292,7 +302,7 @@ def builds_on_device(filename: str, line: int) -> bool:
     """A `torch.tensor / as_tensor / asarray(data, device=<not the CPU>)` call on `line`, or
     `t.new_tensor(data)` (the data goes to t's device unless a CPU device is named)."""
     for n in _calls_on(filename, line, ("tensor", "as_tensor", "asarray", "new_tensor")):
-        dev = _device_kw(n)
+        dev = _device_kw(n, filename)
         if getattr(n.func, "attr", "") == "new_tensor" and (dev is None or not _on_cpu(filename, dev)):
             return True
         if dev is not None and not _on_cpu(filename, dev):
@@ -309,7 +319,7 @@ def factory_on_host(filename: str, line: int) -> bool:
     born in host memory (then `.to(device)` is a host->device copy)."""
     for n in _calls_on(filename, line, HOST_FACTORIES):
         if isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch":
-            dev = _device_kw(n)
+            dev = _device_kw(n, filename)
             if dev is None or _on_cpu(filename, dev):
                 return True
     return False

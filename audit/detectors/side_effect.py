@@ -124,20 +124,26 @@ def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str]:
     return [(f, line, fn) for _, f, line, fn, _ in best[:3]], f"inside a `{cls}`, through {methods}"
 
 
+_STDLIB = frozenset(sys.stdlib_module_names) | {"torch"}
+
+
 def _holder(ctx, owner: str) -> tuple[str | None, list[str]]:
     """The attribute that holds the object at `owner` (`callbacks.0.__self__.out` -> `out`) and the
-    user source files of the object that holds it."""
+    source files of the object that holds it (the user's or a library's, not the standard library's)."""
     parts = owner.split(".")
     for i in range(len(parts) - 1, -1, -1):
         parent = _owner(ctx, ".".join(parts[:i]))
         if parent is not None and parts[i] in dict(state._instance_items(parent)):
             files = []
             for cls in type(parent).__mro__[:-1]:
+                if (cls.__module__ or "").split(".")[0] in _STDLIB:  # queue.Queue's own deque: not a site
+                    continue
                 try:
                     files.append(inspect.getsourcefile(cls))
                 except TypeError:
                     continue
-            return parts[i], [f for f in files if f and is_user_file(f, ctx.trace.roots)]
+            # the holder's class may be library code (a serving library's streamer): its line is the site
+            return parts[i], [f for f in files if f]
     return None, []
 
 

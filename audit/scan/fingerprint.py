@@ -1,15 +1,17 @@
 """Comparable fingerprints of plain Python values: what a state snapshot keeps of each attribute.
 
-Containers element by element (bounded), sets by their members, arrays by their bytes, iterators,
-generators and itertools objects by their position; tensors are the tensor detectors' business.
+Containers element by element (bounded), sets by their members, arrays and ctypes values by their
+bytes, C queues by their size, iterators, generators and itertools objects by their position; tensors are the tensor detectors' business.
 """
 
 from __future__ import annotations
 
 import array
+import ctypes
 import itertools
 import math
 import mmap
+import queue
 import types
 from collections import deque
 
@@ -56,6 +58,14 @@ def fp(v, depth: int = 0):
             return (type(v).__name__, len(v), hash(bytes(v)) if len(v) <= _MAX_ARRAY_BYTES else len(v))
         except (ValueError, TypeError):  # a released memoryview, a closed mmap
             return ("obj", type(v).__name__, id(v))
+    if isinstance(v, _CTYPES):  # multiprocessing.Value's shared c_long (a progress counter), a ctypes struct
+        try:
+            raw = bytes(memoryview(v).cast("B"))
+        except (TypeError, ValueError):
+            return ("obj", type(v).__name__, id(v))
+        return ("ctypes", type(v).__name__, len(raw), hash(raw) if len(raw) <= _MAX_ARRAY_BYTES else len(raw))
+    if isinstance(v, queue.SimpleQueue):  # a C queue (a token streamer's): put() changes only its size
+        return ("SimpleQueue", v.qsize())
     if isinstance(v, itertools.count):  # next() on it is a step counter; its repr shows the state
         return ("obj", repr(v))
     if isinstance(v, types.GeneratorType):  # next() on it advances state held in its frame
@@ -70,6 +80,7 @@ def fp(v, depth: int = 0):
     return ("obj", type(v).__name__, id(v))
 
 
+_CTYPES = (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)
 _MAX_DEPTH = 4
 _MAX_ELEMS = 4096
 _MAX_ARRAY_BYTES = 64 << 20

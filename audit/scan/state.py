@@ -339,5 +339,9 @@ def _show(fp) -> str:
         return f"<{fp[0]} of {fp[1]} bytes, contents #{fp[2] & 0xFFFF:04x}>"  # a hash of the bytes: it changed
     if isinstance(fp, tuple) and fp and fp[0] == "keys":
         return "{" + ", ".join(fp[1]) + "}"
+    if isinstance(fp, tuple) and len(fp) == 2 and fp[0] == "SimpleQueue":
+        return f"SimpleQueue of {fp[1]}"
+    if isinstance(fp, tuple) and len(fp) == 4 and fp[0] == "ctypes":
+        return f"<{fp[1]}, contents #{fp[3] & 0xFFFF:04x}>"
     s = repr(fp)
     return s if len(s) < 40 else s[:37] + "..."

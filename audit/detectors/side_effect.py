@@ -159,6 +159,7 @@ def python_state_changes(ctx):
         setattrs[r.note].append(r)
     out = []
     escaped = escape_lines(ctx)
+    own_files = {ent[0].co_filename for ent in ctx.trace.codes.values() if ent[1] == 2}
     for (owner, attr), hits in changed.items():
         s, c = hits[0]
         count = len(hits) / ctx.n_steps
@@ -178,8 +179,11 @@ def python_state_changes(ctx):
                                    msg + " (no source line found)", module=owner))
         for site in sites:
             text, sev = _guarded(_message(c, site, note), site[0], site[1])
+            caller = _caller_of(ctx, site, s)
+            if caller is None and site[0] not in own_files:  # library code the step's ops never ran in
+                caller = _user_call_into(ctx, c, s, own_files)
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
-                                   caller=_caller_of(ctx, site, s)))
+                                   caller=caller))
     return out
 
 
@@ -202,6 +206,32 @@ def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
     if guard:
         return f"{msg}; skipped while a graph is captured (`{guard}`): it counts eager steps only", "info"
     return msg, None
+
+
+def _user_call_into(ctx, change, step: int, own_files: set):
+    """For a site in library code that ran no torch op (a streamer's `self._q.put(ids)`): the target's
+    own call of a method of the library object (`self.streamer.put(ids)`), found in the target's source
+    from the attribute that holds the object; None when there is none."""
+    if change.owner.startswith("<"):
+        return None
+    top = change.owner.split(".")[0]
+    root = _owner(ctx, "")
+    if root is None or top not in dict(state._instance_items(root)):
+        return None
+    ran = _executed(ctx, step)
+    calls = []
+    for cls in type(root).__mro__[:-1]:
+        try:
+            f = inspect.getsourcefile(cls)
+        except TypeError:
+            continue
+        if f in own_files:
+            calls += [((f, fn) not in ran, line, f, fn) for line, fn, _ in _mutations.method_calls(f, top)
+                      if fn not in ("__init__", "prepare")]
+    if not calls:
+        return None
+    _, line, f, fn = min(calls)
+    return (f, line, fn)
 
 
 def _caller_of(ctx, site, step: int):

@@ -214,20 +214,10 @@ def _user_call_into(ctx, change, step: int, own_files: set):
     from the attribute that holds the object; None when there is none."""
     if change.owner.startswith("<"):
         return None
-    top = change.owner.split(".")[0]
-    root = _owner(ctx, "")
-    if root is None or top not in dict(state._instance_items(root)):
-        return None
+    holder, files = _holder(ctx, change.owner.split(".")[0])  # the target's attribute and its class's files
     ran = _executed(ctx, step)
-    calls = []
-    for cls in type(root).__mro__[:-1]:
-        try:
-            f = inspect.getsourcefile(cls)
-        except TypeError:
-            continue
-        if f in own_files:
-            calls += [((f, fn) not in ran, line, f, fn) for line, fn, _ in _mutations.method_calls(f, top)
-                      if fn not in ("__init__", "prepare")]
+    calls = [((f, fn) not in ran, line, f, fn) for f in files if f in own_files
+             for line, fn, _ in _mutations.method_calls(f, holder) if fn not in ("__init__", "prepare")] if holder else []
     if not calls:
         return None
     _, line, f, fn = min(calls)

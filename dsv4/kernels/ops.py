@@ -48,7 +48,7 @@ def fp8_gemv(x: Tensor, weight: Tensor, scale: Tensor, groups: int = 1, quant: b
         y = launch.try_dense(xq, weight, scale, groups, quant=inner)
         if y is not None:
             return y
-    return twins.fp8_gemv_ref(_round(x, inner) if inner else xq, weight, scale, groups)
+    return twins.fp8_gemv_ref(_round(x, True) if inner else xq, weight, scale, groups)
 
 
 @fp8_gemv.register_fake
@@ -75,7 +75,7 @@ def fp4_grouped_gemv(x: Tensor, weight: Tensor, scale: Tensor, idx: Tensor, quan
         y = launch.try_expert("fp4", xq, {"weight": weight, "scale": scale}, idx, quant=inner)
         if y is not None:
             return y
-    return twins.fp4_grouped_gemv_ref(_round(x, inner) if inner else xq, weight, scale, idx)
+    return twins.fp4_grouped_gemv_ref(_round(x, True) if inner else xq, weight, scale, idx)
 
 
 @fp4_grouped_gemv.register_fake

@@ -165,7 +165,7 @@ def test_kernel_families_partition_the_profiled_step(rng):
 
     names = ["_bf16_gemv_kernel", "kernel_cutlass_fp8_kernel_x", "kernel_cutlass_fp4_grouped_kernel_y",
              "triton_poi_fused_add_div_sum_3", "void at::native::sbtopk::gatherTopK<float>",
-             "sm80_xmma_gemm_f32f32", "void at::native::elementwise_kernel<128>", "_sparse_attention_kernel"]
+             "sm80_xmma_gemm_f32f32", "void at::native::elementwise_kernel<128>", "_split_out"]
     rows = [{"kernel": n, "per_step": float(torch.randint(1, 50, (), generator=rng)),
              "us_per_step": float(torch.rand((), generator=rng) * 100)} for n in names]
     total = {"kernel": "(all)", "per_step": sum(r["per_step"] for r in rows),

@@ -246,7 +246,7 @@ def test_tiny_decoder_uses_kernels_and_replays_bitwise(monkeypatch):
 
     def counting_run(key, entry, *a):
         real_run(key, entry, *a)
-        ran[entry, key[-1][-1]] += 1  # (kernel, rounds x in registers)
+        ran[entry, key[-1][-1] != 0] += 1  # (kernel, rounds x itself: Q = 1 registers, 2 shared memory)
 
     monkeypatch.setattr(launch, "_run", counting_run)
     logits = {}

@@ -182,12 +182,15 @@ def test_mix_sums_kernel_matches_float64():
 
 
 def test_sparse_attention_kernel_matches_the_reference():
-    """The decode attention kernel against float64 with the reference's bf16 probability rounding
-    (heads not a multiple of the tile, keys not a multiple of the key tile, random masks, one fully
-    masked row whose output is 0, the sink in the denominator); masked keys have no influence at all."""
+    """The decode attention kernels against float64 with the reference's bf16 probability rounding
+    (heads not a multiple of the tile, keys not a multiple of the key tile, one or several key tiles per
+    split, random masks, one fully masked row whose output is 0, the sink in the denominator); masked
+    keys have no influence at all."""
     _interpret("""
         from dsv4.kernels import _triton_attention as A
-        for B, H, N, D in ((2, 16, 70, 64), (1, 20, 33, 128), (3, 4, 32, 32)):
+        for (B, H, N, D), sms in zip(((2, 16, 70, 64), (1, 20, 33, 128), (3, 4, 32, 32), (2, 16, 200, 32)),
+                                     (132, 132, 1, 5)):
+            A._sms = lambda t, n=sms: n  # one tile per split, or several (few SMs)
             q = (torch.randn(B, H, D, generator=g)).bfloat16()
             keys = (torch.randn(B, N, D, generator=g)).bfloat16()
             mask = torch.rand(B, N, generator=g) < 0.7

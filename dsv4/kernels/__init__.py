@@ -90,12 +90,13 @@ def fp8_gemv(x, weight, scale, out=None):
 
 # Layer kernels, on for the rows of a step at which the H200 measured them faster than what they
 # replace (dsv4/kernels/NOTES.md, sessions 7 and 9): (least, most) rows, None = unbounded; a name
-# missing here is off unless asked for. The attention kernel took 30 us per layer at batch 1 and at
-# batch 16 alike (its loop over the keys is serial), against ~20 us for the cuBLAS batched matmuls and
-# softmax kernels it replaces at batch 1 and ~45 us at batch 16. The mixes kernel took 5.8 us per site
+# missing here is off unless asked for. The attention kernels (keys split across programs, three
+# launches) took ~11 us per layer at batch 1 before their sum was spread over heads (session 11), against
+# ~24 us and nine launches for the cuBLAS batched matmuls and softmax kernels they replace: on at every
+# batch (the one-program-per-head-tile version took 30 us, on from 16 rows only). The mixes kernel took 5.8 us per site
 # at batch 1, where the path it replaces is five launches (a split RMS reduction, the normalized copy,
 # cuBLAS's dot and reduce: 8.4 us of kernels plus their gaps), and 19 us at batch 16 (~14 us).
-LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {"MIXES": (None, 8), "ATTN": (16, None)}
+LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {"MIXES": (None, 8), "ATTN": (None, None)}
 
 
 def _off(name: str, rows: int) -> bool:
@@ -202,9 +203,9 @@ def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | No
 
 def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, sink: torch.Tensor, scale: float,
                      probs_dtype: torch.dtype) -> torch.Tensor | None:
-    """layers/attention.sparse_attention in one launch for decode in bfloat16 mode (q [B, 1, H, D],
+    """layers/attention.sparse_attention in three short launches for decode in bfloat16 mode (q [B, 1, H, D],
     keys [B, N, D], mask [B, 1, N] bool or None, bf16 probabilities), or None to use the reference.
-    From 16 rows (batch), or as DSV4_TRITON_ATTN=1 / 0 says (LAYER_KERNEL_ROWS)."""
+    At every batch, or as DSV4_TRITON_ATTN=1 / 0 says (LAYER_KERNEL_ROWS)."""
     if (not _applies(q) or q.dim() != 4 or q.shape[1] != 1 or q.dtype != torch.bfloat16 or keys.dtype != torch.bfloat16
             or probs_dtype != torch.bfloat16 or q.shape[-1] & (q.shape[-1] - 1)
             or _off("ATTN", q.shape[0])):

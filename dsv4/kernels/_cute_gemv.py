@@ -26,8 +26,8 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from dsv4.kernels._ptx import (absmax_f32, act_block_scale, bf16x2_to_f32, e2m1x8_to_f32, e4m3_round_x2,
-                               e4m3x2_to_f32, e4m3x4_to_f32, e8m0_to_f32_x64, ffma)
+from dsv4.kernels._ptx import (absmax_f32, act_block_scale, bf16x2_to_f32, e2m1x8_to_f32, e4m3_round_bf16x2,
+                               e4m3_round_x2, e4m3x2_to_f32, e4m3x4_to_f32, e8m0_to_f32_x64, ffma)
 
 Constexpr = cutlass.Constexpr
 
@@ -75,16 +75,46 @@ def _dot_e2m1_words(words, xs):
     return s0 + s1
 
 
-def _act_round(xs, lanes: int, Q: bool):
-    """With Q, the lane's x values rounded as fp8_fake_quant(x, 128) (the released activation rounding,
-    done here instead of by two kernels in front); a 128 block spans `lanes` lanes of one step."""
-    if not Q:
+# Q, the activation rounding (fp8_fake_quant(x, 128), the released rule) done by the GEMV itself instead
+# of two kernels in front: 0 = x arrives rounded (or is not rounded), 1 = each warp rounds its x chunks in
+# registers at every step, 2 = the CTA rounds its x rows once into shared memory before the loop (every
+# warp reads the same x: 1 repeats the rounding WARPS times; 2 pays one barrier instead).
+
+
+def _act_round(xs, lanes: int, Q: int):
+    """With Q == 1, the lane's x values rounded as fp8_fake_quant(x, 128); a 128 block spans `lanes`
+    lanes of one step."""
+    if Q != 1:
         return xs
     s, inv = act_block_scale(absmax_f32(xs), lanes)
     out = []
     for t in range(0, len(xs), 2):
         out.extend(e4m3_round_x2(xs[t], xs[t + 1], s, inv))
     return out
+
+
+def _round_rows_to_smem(rows, words: int, KC: int, tidx, WARPS: int):
+    """Q == 2: x rows `rows` ([K] bf16 views as int32 words) rounded into a shared [len(rows), K/2] tensor.
+    A chunk is `words` words; thread t rounds chunks t, t + 32*WARPS, ...; a 128 block is 64 / words
+    consecutive lanes, so its amax is their butterfly max. Every thread of the CTA must call this."""
+    T = 32 * WARPS
+    lanes = 64 // words
+    sX = cutlass.memory.SmemAllocator().allocate_tensor(Int32, cute.make_layout((len(rows), KC * words)),
+                                                        byte_alignment=16)
+    for mm in range(len(rows)):
+        srow = cute.zipped_divide(sX[mm, None], (words,))
+        for i in range((KC + T - 1) // T):
+            c = tidx + T * i
+            if KC % T:  # past the end: a whole block again (KC % lanes == 0), which stores the same values
+                c = c % KC
+            frag = _load(rows[mm], words, c)
+            s, inv = act_block_scale(absmax_f32(_bf16_words(frag, words)), lanes)
+            out = cute.make_rmem_tensor((words,), Int32)
+            for q in range(words):
+                out[q] = e4m3_round_bf16x2(frag[q], s, inv)
+            cute.autovec_copy(out, srow[None, c])
+    cute.arch.sync_threads()
+    return [sX[mm, None] for mm in range(len(rows))]
 
 
 def _warp_sum(v):
@@ -99,13 +129,14 @@ def _pdl_wait(PDL: bool):
         cute.arch.griddepcontrol_launch_dependents()
 
 
-def _grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j: int, KC: int):
-    """Issue every load of step j (x chunk, NW weight chunks, NW scales) before any math."""
+def _grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j: int, KC: int, Q: int):
+    """Issue every load of step j (x chunk, NW weight chunks, NW scales) before any math; with Q == 2
+    the x chunk is read from shared memory when it is used (it is not there yet)."""
     cc, valid = _chunk(lane, j, KC)
-    xf = _load(xrow, 16, cc)
+    xf = None if Q == 2 else _load(xrow, 16, cc)
     ws = [_load(w, 4, cc) for w in wrows]
     ss = [Int32(mS[e, n, cc]) for n in nrows]
-    return valid, xf, ws, ss
+    return cc, valid, xf, ws, ss
 
 
 # ---------------------------------------------------------------- grouped e2m1 experts: FP4 and NVFP4
@@ -138,7 +169,7 @@ def _scaled(tot, g):
 def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
                    mIdx: cute.Tensor, mY: cute.Tensor, N: Constexpr, KC: Constexpr, NW: Constexpr,
                    WARPS: Constexpr, CPL: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr,
-                   Q: Constexpr):
+                   Q: Constexpr, ONE: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -149,13 +180,17 @@ def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cu
     nbase = (bx * WARPS + warp) * NW
     nrows = [_imin(nbase + i, N - 1) for i in range(NW)]
     wrows = [mW[e, n, None] for n in nrows]
-    xrow = mX[r, None]
+    xrow = mX[0 if ONE else r, None]  # ONE: x is one row that every expert row reads (batch 1's token)
     acc = [Float32(0.0) for _ in range(NW)]
-    stages = [_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j, KC) for j in range(min(PD, CPL))]
+    stages = [_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j, KC, Q) for j in range(min(PD, CPL))]
+    if cutlass.const_expr(Q == 2):  # the first weight loads are in flight meanwhile
+        xrow = _round_rows_to_smem([xrow], 16, KC, tidx, WARPS)[0]
     for j in cutlass.range_constexpr(CPL):
         if cutlass.const_expr(j + PD < CPL):
-            stages.append(_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j + PD, KC))
-        valid, xf, ws, ss = stages[j]
+            stages.append(_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j + PD, KC, Q))
+        cc, valid, xf, ws, ss = stages[j]
+        if cutlass.const_expr(Q == 2):
+            xf = _load(xrow, 16, cc)
         xs = _act_round(_bf16_words(xf, 16), 4, Q)
         for i in cutlass.range_constexpr(NW):
             acc[i] = _grouped_step(acc[i], ws[i], ss[i], xs, valid, NV)
@@ -171,9 +206,9 @@ def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cu
 def fp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, mIdx: cute.Tensor,
             mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr, KC: Constexpr, NW: Constexpr,
             WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr,
-            Q: Constexpr):
+            Q: Constexpr, ONE: Constexpr):
     grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
-    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV, PDL, Q).launch(
+    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV, PDL, Q, ONE).launch(
         grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream, use_pdl=PDL)
 
 
@@ -212,6 +247,8 @@ def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tenso
     acc = [[Float32(0.0) for _ in range(NW)] for _ in range(MB)]
     stages = [_fp8_issue(mS, wrows, nrows, lane, j, KC) for j in range(min(PD, CPL))]
     _pdl_wait(PDL)  # the first PD weight chunks are in flight while the previous kernel finishes
+    if cutlass.const_expr(Q == 2):  # G == 1: every warp of the CTA reads the same MB rows
+        xrows = _round_rows_to_smem(xrows, 8, KC, tidx, WARPS)
     for j in cutlass.range_constexpr(CPL):
         if cutlass.const_expr(j + PD < CPL):
             stages.append(_fp8_issue(mS, wrows, nrows, lane, j + PD, KC))

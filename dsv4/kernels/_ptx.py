@@ -24,7 +24,7 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 __all__ = ["e2m1x8_to_f32", "e4m3x4_to_f32", "bf16x2_to_f32", "ffma", "e8m0_to_f32_x64",
-           "e4m3x2_to_f32", "absmax_f32", "act_block_scale", "e4m3_round_x2"]
+           "e4m3x2_to_f32", "absmax_f32", "act_block_scale", "e4m3_round_x2", "e4m3_round_bf16x2"]
 
 
 def _asm(n_out: int, args: list, body: str, constraints: str):
@@ -218,3 +218,32 @@ def e4m3_round_x2(a, b, s, inv, *, loc=None, ip=None):
 }"""
     args = [Float32(v).ir_value(loc=loc, ip=ip) for v in (a, b, s, inv)]
     return _asm(2, args, body, "=f,=f,f,f,f,f")
+
+
+@dsl_user_op
+def e4m3_round_bf16x2(w, s, inv, *, loc=None, ip=None):
+    """A word of two bf16 -> the same two rounded as `e4m3_round_x2` does, packed back as bf16 (exact: an
+    e4m3 value times a power of two has 4 significant bits; `prmt` keeps each fp32's high half)."""
+    body = """{
+    .reg .f32 a, b, u, v;
+    .reg .b16 p, h0, h1;
+    .reg .b32 h;
+    shl.b32 h, $1, 16;
+    mov.b32 a, h;
+    and.b32 h, $1, 0xFFFF0000;
+    mov.b32 b, h;
+    mul.f32 u, a, $3;
+    mul.f32 v, b, $3;
+    cvt.rn.satfinite.e4m3x2.f32 p, u, v;
+    cvt.rn.f16x2.e4m3x2 h, p;
+    mov.b32 {h0, h1}, h;
+    cvt.f32.f16 u, h1;
+    cvt.f32.f16 v, h0;
+    mul.f32 u, u, $2;
+    mul.f32 v, v, $2;
+    prmt.b32 $0, u, v, 0x7632;
+}"""
+    args = [_i32(w, loc, ip), Float32(s).ir_value(loc=loc, ip=ip), Float32(inv).ir_value(loc=loc, ip=ip)]
+    res = llvm.inline_asm(T.i32(), args, body, "=r,r,f,f", has_side_effects=False,
+                          is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+    return Int32(res)

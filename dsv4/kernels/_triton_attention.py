@@ -1,18 +1,20 @@
-"""Decode sparse attention with a sink in one Triton launch per layer (bfloat16 mode).
+"""Decode sparse attention with a sink in three short Triton launches per layer (bfloat16 mode).
 
 `layers/attention.sparse_attention` at decode is two fp32 batched matmuls (cuBLAS: logits and the
-probability-weighted keys), a masked softmax with the sink column, and the casts between them:
-on an H200 about 24 us per layer at batch 1 and 60 at batch 16 (flash, 43 layers: ~1 and ~2.6 ms a
-step). Here one program holds BLOCK_H heads of one sequence and streams the keys twice:
-1. logits = q.k * scale (masked keys -inf) -> the running max m and denominator l of the softmax over
-   [logits, sink] (online: l is rescaled when m grows);
-2. the same logits -> p = exp(logit - m) / l, rounded to bf16 as the reference rounds its probs,
-   and o += p @ keys (K = V).
+probability-weighted keys), a masked softmax with the sink column, and the casts between them: on an
+H200 nine launches, about 24 us per layer at batch 1. A decode step has few (sequence, head tile)
+pairs (4 at batch 1), so one program per pair streams the keys alone (30 us measured, session 6);
+here the keys are split across programs as flash-decoding does, in three passes:
+1. per split: the max m_s and the sum l_s of exp(logit - m_s) over its keys (the sink counted in split 0);
+2. per split: the global max and sum from all splits' (m_s, l_s), then p = exp(logit - m) / l rounded to
+   bf16 as the reference rounds its probs, and the split's partial o = p @ keys (K = V), in fp32;
+3. per (head, sequence, D chunk): o = the partials summed (a fixed tree).
+The splits are sized so the grid holds about four programs per SM (`split_tiles`).
 
 Numerics: q and keys are bf16 and p is rounded to bf16, so every product is exact in fp32 and the
 tensor-core dots accumulate in fp32; what differs from the reference is fp32 summation order (the
-softmax's sum is accumulated per key tile, with the online rescaling). Deterministic: fixed tiles and
-order, no atomics. Used for bf16 q/keys/probs and one query per sequence; anything else keeps the
+softmax's sum per key tile and per split, the output per split). Deterministic: fixed tiles, splits
+and order, no atomics. Used for bf16 q/keys/probs and one query per sequence; anything else keeps the
 reference path.
 """
 
@@ -40,29 +42,87 @@ def _logits(q, k_ptr, m_ptr, rn, rd, N, skn, scale):
 
 
 @triton.jit
-def _sparse_attention_kernel(q_ptr, k_ptr, m_ptr, sink_ptr, o_ptr, H, N, scale, sqb, sqh, skb, skn, smb, sob, soh,
-                             D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+def _split_stats(q_ptr, k_ptr, m_ptr, sink_ptr, st_ptr, H, N, S, scale, sqb, sqh, skb, skn, smb,
+                 D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, TILES: tl.constexpr,
+                 PDL: tl.constexpr):
+    """Pass 1, one program per (head tile, sequence, key split): the split's softmax max m_s and sum
+    l_s = sum exp(logit - m_s) (split 0 counts the sink column) -> st [B, S, 2, H] fp32."""
     pdl_wait(PDL)
     b = tl.program_id(1)
+    sp = tl.program_id(2)
     rh = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
     rd = tl.arange(0, D)
     h_ok = rh < H
     q = tl.load(q_ptr + b * sqb + rh[:, None] * sqh + rd[None, :], mask=h_ok[:, None], other=0.0)
-    k_ptr += b * skb
-    m_ptr += b * smb
-    m = tl.load(sink_ptr + rh, mask=h_ok, other=0.0).to(tl.float32)  # the sink column starts the max
-    l = tl.full((BLOCK_H,), 1.0, tl.float32)  # exp(sink - m) with m = sink
-    for n0 in range(0, N, BLOCK_N):
-        s, kt = _logits(q, k_ptr, m_ptr, n0 + tl.arange(0, BLOCK_N), rd, N, skn, scale)
+    sink = tl.load(sink_ptr + rh, mask=h_ok, other=0.0).to(tl.float32)
+    m = tl.where(sp == 0, sink, float("-inf"))
+    l = tl.where(sp == 0, 1.0, 0.0) + tl.zeros((BLOCK_H,), tl.float32)  # exp(sink - m) with m = sink
+    for t in range(TILES):
+        rn = (sp * TILES + t) * BLOCK_N + tl.arange(0, BLOCK_N)
+        s, kt = _logits(q, k_ptr + b * skb, m_ptr + b * smb, rn, rd, N, skn, scale)
         m_new = tl.maximum(m, tl.max(s, axis=1))
-        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(s - m_new[:, None]), axis=1)
+        safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a split with no key yet: l stays 0
+        l = l * tl.exp(m - safe) + tl.sum(tl.exp(s - safe[:, None]), axis=1)
         m = m_new
+    st = st_ptr + (b * S + sp) * 2 * H + rh
+    tl.store(st, m, mask=h_ok)
+    tl.store(st + H, l, mask=h_ok)
+
+
+@triton.jit
+def _split_out(q_ptr, k_ptr, m_ptr, st_ptr, part_ptr, H, N, S, scale, sqb, sqh, skb, skn, smb,
+               D: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, TILES: tl.constexpr,
+               S_P2: tl.constexpr, PDL: tl.constexpr):
+    """Pass 2: the softmax's max and sum over all splits (the sink's split included), then this split's
+    probabilities, rounded to bf16 as the reference rounds them, times its keys -> part [B, S, H, D] fp32."""
+    pdl_wait(PDL)
+    b = tl.program_id(1)
+    sp = tl.program_id(2)
+    rh = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
+    rd = tl.arange(0, D)
+    rs = tl.arange(0, S_P2)
+    h_ok = rh < H
+    ok = (rs[:, None] < S) & h_ok[None, :]
+    st = st_ptr + (b * S + rs[:, None]) * 2 * H + rh[None, :]
+    ms = tl.load(st, mask=ok, other=float("-inf"))
+    m = tl.max(ms, axis=0)  # finite: split 0 holds the sink
+    l = tl.sum(tl.load(st + H, mask=ok, other=0.0) * tl.exp(ms - m[None, :]), axis=0)
+    q = tl.load(q_ptr + b * sqb + rh[:, None] * sqh + rd[None, :], mask=h_ok[:, None], other=0.0)
     acc = tl.zeros((BLOCK_H, D), dtype=tl.float32)
-    for n0 in range(0, N, BLOCK_N):
-        s, kt = _logits(q, k_ptr, m_ptr, n0 + tl.arange(0, BLOCK_N), rd, N, skn, scale)
+    for t in range(TILES):
+        rn = (sp * TILES + t) * BLOCK_N + tl.arange(0, BLOCK_N)
+        s, kt = _logits(q, k_ptr + b * skb, m_ptr + b * smb, rn, rd, N, skn, scale)
         p = (tl.exp(s - m[:, None]) / l[:, None]).to(tl.bfloat16)
         acc = tl.dot(p, tl.trans(kt), acc)
-    tl.store(o_ptr + b * sob + rh[:, None] * soh + rd[None, :], acc.to(o_ptr.dtype.element_ty), mask=h_ok[:, None])
+    tl.store(part_ptr + ((b * S + sp) * H + rh[:, None]) * D + rd[None, :], acc, mask=h_ok[:, None])
+
+
+@triton.jit
+def _split_sum(part_ptr, o_ptr, H, S, sob, soh, D: tl.constexpr, BLOCK_D: tl.constexpr, S_P2: tl.constexpr,
+               PDL: tl.constexpr):
+    """Pass 3, one program per (head, sequence, D chunk): o = the splits' partial outputs summed (one
+    [S, BLOCK_D] load, a fixed reduction tree: deterministic), in o's dtype. One program per (sequence,
+    head tile) looping over the splits took 17 us at batch 1 (20 dependent 32 KB loads)."""
+    pdl_wait(PDL)
+    h = tl.program_id(0)
+    b = tl.program_id(1)
+    rd = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
+    rs = tl.arange(0, S_P2)
+    part = tl.load(part_ptr + ((b * S + rs[:, None]) * H + h) * D + rd[None, :], mask=rs[:, None] < S, other=0.0)
+    tl.store(o_ptr + b * sob + h * soh + rd, tl.sum(part, axis=0).to(o_ptr.dtype.element_ty))
+
+
+def _sms(t: torch.Tensor) -> int:
+    if not t.is_cuda:
+        return 132
+    return torch.cuda.get_device_properties(t.device).multi_processor_count
+
+
+def split_tiles(n_tiles: int, programs: int, sms: int) -> int:
+    """Key tiles per split: one where (head tiles x sequences x splits) fills about four programs per
+    SM, more where one tile each would make more programs than that (batch 16 at two splits of ten
+    tiles: 33 us, latency of the serial tile loop)."""
+    return max(1, -(-n_tiles * programs // (4 * sms)))
 
 
 def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, sink: torch.Tensor,
@@ -82,11 +142,19 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, si
     m8 = mask.view(torch.uint8) if mask.dtype == torch.bool else mask  # same bytes: no copy kernel
     if m8.stride(-1) != 1:
         m8 = m8.contiguous()
+    n_tiles = triton.cdiv(N, BLOCK_N)
+    tiles = split_tiles(n_tiles, triton.cdiv(H, BLOCK_H) * B, _sms(q))
+    S = triton.cdiv(n_tiles, tiles)
+    st = torch.empty(B, S, 2, H, dtype=torch.float32, device=q.device)
+    part = torch.empty(B, S, H, D, dtype=torch.float32, device=q.device)
     o = torch.empty(B, H, D, dtype=q.dtype, device=q.device)
-    grid = (triton.cdiv(H, BLOCK_H), B)
+    grid = (triton.cdiv(H, BLOCK_H), B, S)
+    common = (H, N, S, scale, q.stride(0), q.stride(1), keys.stride(0), keys.stride(1), m8.stride(0))
+    meta = {"D": D, "BLOCK_H": BLOCK_H, "BLOCK_N": BLOCK_N, "TILES": tiles, "num_warps": 4, **launch_args(q)}
     with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
-        _sparse_attention_kernel[grid](q, keys, m8, sink.float().contiguous(), o, H, N, scale, q.stride(0),
-                                       q.stride(1), keys.stride(0), keys.stride(1), m8.stride(0), o.stride(0),
-                                       o.stride(1), D=D, BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, num_warps=4,
-                                       num_stages=2, **launch_args(q))
+        _split_stats[grid](q, keys, m8, sink.float().contiguous(), st, *common, **meta)
+        _split_out[grid](q, keys, m8, st, part, *common, S_P2=triton.next_power_of_2(S), **meta)
+        bd = min(D, max(16, 4096 // triton.next_power_of_2(S)))  # at most 4096 partial values a program
+        _split_sum[(H, B, D // bd)](part, o, H, S, o.stride(0), o.stride(1), D=D, BLOCK_D=bd,
+                                    S_P2=triton.next_power_of_2(S), num_warps=4, **launch_args(q))
     return o

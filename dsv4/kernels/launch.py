@@ -12,6 +12,7 @@ Graph safety (docs/kernels.md):
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -25,7 +26,9 @@ __all__ = ["fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "try_expert", "
 WARPS = 4            # warps per CTA (128 threads)
 # bench overrides: rows per warp, prefetch depth (grouped e2m1), prefetch depth (FP8: a batch-1 FP8
 # GEMV has ~2 CTAs per SM and few chunk steps per row, so deeper prefetch keeps more bytes in flight)
-TUNE: dict[str, int | None] = {"nw": None, "pd": 2, "pd8": 4}
+# and the most shared memory (bytes) a CTA may take to round its x rows once (quant=True, kernel Q = 2);
+# x rows larger than that (or wo_a's groups) are rounded by every warp in registers (Q = 1)
+TUNE: dict[str, int | None] = {"nw": None, "pd": 2, "pd8": 4, "round_smem": 32768}
 _CACHE: dict[tuple, object] = {}
 _SMS: dict[int, int] = {}
 _AVAILABLE: list[bool] = []
@@ -132,14 +135,24 @@ def _check_quant(quant: bool, K: int, name: str) -> None:
         raise DSV4Error(f"{name}: the in-kernel activation rounding needs K a multiple of 128, got {K}")
 
 
+def _round_mode(quant: bool, x_bytes: int, groups: int = 1) -> int:
+    """The kernels' Q: 0 no rounding, 1 every warp rounds in registers, 2 the CTA rounds once into shared
+    memory (x_bytes: the x rows one CTA reads). DSV4_CUTE_ROUND=registers keeps 1 everywhere (an A/B)."""
+    if not quant:
+        return 0
+    if os.environ.get("DSV4_CUTE_ROUND", "").strip().lower() == "registers":
+        return 1
+    return 2 if groups == 1 and x_bytes <= int(TUNE["round_smem"] or 0) else 1
+
+
 def _grouped(fmt: str, x, weight, scale, global_scale, idx, out, quant: bool = False) -> torch.Tensor:
     """One launcher for both expert formats: the same CuTe kernel, NV a compile-time flag."""
     E, N, Kh = weight.shape
     K = 2 * Kh
     _check_rows(x, K)
-    R = x.shape[0]
+    R = idx.shape[0] if idx.dim() == 1 else -1
     nv = fmt == "nvfp4"
-    if K % 32 or scale.shape != (E, N, K // (16 if nv else 32)) or idx.shape != (R,):
+    if K % 32 or scale.shape != (E, N, K // (16 if nv else 32)) or x.shape[0] not in (R, 1):
         raise DSV4Error(f"{fmt}_grouped_gemv: inconsistent shapes")
     _check_quant(quant, K, f"{fmt}_grouped_gemv")
     y = _out(out, R, N, x.device)
@@ -152,7 +165,8 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out, quant: bool = F
         raise DSV4Error(f"{fmt}_grouped_gemv: x and weight need 16-byte aligned rows")
     KC = K // 32
     nw = pick_nw(R, N, _sms(x.device))
-    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x), quant)
+    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x), _round_mode(quant, 2 * K),
+              x.shape[0] == 1)
     key = ("fp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(g), _sig(idx), x.device, consts)
     _run(key, "fp4_grouped", [xw, ww, sw, g, idx, y], [16, 16, 2 if nv else 1, 4 if nv else 1,
                                                    idx.element_size(), 4], consts, x.device)
@@ -160,7 +174,8 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out, quant: bool = F
 
 
 def fp4_grouped_gemv(x, weight, scale, idx, out=None, quant: bool = False) -> torch.Tensor:
-    """x [R, K] bf16, weight [E, N, K/2] int8 (e2m1 pairs), scale [E, N, K/32] e8m0, idx [R].
+    """x [R, K] bf16 (or [1, K]: every row reads it), weight [E, N, K/2] int8 (e2m1 pairs), scale
+    [E, N, K/32] e8m0, idx [R] -> fp32 [R, N].
     quant: x is unrounded; the kernel rounds it as fp8_fake_quant(x, 128) first (K % 128 == 0)."""
     return _grouped("fp4", x, weight, scale, None, idx, out, quant)
 
@@ -192,7 +207,8 @@ def fp8_gemv(x, weight, scale, out=None, groups: int = 1, quant: bool = False) -
     KC = K // 16
     mb = min(M, 8)
     nw = pick_nw(-(-M // mb), N, _sms(x.device), cap=4 if M == 1 else 2)
-    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, min(int(TUNE["pd8"]), -(-KC // 32)), groups, _pdl(x), quant)
+    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, min(int(TUNE["pd8"]), -(-KC // 32)), groups, _pdl(x),
+              _round_mode(quant, 2 * K * mb, groups))
     key = ("fp8_dense", _sig(xw), _sig(ww), _sig(sw), x.device, consts)
     _run(key, "fp8_dense", [xw, ww, sw, y], [16, 16, 1, 4], consts, x.device)
     return y
@@ -207,6 +223,8 @@ def try_expert(fmt: str, x: torch.Tensor, bank: dict, idx: torch.Tensor, quant: 
         return None
     if not _available() or idx.dtype not in (torch.int32, torch.int64):
         return None
+    if x.shape[0] > 1 and x.stride(0) == 0:  # one token's row expanded to its k experts: read it once
+        x = x.as_strided((1, x.shape[1]), (x.shape[1], x.stride(1)))
     x, idx = x.contiguous(), idx.contiguous()
     if not _aligned(x, w) or (w.stride(1) * w.element_size()) % 16 or (w.stride(0) * w.element_size()) % 16:
         return None

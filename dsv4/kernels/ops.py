@@ -180,7 +180,7 @@ def _(x, fn):
 @custom_op("dsv4::sparse_attention", mutates_args=())
 def sparse_attention(q: Tensor, keys: Tensor, mask: Tensor, sink: Tensor, scale: float) -> Tensor:
     """Decode attention with a sink, bf16: q [B, H, D], keys [B, N, D] (K = V), mask [B, N] bool, sink [H]
-    -> o [B, H, D] bf16 with bf16-rounded probabilities; one Triton launch on CUDA."""
+    -> o [B, H, D] bf16 with bf16-rounded probabilities; three short Triton launches on CUDA (keys split across programs)."""
     if q.is_cuda and _triton():
         from dsv4.kernels import _triton_attention
 
@@ -256,8 +256,9 @@ def _round(x: Tensor, quant: bool) -> Tensor:
 
 
 def cute_rounds() -> bool:
-    """Whether the CuTe GEMVs round the activation in registers (the DSL importable; DSV4_CUTE_ROUND=0
-    turns it off: two rounding kernels in front of each GEMV instead, for an A/B)."""
+    """Whether the CuTe GEMVs round the activation themselves (the DSL importable; DSV4_CUTE_ROUND=0
+    turns it off: two rounding kernels in front of each GEMV instead, for an A/B; =registers makes every
+    warp round in registers instead of the CTA once in shared memory)."""
     if os.environ.get("DSV4_CUTE_ROUND", "").strip().lower() in _OFF:
         return False
     from dsv4.kernels import launch

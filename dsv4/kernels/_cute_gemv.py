@@ -169,7 +169,7 @@ def _scaled(tot, g):
 def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
                    mIdx: cute.Tensor, mY: cute.Tensor, N: Constexpr, KC: Constexpr, NW: Constexpr,
                    WARPS: Constexpr, CPL: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr,
-                   Q: Constexpr, ONE: Constexpr):
+                   ONE: Constexpr, Q: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -206,9 +206,9 @@ def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cu
 def fp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, mIdx: cute.Tensor,
             mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr, KC: Constexpr, NW: Constexpr,
             WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr,
-            Q: Constexpr, ONE: Constexpr):
+            ONE: Constexpr, Q: Constexpr):
     grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
-    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV, PDL, Q, ONE).launch(
+    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV, PDL, ONE, Q).launch(
         grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream, use_pdl=PDL)
 
 

@@ -36,14 +36,14 @@ MAX_N = (1 << 21) - 1  # the packed 21-bit counts
 def _keys(x_ptr, offs, n):
     """fp32 at offs (masked to < n) -> order-preserving uint32 keys; padding gets 0, below every float."""
     b = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.uint32, bitcast=True)
-    key = tl.where((b >> 31) != 0, ~b, b | 0x80000000)
+    key = tl.where((b >> 31) != 0, b ^ 0xFFFFFFFF, b | 0x80000000)  # ^ not ~: Triton 3.8's interpreter overflows on ~uint32
     return tl.where(offs < n, key, 0)
 
 
 @triton.jit
 def _value(key):
     """The inverse of _keys: the fp32 a key came from."""
-    b = tl.where((key >> 31) != 0, key ^ 0x80000000, ~key)
+    b = tl.where((key >> 31) != 0, key ^ 0x80000000, key ^ 0xFFFFFFFF)
     return b.to(tl.float32, bitcast=True)
 
 

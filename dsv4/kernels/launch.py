@@ -165,8 +165,8 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out, quant: bool = F
         raise DSV4Error(f"{fmt}_grouped_gemv: x and weight need 16-byte aligned rows")
     KC = K // 32
     nw = pick_nw(R, N, _sms(x.device))
-    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x), _round_mode(quant, 2 * K),
-              x.shape[0] == 1)
+    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x), x.shape[0] == 1,
+              _round_mode(quant, 2 * K))  # the rounding mode Q last, as fp8_dense's
     key = ("fp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(g), _sig(idx), x.device, consts)
     _run(key, "fp4_grouped", [xw, ww, sw, g, idx, y], [16, 16, 2 if nv else 1, 4 if nv else 1,
                                                    idx.element_size(), 4], consts, x.device)

@@ -18,7 +18,9 @@ FORMS = ["control_guards", "control_dispatch", "control_picked", "control_named"
          "control_experts", "host_reads_unseen", "host_data_staging", "host_state_unseen",
          "host_state_hidden", "host_state_attached", "host_state_shapes", "host_state_stdlib",
          "capture_guard", "device_flags", "rng_reseed", "streams_cached", "host_reads_aliased",
-         "host_state_buffers", "control_slices", "host_state_callbacks", "host_data_fields", "host_state_ipc"]
+         "host_state_buffers", "control_slices", "host_state_callbacks", "host_data_fields", "host_state_ipc",
+         "host_state_bound", "rng_fresh", "host_data_derived",
+         "host_reads_config", "control_paths"]
 
 
 def _scan(name: str, factory: str):

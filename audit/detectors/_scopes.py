@@ -149,7 +149,40 @@ def names_cpu(tree: ast.Module, n: ast.AST, line: int, depth: int = _DEPTH) -> b
     (`self.host = torch.device("cpu")` then `.to(self.host)`)."""
     if isinstance(n, ast.Call) and _dotted(n.func) in ("torch.device", "device") and n.args and depth > 0:
         return names_cpu(tree, n.args[0], line, depth - 1)  # torch.device(HOST)
+    if isinstance(n, ast.Attribute) and values(tree, n, line) is None:  # `self.cfg.offload_device`
+        vals = field_values(tree, n.attr)
+        return bool(vals) and all(cpu_literal(v) for v in vals)
     return cpu_literal(n) or resolves_all(tree, n, line, names_cpu, depth)
+
+
+def field_values(tree: ast.Module, attr: str) -> list | None:
+    """Every value a config field `attr` can hold, read from the whole file: its defaults in class
+    bodies (`offload_device: str = "cpu"` in a dataclass), every `x.attr = v` and every `attr=v` keyword
+    of a call. None when no class declares it, one declares it without a default, or a call passes
+    positional arguments to such a class (the field may be set positionally)."""
+    classes, vals = set(), []
+    for c in ast.walk(tree):
+        if not isinstance(c, ast.ClassDef):
+            continue
+        for st in c.body:
+            names = [st.target] if isinstance(st, ast.AnnAssign) else st.targets if isinstance(st, ast.Assign) else []
+            if any(isinstance(t, ast.Name) and t.id == attr for t in names):
+                if st.value is None:
+                    return None
+                classes.add(c.name)
+                vals.append(st.value)
+    if not classes:
+        return None
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any(isinstance(t, ast.Attribute) and t.attr == attr for t in targets):
+                vals.append(n.value if not isinstance(n, ast.AugAssign) else n)
+        elif isinstance(n, ast.Call):
+            if n.args and getattr(n.func, "id", getattr(n.func, "attr", None)) in classes:
+                return None
+            vals += [k.value for k in n.keywords if k.arg == attr or k.arg is None]
+    return vals
 
 
 def _dotted(n) -> str:

@@ -68,10 +68,28 @@ def _decided(p, x):
     return None
 
 
-def locate(ctx, p, a, b):
+def _parted_before(p, q):
+    """The two steps' anchors are the same op reached along different paths (`match phase:` calling
+    one helper from two lines, whose loop then runs another trip count): the executions had parted
+    in an outer frame already, at the branch between those two lines. (file, line, function) or None."""
+    if p is None or q is None:
+        return None
+    for (cp, lp), (cq, lq) in zip(p.stack, q.stack):
+        if cp is not cq:
+            return None
+        if lp != lq:
+            line = _source.branch_between(cp.co_filename, lp, lq)
+            return _at(cp, line) if line else None
+    return None
+
+
+def locate(ctx, p, a, b, q=None):
     """(file, line, function) of the statement where two executions part ways.
 
-    p: the last op both ran (the anchor); a, b: the first ops that differ (None: nothing more ran)."""
+    p: the last op both ran (the anchor; q: the same op in the other step); a, b: the first ops that
+    differ (None: nothing more ran)."""
+    if (found := _parted_before(p, q)):
+        return found
     if a is None or b is None or not _same_path(a, b):  # the same path: another module ran (below)
         for x in (a, b):
             if x is not None and (found := _decided(p, x)):
@@ -109,6 +127,8 @@ def locate(ctx, p, a, b):
             file = fr[0].co_filename
             return _at(fr[0], _source.chooser(file, fr[1]) or _source.picked_by(file, fr[1]) or fr[1])
     code, line = (sa[i - 1] if 0 < i <= len(sa) else sa[-1])
+    if 0 < i < len(sa) and i < len(sb) and sa[i][0] is not sb[i][0]:  # one call line, two functions:
+        line = _source.picked_by(code.co_filename, line) or line  # `fn = STRATEGIES[name]; fn(x)`
     return _at(code, line)
 
 
@@ -137,6 +157,7 @@ def op_sequence_divergence(ctx):
             a = ra[i1] if i1 < len(ra) and tag != "insert" else None  # an insert's ra[i1] is the op after it:
             b = rb[j1] if j1 < len(rb) and tag != "delete" else None  # not part of the difference
             p = ra[i1 - 1] if i1 > 0 else None
+            q = rb[j1 - 1] if j1 > 0 else None
             if a is None and b is None:
                 continue
             what = _what(ctx, tag, s0, s1, ra[i1:i2], rb[j1:j2], a, b)
@@ -145,7 +166,7 @@ def op_sequence_divergence(ctx):
                 # attribute the extra ops to the loop/branch around them
                 a, b = (a, None) if tag == "delete" else (None, b)
             first = sorted({x.op for x in (ra[i1:i2][:1] + rb[j1:j2][:1])})  # sorted: stable across runs
-            hits[locate(ctx, p, a, b)].append((what, " vs ".join(first), (a or b).module, a or b))
+            hits[locate(ctx, p, a, b, q)].append((what, " vs ".join(first), (a or b).module, a or b))
     _fold_loops_into_guards(hits)
     out = []
     n_pairs = len(steps) - 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from audit.detectors import _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors
-from audit.detectors.host_sync import host_born, host_factories
+from audit.detectors.host_sync import host_born, host_derived, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
@@ -82,6 +82,9 @@ def host_data_to_device(ctx):
     host = host_tensors(ctx)  # a host tensor taking host data is no copy to the device
     for recs in ctx.steps:
         born = host_born(recs) | host_factories(recs)
+        on_device = {r.inputs[0].sid for r in recs if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")
+                     and r.stack and r.inputs and _source.builds_on_device(*_src(r))}  # already sent: not host data
+        born |= host_derived(recs, born - on_device)
         hits += [(r, INDEX) for r in _host_indices(recs, born) if not _source.builds_on_device(*_src(r))]
         for r in recs:
             if not r.stack:

@@ -11,6 +11,7 @@ process is poisoned afterwards (docs/hazards.md). Three sources, one finding per
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -227,6 +228,28 @@ def host_factories(recs) -> set:
             and _source.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
 
 
+def host_derived(recs, born: set) -> set:
+    """`born` and the storages of calls that compute only on host data: a torch call whose tensor inputs
+    are all in `born` (or made by that same call) leaves its results in host memory, as the torch
+    helpers around host data do (`pad_sequence([torch.tensor(r) for r in rows])`, `torch.stack`,
+    `t.long()`): a later `.to(D)` of them is a copy from pageable memory all the same."""
+    out = set(born)
+    if not out:
+        return out
+    calls = itertools.groupby((r for r in recs if r.kind == "aten" and r.stack),
+                              key=lambda r: tuple((id(c), n) for c, n in r.stack))
+    for _, call in calls:
+        made, host, ok = set(), False, True
+        for r in call:
+            for m in r.inputs:
+                host |= m.sid in out
+                ok &= m.sid in out or m.sid in made
+            made |= {m.sid for m in r.outputs}
+        if ok and host:
+            out |= made
+    return out
+
+
 def _to_host(ctx):
     """The `.to(<cpu>)` candidates that would copy device->host on a GPU: the source names the CPU and
     the tensor is not a host tensor already (built from host data, or by a factory on the host)."""
@@ -235,7 +258,7 @@ def _to_host(ctx):
         born = None
         for r in recs:
             if r.kind == "host" and r.note == "cpu?" and r.stack:
-                born = host_born(recs) | host_factories(recs) if born is None else born
+                born = host_derived(recs, host_born(recs) | host_factories(recs)) if born is None else born
                 if (not r.inputs or r.inputs[0].sid not in born) and _source.names_cpu(
                         r.stack[-1][0].co_filename, r.stack[-1][1]):
                     keep.add(id(r))

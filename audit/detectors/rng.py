@@ -88,11 +88,25 @@ def reseeding(ctx):
 
 
 _TORCH_SEEDERS = ("torch", "torch.cuda", "torch.random")  # reseeding through these is hooked (`reseeding`)
+_PY_RANDOM = ("random", "np.random", "numpy.random")  # Python's and numpy's global generators: not torch's
+
+
+def _reseeds(node) -> bool:
+    """`gen.manual_seed(s)`, `gen.set_state(st)`, or `gen.seed()`: a fresh nondeterministic seed drawn
+    into the generator (per-request entropy); `random.seed()` / `np.random.seed()` are not torch's."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    recv = ast.unparse(node.func.value)
+    if recv in _TORCH_SEEDERS:
+        return False
+    if node.func.attr in ("manual_seed", "set_state"):
+        return True
+    return node.func.attr == "seed" and not node.args and not node.keywords and recv not in _PY_RANDOM
 
 
 @register("rng")
 def generator_reseeding(ctx):
-    """`gen.manual_seed(...)` / `gen.set_state(...)` on a generator object inside the step (a
+    """`gen.manual_seed(...)` / `gen.set_state(...)` / `gen.seed()` on a generator object inside the step (a
     per-request generator reseeded every token): a C method, so no hook sees it; found in the source
     of the functions that ran in the step, the target's own and library code (with the target's line
     that called into it as the caller). A CUDA generator refuses it during capture."""
@@ -115,9 +129,7 @@ def generator_reseeding(ctx):
                     min([func.lineno] + [d.lineno for d in func.decorator_list]) != first:
                 continue  # only the function that ran (a same-named one elsewhere in the file did not)
             for node in ast.walk(func):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr in ("manual_seed", "set_state")
-                        and ast.unparse(node.func.value) not in _TORCH_SEEDERS):
+                if _reseeds(node):
                     out.append(ctx.finding(
                         "rng", (file, node.lineno, fn), f"Generator.{node.func.attr}", 1.0,
                         f"`{ast.unparse(node.func)}()` reseeds a generator inside the step: capture raises on a CUDA "

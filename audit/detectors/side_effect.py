@@ -10,7 +10,11 @@ an object of a stdlib or installed class (a queue.Queue) from the user's call in
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import functools
 import inspect
+import re
 import sys
 from collections import defaultdict
 
@@ -79,11 +83,18 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
     (`queue.Queue`) when none of its classes is in the user's files (else "")."""
     if change.owner.startswith("<module "):
         mod = sys.modules.get(change.owner[8:-1])
-        obj = vars(mod).get(change.attr.split(".")[0]) if mod is not None and "." in change.attr else None
+        obj = _global_object(mod, change.attr) if mod is not None and "." in change.attr else None
         return [(getattr(mod, "__file__", None), None, True)], _foreign_class(ctx, obj)
     if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran
         return [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})], ""
     obj = _owner(ctx, change.owner)
+    if isinstance(obj, functools.partial):  # its function mutates an argument the partial froze: a bare name
+        fn = inspect.unwrap(obj.func)
+        try:
+            lines, start = inspect.getsourcelines(fn)
+            return [(inspect.getsourcefile(fn), (start, start + len(lines)), True)], ""
+        except (OSError, TypeError):
+            return [], ""
     files = []
     for cls in type(obj).__mro__ if obj is not None else ():
         try:
@@ -92,6 +103,24 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
         except (OSError, TypeError):
             continue
     return files, _foreign_class(ctx, obj)
+
+
+def _head(attr: str) -> str:
+    """The global's own name in a state key: `_REGISTRY` of `_REGISTRY['decode'].count`."""
+    return re.match(r"[^.\[]*", attr).group(0)
+
+
+def _global_object(mod, attr: str):
+    """The object whose attribute changed under a module global: the global itself (`METRICS.steps`)
+    or the member of a global list or dict (`_REGISTRY['decode'].count`), else None."""
+    obj = vars(mod).get(_head(attr))
+    key = re.match(r"[^.\[]*\[(.*)\]\.[^.]*$", attr)
+    if key is not None and isinstance(obj, (dict, list, tuple)):
+        with contextlib.suppress(Exception):
+            k = ast.literal_eval(key.group(1))
+            return obj[k]
+        return None
+    return obj
 
 
 def _foreign_class(ctx, obj) -> str:
@@ -112,7 +141,7 @@ def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str]:
     the files of the step's own code and of the object that holds it, from the attribute holding it.
     Calls in functions that ran come first."""
     module = change.owner.startswith("<module ")
-    holder, files = (change.attr.split(".")[0], [getattr(sys.modules.get(change.owner[8:-1]), "__file__", None)]) \
+    holder, files = (_head(change.attr), [getattr(sys.modules.get(change.owner[8:-1]), "__file__", None)]) \
         if module else _holder(ctx, change.owner)
     if not holder:
         return [], ""

@@ -123,7 +123,9 @@ _SEEDERS = [(torch, "manual_seed", "torch.manual_seed"), (torch.random, "manual_
             (torch, "set_rng_state", "torch.set_rng_state"), (torch.random, "set_rng_state", "torch.set_rng_state"),
             (torch.cuda, "manual_seed", "torch.cuda.manual_seed"),
             (torch.cuda, "manual_seed_all", "torch.cuda.manual_seed_all"),
-            (torch.cuda, "set_rng_state", "torch.cuda.set_rng_state")]
+            (torch.cuda, "set_rng_state", "torch.cuda.set_rng_state"),
+            (torch.cuda, "set_rng_state_all", "torch.cuda.set_rng_state_all"),
+            (torch.cuda, "seed", "torch.cuda.seed"), (torch.cuda, "seed_all", "torch.cuda.seed_all")]
 
 
 def _sync_targets(cuda: bool):

@@ -9,6 +9,8 @@ and of the user modules' globals, right before and right after each audited step
 from __future__ import annotations
 
 import contextvars
+import functools
+import inspect
 import os
 import sys
 import types
@@ -30,6 +32,8 @@ _SKIP_ATTRS = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_s
 def _is_user_object(v) -> bool:
     """Instances of user classes (not torch/stdlib) whose attributes we should look into: with a
     __dict__, or with __slots__ (`@dataclass(slots=True)` request state)."""
+    if isinstance(v, functools.partial):  # a logits processor bound with `state={}`: its arguments
+        return True
     t = type(v)
     mod = getattr(t, "__module__", "") or ""
     return (hasattr(v, "__dict__") or bool(_slot_names(t))) and not isinstance(
@@ -51,8 +55,20 @@ def _slot_names(t: type) -> tuple[str, ...]:
 _SLOTS: dict[type, tuple[str, ...]] = {}
 
 
+def _bound_args(p: functools.partial) -> list[tuple[str, object]]:
+    """(parameter, value) of the arguments a partial froze: a function that mutates one of them
+    (`state["n"] += 1` on `partial(penalty, state={})`) changes state the partial keeps across steps."""
+    try:
+        return list(inspect.signature(p.func).bind_partial(*p.args, **p.keywords).arguments.items())
+    except (TypeError, ValueError):  # a builtin without a signature, arguments that do not bind
+        return [(f"args[{i}]", a) for i, a in enumerate(p.args)] + list(p.keywords.items())
+
+
 def _instance_items(obj) -> list[tuple[str, object]]:
-    """An object's attributes: its __dict__, then any __slots__ that are set."""
+    """An object's attributes: its __dict__, then any __slots__ that are set; a functools.partial's
+    frozen arguments, by the names of its function's parameters."""
+    if isinstance(obj, functools.partial):
+        return _bound_args(obj)
     items = list(getattr(obj, "__dict__", {}).items())
     for name in _slot_names(type(obj)):
         try:
@@ -224,6 +240,7 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
                 snap.update(_function_state(v))
             elif isinstance(v, PLAIN):
                 snap[(f"<module {name}>", k)] = fingerprint(v)
+                snap.update(((f"<module {name}>", f"{k}{sub}"), fp) for sub, fp in _member_objects(v))
             elif isinstance(v, contextvars.ContextVar):  # a request-scoped counter: its value in this context
                 snap[(f"<module {name}>", k)] = fingerprint(v.get("<unset>"))
             elif _is_user_object(v):  # a global metrics / config object: its attributes
@@ -231,6 +248,19 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
     for cls in _user_classes(objects):
         snap.update(_class_state(cls))
     return snap
+
+
+def _member_objects(v) -> list[tuple[str, object]]:
+    """(`[key].attr`, fingerprint) of the user objects a module-level list or dict holds (a metrics
+    registry `{name: Histogram}`): their attributes are state as a global object's are."""
+    if isinstance(v, dict) and len(v) <= 4096:
+        pairs = list(v.items())
+    elif isinstance(v, (list, tuple, deque)) and len(v) <= 4096:
+        pairs = list(enumerate(v))
+    else:
+        return []
+    return [(f"[{key!r}].{a}", fp) for key, x in pairs if _is_user_object(x) and not isinstance(x, nn.Module)
+            for a, fp in _attrs(x)]
 
 
 def _user_classes(objects) -> list[type]:
@@ -244,7 +274,8 @@ def _user_classes(objects) -> list[type]:
 
 
 def _class_state(cls: type) -> dict:
-    """Class attributes (`Decoder.total_steps += 1`) and the closure cells of the class's methods
+    """Class attributes (`Decoder.total_steps += 1`), the attributes of user objects kept on the class
+    (a descriptor's own counters), and the closure cells of the class's methods
     (`nonlocal count` in a class defined inside a factory): state a step can change."""
     out = {}
     for k, v in list(vars(cls).items()):
@@ -252,6 +283,8 @@ def _class_state(cls: type) -> dict:
             continue
         if isinstance(v, PLAIN):
             out[(f"<class {cls.__qualname__}>", k)] = fingerprint(v)
+        elif _is_user_object(v) and not isinstance(v, nn.Module):  # a descriptor counting its hits
+            out.update(((f"<class {cls.__qualname__}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
         fn = v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
         if isinstance(fn, types.FunctionType):
             for name, fp in _cells(fn):

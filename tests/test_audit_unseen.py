@@ -93,3 +93,31 @@ def test_each_line_of_a_dict_names_the_key_it_changes():
                  and "HAZARD" in text)
         msg = rows[rows.line.astype(int) == n].message
         assert len(msg) == 1 and f"stats['{key}']" in msg.iloc[0], (key, rows[["line", "message"]].to_string())
+
+
+def test_a_config_field_names_the_cpu_only_when_it_is_not_the_compute_device():
+    """`.to(self.cfg.spill_device)` with the field's only value "cpu" reads the CPU; a field named `device`
+    with the default "cpu" does not (a launcher in another file sets it to the GPU)."""
+    import ast
+    import textwrap
+
+    from audit.detectors._scopes import names_cpu
+
+    def reads_cpu(field: str) -> bool:
+        src = textwrap.dedent(f"""
+            import dataclasses
+            @dataclasses.dataclass
+            class Cfg:
+                {field}: str = "cpu"
+            class Step:
+                def __init__(self):
+                    self.cfg = Cfg()
+                def step(self, t):
+                    return t.to(self.cfg.{field})
+        """)
+        tree = ast.parse(src)
+        call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "to")
+        return names_cpu(tree, call.args[0], call.lineno)
+
+    assert reads_cpu("spill_device") and reads_cpu("offload_device")
+    assert not reads_cpu("device") and not reads_cpu("compute_device")

@@ -149,10 +149,16 @@ def names_cpu(tree: ast.Module, n: ast.AST, line: int, depth: int = _DEPTH) -> b
     (`self.host = torch.device("cpu")` then `.to(self.host)`)."""
     if isinstance(n, ast.Call) and _dotted(n.func) in ("torch.device", "device") and n.args and depth > 0:
         return names_cpu(tree, n.args[0], line, depth - 1)  # torch.device(HOST)
-    if isinstance(n, ast.Attribute) and values(tree, n, line) is None:  # `self.cfg.offload_device`
-        vals = field_values(tree, n.attr)
+    if isinstance(n, ast.Attribute) and n.attr not in _COMPUTE_FIELDS and values(tree, n, line) is None:
+        vals = field_values(tree, n.attr)  # `self.cfg.offload_device` with the default "cpu"
         return bool(vals) and all(cpu_literal(v) for v in vals)
     return cpu_literal(n) or resolves_all(tree, n, line, names_cpu, depth)
+
+
+# A config field with one of these names is the compute device: its "cpu" default is what a launcher in
+# another file overrides with the GPU (`Config(device=args.device)`), so the default says nothing.
+_COMPUTE_FIELDS = frozenset({"device", "dev", "compute_device", "model_device", "default_device", "target_device",
+                             "torch_device", "run_device", "main_device"})
 
 
 def field_values(tree: ast.Module, attr: str) -> list | None:

@@ -3,7 +3,7 @@
 KV offload managers take their offload device from a dataclass config whose default is the CPU; the step
 spills a block with `.to(self.cfg.spill_device)`. On a GPU that is a copy into pageable host memory: the
 host waits for the device. The twin's config is built with the target's device, so its `.to(...)` stays
-on the device.
+on the device, and its `device` field's "cpu" is a compute device's default (set elsewhere at run time).
 """
 
 import dataclasses
@@ -22,6 +22,11 @@ class SpillConfig:
 @dataclasses.dataclass
 class StageConfig:
     stage_device: str = "cpu"
+
+
+@dataclasses.dataclass
+class RunConfig:  # the compute device: "cpu" is only the default a launcher elsewhere overrides
+    device: str = "cpu"
 
 
 class Spill:
@@ -45,10 +50,12 @@ class SpillClean(Spill):
         super().__init__(device)
         self.stage = StageConfig(stage_device=device)
 
+        self.run = RunConfig()
+
     @torch.no_grad()
     def step(self):
         self.kv.mul_(0.5).add_(self.x)
-        return self.kv[:2].to(self.stage.stage_device)
+        return self.kv[:2].to(self.stage.stage_device) + self.kv[2:].to(self.run.device)
 
 
 def make(device):

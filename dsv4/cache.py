@@ -5,7 +5,9 @@
   since the graph-ready path writes (masked) into the slot of the block being filled.
 - comp_state / index_state: a compressor's partial block (kv and gate logits, fp32). Ratio 4
   (overlapping) keeps 2m slots: the last complete block (read through its `a` channels) and the
-  block being filled; ratio 128 keeps m slots.
+  block being filled; ratio 128 keeps m slots. kv and score are two views of one buffer `both`
+  ([B, slots, 2, c*hd]): the graph-ready step writes a token's slot and shifts a completed block with one
+  op each on `both` instead of one per tensor (under inductor each mutated buffer costs a kernel).
 - index_keys: the indexer's own compressed keys (ratio-4 layers).
 Nothing here is reallocated during decode, which is what lets a graph replay read it.
 """
@@ -21,15 +23,16 @@ from dsv4.config import ModelConfig
 
 @dataclass
 class CompressorState:
-    kv: torch.Tensor     # [B, slots, c*hd] fp32
-    score: torch.Tensor  # [B, slots, c*hd] fp32, -inf where empty
+    kv: torch.Tensor     # [B, slots, c*hd] fp32 (a view of both[:, :, 0])
+    score: torch.Tensor  # [B, slots, c*hd] fp32, -inf where empty (a view of both[:, :, 1])
+    both: torch.Tensor   # [B, slots, 2, c*hd] fp32: kv and score of each slot side by side
 
     @classmethod
     def allocate(cls, batch: int, ratio: int, width: int, device) -> "CompressorState":
         slots = 2 * ratio if ratio == 4 else ratio
         c = 2 if ratio == 4 else 1
-        shape = (batch, slots, c * width)
-        st = cls(torch.zeros(shape, device=device), torch.empty(shape, device=device))
+        both = torch.empty(batch, slots, 2, c * width, device=device)
+        st = cls(both[:, :, 0], both[:, :, 1], both)
         st.reset()
         return st
 

@@ -163,7 +163,7 @@ class Transformer(nn.Module):
             if c is None:
                 continue
             out += [t for t in (c.window, c.comp, c.index_keys) if t is not None]
-            out += [t for st in (c.comp_state, c.index_state) if st is not None for t in (st.kv, st.score)]
+            out += [st.both for st in (c.comp_state, c.index_state) if st is not None]  # kv and score
         return out
 
     @property

@@ -18,7 +18,7 @@ from dsv4.cache import CompressorState
 from dsv4.layers.attention import Attention, sparse_attention
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.indexer import Indexer
-from dsv4.ops.compress import compress_step_ref
+from dsv4.ops.compress import compress_step_both
 
 
 def write_slot(buf: torch.Tensor, slot: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None) -> None:
@@ -36,7 +36,7 @@ def compressor_step(comp: Compressor, x: torch.Tensor, pos: torch.Tensor, state:
     kv, z = comp.project(x, pos.view(1))
     pooled = kernels.compress_step(kv[:, 0], z[:, 0], state.kv, state.score, pos, m, comp.overlap)
     if pooled is None:
-        pooled = compress_step_ref(kv[:, 0], z[:, 0], state.kv, state.score, pos, m, comp.overlap)
+        pooled = compress_step_both(kv[:, 0], z[:, 0], state.both, pos, m, comp.overlap)
     entry = comp.finish(pooled[:, None], pos // m)[:, 0]
     done = ((pos + 1) % m) == 0
     write_slot(out, (pos // m).view(1), entry, keep=~done)

@@ -36,3 +36,17 @@ def compress_step_ref(kv_new: torch.Tensor, z_new: torch.Tensor, kv_state: torch
         for t in (kv_state, score_state):
             t[:, :ratio] = torch.where(done, t[:, ratio:], t[:, :ratio])
     return pooled
+
+
+def compress_step_both(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor, pos: torch.Tensor, ratio: int,
+                       overlap: bool) -> torch.Tensor:
+    """compress_step_ref on the state buffer that holds kv and the gate logits side by side ([B, slots, 2,
+    c*hd], dsv4/cache.py): the same values, with one slot write and one block shift instead of two each
+    (the graph-ready path's default: under inductor every mutated buffer is a kernel of its own)."""
+    slot = (pos % ratio + (ratio if overlap else 0)).view(1)
+    both.index_copy_(1, slot, torch.stack((kv_new, z_new), dim=1).unsqueeze(1).to(both.dtype))
+    pooled = pool_rows(both[:, :, 0], both[:, :, 1], ratio, overlap)
+    if overlap:
+        done = ((pos + 1) % ratio) == 0
+        both[:, :ratio] = torch.where(done, both[:, ratio:], both[:, :ratio])
+    return pooled

@@ -114,6 +114,13 @@ def test_sparse_attention_kernel_follows_the_reference_in_three_launches(B, H, N
     other = keys.clone()
     other[~mask] = 77.0
     assert torch.equal(o, ops.sparse_attention(q, other, mask, sink, D ** -0.5))
+    from dsv4.layers.rope import apply_rope  # the inverse RoPE in the last launch (DSV4_TRITON_ATTN_ROPE=1)
+
+    ang = (torch.rand(32, generator=rng) * 40).cuda()
+    roped = ops.sparse_attention(q, keys, mask, sink, D ** -0.5, ang.cos(), ang.sin())
+    want = apply_rope(o, ang.cos(), ang.sin(), inverse=True)
+    assert ((roped.float() - want.float()).abs() <= want.float().abs() * 2 ** -7).all()  # one bf16 step (FMA)
+    assert torch.equal(roped[..., :D - 64], o[..., :D - 64])
     out = torch.empty_like(o)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

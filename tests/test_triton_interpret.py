@@ -211,6 +211,15 @@ def test_sparse_attention_kernel_matches_the_reference():
             assert torch.equal(o, A.sparse_attention(q, other, mask, sink, scale))
             assert not torch.equal(o, A.sparse_attention(q, keys, mask, sink + 3, scale))
             assert torch.equal(o, A.sparse_attention(q, keys, mask, sink, scale))
+            from dsv4.layers.rope import apply_rope
+            for rd in (16, D):  # the inverse RoPE in the last launch: the last rd features, or all of them
+                ang = torch.rand(rd // 2, generator=g) * 40
+                cos, sin = torch.cos(ang), torch.sin(ang)
+                want = apply_rope(o, cos, sin, inverse=True)
+                got = A.sparse_attention(q, keys, mask, sink, scale, cos, sin)
+                # within one bf16 step (the interpreter's casts to bf16 truncate; the GPU's round to nearest)
+                assert ((got.float() - want.float()).abs() <= want.float().abs() * 2 ** -7).all(), (B, H, N, D, rd)
+                assert torch.equal(got[..., : D - rd], o[..., : D - rd]) and not torch.equal(got, o)
     """)
 
 

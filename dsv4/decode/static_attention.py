@@ -15,9 +15,11 @@ import torch
 
 from dsv4 import kernels
 from dsv4.cache import CompressorState
-from dsv4.layers.attention import Attention, sparse_attention
+from dsv4.layers.attention import Attention
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.indexer import Indexer
+from dsv4.layers.rope import rope_angles
+from dsv4.ops.attention import sparse_attention_ref
 from dsv4.ops.compress import compress_step_both
 
 
@@ -61,7 +63,7 @@ class StaticAttention:
 
     def attend(self, x: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, qr: torch.Tensor,
                pos: torch.Tensor) -> torch.Tensor:
-        """Cache updates + sparse attention -> o [B,1,H,D] (before the inverse RoPE)."""
+        """Cache updates + sparse attention -> o [B,1,H,D], rotated back by the inverse RoPE."""
         a, cache, W = self.attn, self.attn.cache, self.cfg.window_size
         write_slot(cache.window, (pos % W).view(1), kv[:, 0])
         keys = [cache.window]
@@ -74,8 +76,12 @@ class StaticAttention:
                 comp_keys, comp_mask = self.select(x, qr, pos, visible)
             keys.append(comp_keys)
             masks.append(comp_mask)
-        return sparse_attention(q, torch.cat(keys, 1), torch.cat(masks, 2), a.attn_sink, a.scale,
-                                self.cfg.act_dtype)
+        keys, mask = torch.cat(keys, 1), torch.cat(masks, 2)
+        cos, sin = rope_angles(pos.view(1), a.freqs)  # the kernels may rotate o back in their last launch
+        o = kernels.sparse_attention(q, keys, mask, a.attn_sink, a.scale, self.cfg.act_dtype, unrope=(cos[0], sin[0]))
+        if o is not None:
+            return o
+        return a.unrope(sparse_attention_ref(q, keys, mask, a.attn_sink, a.scale, self.cfg.act_dtype), pos.view(1))
 
     def select(self, x, qr, pos, visible):
         """Indexer top-k with a fixed k: invisible blocks score -inf and are masked after the gather."""
@@ -90,4 +96,4 @@ class StaticAttention:
         return keys, (values > float("-inf")).unsqueeze(1)
 
     def output(self, o: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        return self.attn.output(o, pos.view(1))
+        return self.attn.project_out(o)  # attend rotated o back already

@@ -202,10 +202,14 @@ def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | No
 
 
 def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, sink: torch.Tensor, scale: float,
-                     probs_dtype: torch.dtype) -> torch.Tensor | None:
+                     probs_dtype: torch.dtype, unrope: tuple[torch.Tensor, torch.Tensor] | None = None
+                     ) -> torch.Tensor | None:
     """layers/attention.sparse_attention in three short launches for decode in bfloat16 mode (q [B, 1, H, D],
     keys [B, N, D], mask [B, 1, N] bool or None, bf16 probabilities), or None to use the reference.
-    At every batch, or as DSV4_TRITON_ATTN=1 / 0 says (LAYER_KERNEL_ROWS)."""
+    At every batch, or as DSV4_TRITON_ATTN=1 / 0 says (LAYER_KERNEL_ROWS). With `unrope` = (cos, sin) of
+    the one query position ([RD / 2] fp32), o comes back rotated by the inverse RoPE (Attention.unrope):
+    inside the last launch where DSV4_TRITON_ATTN_ROPE=1 (not measured on a GPU yet: off by default), else
+    by the same torch ops after it."""
     if (not _applies(q) or q.dim() != 4 or q.shape[1] != 1 or q.dtype != torch.bfloat16 or keys.dtype != torch.bfloat16
             or probs_dtype != torch.bfloat16 or q.shape[-1] & (q.shape[-1] - 1)
             or _off("ATTN", q.shape[0])):
@@ -214,7 +218,14 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | N
 
     B, N = keys.shape[0], keys.shape[1]
     m = torch.ones(B, N, dtype=torch.bool, device=q.device) if mask is None else mask.reshape(B, N)
-    return ops.sparse_attention(q[:, 0], keys, m, sink, scale)[:, None]
+    if unrope is not None and not _off("ATTN_ROPE", B):
+        return ops.sparse_attention(q[:, 0], keys, m, sink, scale, *unrope)[:, None]
+    o = ops.sparse_attention(q[:, 0], keys, m, sink, scale)[:, None]
+    if unrope is None:
+        return o
+    from dsv4.layers.rope import apply_rope
+
+    return apply_rope(o, unrope[0], unrope[1], inverse=True)
 
 
 def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor | None:

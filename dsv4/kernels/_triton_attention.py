@@ -98,18 +98,30 @@ def _split_out(q_ptr, k_ptr, m_ptr, st_ptr, part_ptr, H, N, S, scale, sqb, sqh, 
 
 
 @triton.jit
-def _split_sum(part_ptr, o_ptr, H, S, sob, soh, D: tl.constexpr, BLOCK_D: tl.constexpr, S_P2: tl.constexpr,
-               PDL: tl.constexpr):
+def _split_sum(part_ptr, o_ptr, cos_ptr, sin_ptr, H, S, sob, soh, D: tl.constexpr, BLOCK_D: tl.constexpr,
+               S_P2: tl.constexpr, RD: tl.constexpr, PDL: tl.constexpr):
     """Pass 3, one program per (head, sequence, D chunk): o = the splits' partial outputs summed (one
     [S, BLOCK_D] load, a fixed reduction tree: deterministic), in o's dtype. One program per (sequence,
-    head tile) looping over the splits took 17 us at batch 1 (20 dependent 32 KB loads)."""
+    head tile) looping over the splits took 17 us at batch 1 (20 dependent 32 KB loads). With RD > 0 the
+    last RD features then get the inverse RoPE at the query position (cos, sin [RD / 2]), on o rounded to
+    o's dtype first, as layers/rope.apply_rope(o, inverse=True) does after the attention."""
     pdl_wait(PDL)
     h = tl.program_id(0)
     b = tl.program_id(1)
     rd = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
     rs = tl.arange(0, S_P2)
     part = tl.load(part_ptr + ((b * S + rs[:, None]) * H + h) * D + rd[None, :], mask=rs[:, None] < S, other=0.0)
-    tl.store(o_ptr + b * sob + h * soh + rd, tl.sum(part, axis=0).to(o_ptr.dtype.element_ty))
+    o = tl.sum(part, axis=0).to(o_ptr.dtype.element_ty)
+    if RD > 0:
+        x, y = tl.split(tl.reshape(o.to(tl.float32), (BLOCK_D // 2, 2)))  # the interleaved pairs (2i, 2i + 1)
+        i = (tl.program_id(2) * BLOCK_D + 2 * tl.arange(0, BLOCK_D // 2) - (D - RD)) // 2
+        roped = i >= 0
+        c = tl.load(cos_ptr + i, mask=roped, other=1.0)
+        s = tl.load(sin_ptr + i, mask=roped, other=0.0)
+        pair = tl.join(x * c + y * s, y * c - x * s)  # rotation by -angle
+        rot = tl.reshape(pair, (BLOCK_D,)).to(o_ptr.dtype.element_ty)
+        o = tl.where(rd >= D - RD, rot, o)
+    tl.store(o_ptr + b * sob + h * soh + rd, o)
 
 
 def _sms(t: torch.Tensor) -> int:
@@ -126,13 +138,15 @@ def split_tiles(n_tiles: int, programs: int, sms: int) -> int:
 
 
 def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, sink: torch.Tensor,
-                     scale: float) -> torch.Tensor:
+                     scale: float, cos: torch.Tensor | None = None, sin: torch.Tensor | None = None) -> torch.Tensor:
     """q [B, H, D] bf16, keys [B, N, D] bf16, mask [B, N] bool, sink [H] -> o [B, H, D] bf16, with
-    bf16-rounded probabilities (see the module docstring)."""
+    bf16-rounded probabilities (see the module docstring); with cos, sin [RD / 2] fp32 (one query
+    position for the batch), o's last RD features rotated back by the inverse RoPE."""
     B, H, D = q.shape
     N = keys.shape[1]
     if (q.dtype != torch.bfloat16 or keys.dtype != torch.bfloat16 or keys.shape != (B, N, D) or mask.shape != (B, N)
-            or D & (D - 1) or D < 16):
+            or D & (D - 1) or D < 16 or (cos is not None and (sin is None or sin.numel() != cos.numel()
+                                                            or 2 * cos.numel() > D or cos.numel() & (cos.numel() - 1)))):
         raise ValueError(f"sparse_attention: q {q.dtype} {tuple(q.shape)}, keys {keys.dtype} {tuple(keys.shape)}, "
                          f"mask {tuple(mask.shape)}")
     if q.stride(-1) != 1:
@@ -155,6 +169,11 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, si
         _split_stats[grid](q, keys, m8, sink.float().contiguous(), st, *common, **meta)
         _split_out[grid](q, keys, m8, st, part, *common, S_P2=triton.next_power_of_2(S), **meta)
         bd = min(D, max(16, 4096 // triton.next_power_of_2(S)))  # at most 4096 partial values a program
-        _split_sum[(H, B, D // bd)](part, o, H, S, o.stride(0), o.stride(1), D=D, BLOCK_D=bd,
-                                    S_P2=triton.next_power_of_2(S), num_warps=4, **launch_args(q))
+        rope = 0 if cos is None else 2 * cos.numel()
+        if rope:
+            bd = max(bd, triton.next_power_of_2(rope))  # the roped features in one chunk's tail
+            cos, sin = cos.float().contiguous(), sin.float().contiguous()
+        _split_sum[(H, B, D // bd)](part, o, cos if rope else o, sin if rope else o, H, S, o.stride(0), o.stride(1),
+                                    D=D, BLOCK_D=bd, S_P2=triton.next_power_of_2(S), RD=rope, num_warps=4,
+                                    **launch_args(q))
     return o

@@ -78,13 +78,20 @@ class Attention(nn.Module):
         return q, kv, qr
 
     def output(self, o: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Inverse RoPE at the query position, block-diagonal wo_a per group, then wo_b.
+        """Inverse RoPE at the query position, block-diagonal wo_a per group, then wo_b."""
+        return self.project_out(self.unrope(o, pos))
+
+    def unrope(self, o: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """o [B,T,H,D] rotated back by the inverse RoPE at its query positions pos [T]."""
+        cos, sin = rope_angles(pos, self.freqs)
+        return apply_rope(o, cos.unsqueeze(-2), sin.unsqueeze(-2), inverse=True)
+
+    def project_out(self, o: torch.Tensor) -> torch.Tensor:
+        """Block-diagonal wo_a per group, then wo_b, of the un-roped o.
 
         wo_b's fp32 result goes through `reduce` before the cast, so a tensor-parallel rank's
         partial sum over its groups is summed with the others' and rounded once, like the
         unsharded product."""
-        cos, sin = rope_angles(pos, self.freqs)
-        o = apply_rope(o, cos.unsqueeze(-2), sin.unsqueeze(-2), inverse=True)
         # no FP8 rounding of o here: the released model runs wo_a as a bf16 einsum (its convert.py
         # dequantizes wo_a to bf16), unlike every other FP8 projection
         o = o.flatten(2).unflatten(-1, (self.groups, -1)).to(self.cfg.act_dtype)

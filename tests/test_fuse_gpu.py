@@ -121,6 +121,13 @@ def test_sparse_attention_kernel_follows_the_reference_in_three_launches(B, H, N
     want = apply_rope(o, ang.cos(), ang.sin(), inverse=True)
     assert ((roped.float() - want.float()).abs() <= want.float().abs() * 2 ** -7).all()  # one bf16 step (FMA)
     assert torch.equal(roped[..., :D - 64], o[..., :D - 64])
+    # the keys read where they lie (DSV4_TRITON_ATTN_KEYS=1): the window, then picked compressed entries
+    W = min(128, N // 2)
+    comp = torch.randn(B, 2 * N, D, generator=rng).bfloat16().cuda()
+    sel = torch.randint(0, 2 * N, (B, N - W), generator=rng).cuda()
+    flat = torch.cat((keys[:, :W], comp.gather(1, sel[..., None].expand(-1, -1, D))), 1)
+    assert torch.equal(ops.sparse_attention(q, keys[:, :W], mask, sink, D ** -0.5, comp=comp, sel=sel),
+                       ops.sparse_attention(q, flat, mask, sink, D ** -0.5))
     out = torch.empty_like(o)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -308,12 +308,20 @@ def test_sparse_attention_op_twin_is_the_reference(rng):
     declines on the CPU, so the reference path stays the one the model runs there."""
     from dsv4 import kernels
     from dsv4.kernels import ops
+    from dsv4.layers.rope import apply_rope
     from dsv4.ops.attention import sparse_attention_ref
 
     q, keys = torch.randn(2, 4, 32, generator=rng).bfloat16(), torch.randn(2, 9, 32, generator=rng).bfloat16()
     mask, sink = torch.rand(2, 9, generator=rng) < 0.6, torch.randn(4, generator=rng)
     ref = sparse_attention_ref(q[:, None], keys, mask[:, None], sink, 0.2, torch.bfloat16)[:, 0]
     assert torch.equal(ops.sparse_attention(q, keys, mask, sink, 0.2), ref)
+    # the window's rows then picked compressed entries, and the inverse RoPE, as the twin composes them
+    comp, sel = torch.randn(2, 7, 32, generator=rng).bfloat16(), torch.randint(0, 7, (2, 5), generator=rng)
+    flat = torch.cat((keys[:, :4], comp.gather(1, sel[..., None].expand(-1, -1, 32))), 1)
+    ang = torch.rand(8, generator=rng) * 9
+    want = apply_rope(sparse_attention_ref(q[:, None], flat, mask[:, None], sink, 0.2, torch.bfloat16)[:, 0],
+                      ang.cos(), ang.sin(), inverse=True)
+    assert torch.equal(ops.sparse_attention(q, keys[:, :4], mask, sink, 0.2, ang.cos(), ang.sin(), comp, sel), want)
     before = kernels.use(True)
     try:
         assert kernels.sparse_attention(q[:, None], keys, mask[:, None], sink, 0.2, torch.bfloat16) is None

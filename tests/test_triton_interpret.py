@@ -220,6 +220,14 @@ def test_sparse_attention_kernel_matches_the_reference():
                 # within one bf16 step (the interpreter's casts to bf16 truncate; the GPU's round to nearest)
                 assert ((got.float() - want.float()).abs() <= want.float().abs() * 2 ** -7).all(), (B, H, N, D, rd)
                 assert torch.equal(got[..., : D - rd], o[..., : D - rd]) and not torch.equal(got, o)
+            # keys read in place: the window's rows, then compressed entries in order or picked by index
+            W = N // 3
+            comp = torch.randn(B, N + 5, D, generator=g).bfloat16()
+            sel = torch.randint(0, N + 5, (B, N - W), generator=g)
+            for c, s_, flat in ((comp[:, : N - W], None, torch.cat((keys[:, :W], comp[:, : N - W]), 1)),
+                                (comp, sel, torch.cat((keys[:, :W], comp.gather(1, sel[..., None].expand(-1, -1, D))), 1))):
+                assert torch.equal(A.sparse_attention(q, keys[:, :W], mask, sink, scale, comp=c, sel=s_),
+                                   A.sparse_attention(q, flat, mask, sink, scale))
     """)
 
 

@@ -19,7 +19,7 @@ from dsv4.layers.attention import Attention
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.indexer import Indexer
 from dsv4.layers.rope import rope_angles
-from dsv4.ops.attention import sparse_attention_ref
+from dsv4.ops.attention import sparse_attention_ref, window_then_entries
 from dsv4.ops.compress import compress_step_both
 
 
@@ -66,25 +66,27 @@ class StaticAttention:
         """Cache updates + sparse attention -> o [B,1,H,D], rotated back by the inverse RoPE."""
         a, cache, W = self.attn, self.attn.cache, self.cfg.window_size
         write_slot(cache.window, (pos % W).view(1), kv[:, 0])
-        keys = [cache.window]
         masks = [(self.window_slots <= pos).expand(x.shape[0], 1, W)]
+        comp = sel = None
         if a.ratio:
             compressor_step(a.compressor, x, pos, cache.comp_state, cache.comp)
             visible = self.comp_slots < (pos + 1) // a.ratio
-            comp_keys, comp_mask = cache.comp, visible.expand(x.shape[0], 1, -1)
+            comp, comp_mask = cache.comp, visible.expand(x.shape[0], 1, -1)
             if a.indexer is not None:
-                comp_keys, comp_mask = self.select(x, qr, pos, visible)
-            keys.append(comp_keys)
+                sel, comp_mask = self.select(x, qr, pos, visible)
             masks.append(comp_mask)
-        keys, mask = torch.cat(keys, 1), torch.cat(masks, 2)
+        mask = torch.cat(masks, 2)
         cos, sin = rope_angles(pos.view(1), a.freqs)  # the kernels may rotate o back in their last launch
-        o = kernels.sparse_attention(q, keys, mask, a.attn_sink, a.scale, self.cfg.act_dtype, unrope=(cos[0], sin[0]))
+        o = kernels.sparse_attention(q, cache.window, mask, a.attn_sink, a.scale, self.cfg.act_dtype,
+                                     unrope=(cos[0], sin[0]), comp=comp, sel=sel)
         if o is not None:
             return o
+        keys = window_then_entries(cache.window, comp, sel)
         return a.unrope(sparse_attention_ref(q, keys, mask, a.attn_sink, a.scale, self.cfg.act_dtype), pos.view(1))
 
     def select(self, x, qr, pos, visible):
-        """Indexer top-k with a fixed k: invisible blocks score -inf and are masked after the gather."""
+        """Indexer top-k with a fixed k: invisible blocks score -inf and are masked -> (indices [B, k] of
+        the picked compressed entries, their mask [B, 1, k])."""
         a, cache = self.attn, self.attn.cache
         compressor_step(a.indexer.compressor, x, pos, cache.index_state, cache.index_keys)
         iq, iw = a.indexer.queries(x, qr, pos.view(1))
@@ -92,8 +94,7 @@ class StaticAttention:
         scores = scores.masked_fill(~visible, float("-inf"))
         top = kernels.topk(scores, self.topk)  # one Triton launch (index order), or None: torch.topk
         values, indices = top if top is not None else scores.topk(self.topk, dim=-1)
-        keys = cache.comp.gather(1, indices.unsqueeze(-1).expand(-1, -1, cache.comp.shape[-1]))
-        return keys, (values > float("-inf")).unsqueeze(1)
+        return indices, (values > float("-inf")).unsqueeze(1)
 
     def output(self, o: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         return self.attn.project_out(o)  # attend rotated o back already

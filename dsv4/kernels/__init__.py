@@ -202,25 +202,33 @@ def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | No
 
 
 def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, sink: torch.Tensor, scale: float,
-                     probs_dtype: torch.dtype, unrope: tuple[torch.Tensor, torch.Tensor] | None = None
-                     ) -> torch.Tensor | None:
+                     probs_dtype: torch.dtype, unrope: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     comp: torch.Tensor | None = None, sel: torch.Tensor | None = None) -> torch.Tensor | None:
     """layers/attention.sparse_attention in three short launches for decode in bfloat16 mode (q [B, 1, H, D],
     keys [B, N, D], mask [B, 1, N] bool or None, bf16 probabilities), or None to use the reference.
-    At every batch, or as DSV4_TRITON_ATTN=1 / 0 says (LAYER_KERNEL_ROWS). With `unrope` = (cos, sin) of
-    the one query position ([RD / 2] fp32), o comes back rotated by the inverse RoPE (Attention.unrope):
-    inside the last launch where DSV4_TRITON_ATTN_ROPE=1 (not measured on a GPU yet: off by default), else
-    by the same torch ops after it."""
+    At every batch, or as DSV4_TRITON_ATTN=1 / 0 says (LAYER_KERNEL_ROWS).
+
+    With `comp` the keys are the window `keys` then comp's entries (all, or those `sel` picks), which
+    the kernels read where they lie where DSV4_TRITON_ATTN_KEYS=1 (else they are concatenated first).
+    With `unrope` = (cos, sin) of the one query position ([RD / 2] fp32), o comes back rotated by the
+    inverse RoPE: inside the last launch where DSV4_TRITON_ATTN_ROPE=1, else by the same torch ops after
+    it. Both switches are off until timed on a GPU."""
     if (not _applies(q) or q.dim() != 4 or q.shape[1] != 1 or q.dtype != torch.bfloat16 or keys.dtype != torch.bfloat16
             or probs_dtype != torch.bfloat16 or q.shape[-1] & (q.shape[-1] - 1)
             or _off("ATTN", q.shape[0])):
         return None
     from dsv4.kernels import ops
 
-    B, N = keys.shape[0], keys.shape[1]
+    B = keys.shape[0]
+    if comp is not None and _off("ATTN_KEYS", B):
+        from dsv4.ops.attention import window_then_entries
+
+        keys, comp, sel = window_then_entries(keys, comp, sel), None, None
+    N = keys.shape[1] + (0 if comp is None else sel.shape[1] if sel is not None else comp.shape[1])
     m = torch.ones(B, N, dtype=torch.bool, device=q.device) if mask is None else mask.reshape(B, N)
     if unrope is not None and not _off("ATTN_ROPE", B):
-        return ops.sparse_attention(q[:, 0], keys, m, sink, scale, *unrope)[:, None]
-    o = ops.sparse_attention(q[:, 0], keys, m, sink, scale)[:, None]
+        return ops.sparse_attention(q[:, 0], keys, m, sink, scale, *unrope, comp=comp, sel=sel)[:, None]
+    o = ops.sparse_attention(q[:, 0], keys, m, sink, scale, comp=comp, sel=sel)[:, None]
     if unrope is None:
         return o
     from dsv4.layers.rope import apply_rope

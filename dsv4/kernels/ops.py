@@ -179,24 +179,26 @@ def _(x, fn):
 
 @custom_op("dsv4::sparse_attention", mutates_args=())
 def sparse_attention(q: Tensor, keys: Tensor, mask: Tensor, sink: Tensor, scale: float, cos: Tensor | None = None,
-                     sin: Tensor | None = None) -> Tensor:
+                     sin: Tensor | None = None, comp: Tensor | None = None, sel: Tensor | None = None) -> Tensor:
     """Decode attention with a sink, bf16: q [B, H, D], keys [B, N, D] (K = V), mask [B, N] bool, sink [H]
-    -> o [B, H, D] bf16 with bf16-rounded probabilities; with cos, sin [RD / 2] (one query position) o's last
-    RD features rotated back by the inverse RoPE. Three short Triton launches on CUDA (keys split across
-    programs)."""
+    -> o [B, H, D] bf16 with bf16-rounded probabilities. With comp, keys is the window and the keys are
+    its rows then comp's entries (all, or those sel [B, K] picks); with cos, sin [RD / 2] (one query
+    position) o's last RD features rotated back by the inverse RoPE. Three short Triton launches on CUDA
+    (keys split across programs)."""
     if q.is_cuda and _triton():
         from dsv4.kernels import _triton_attention
 
-        return _triton_attention.sparse_attention(q, keys, mask, sink, scale, cos, sin)
+        return _triton_attention.sparse_attention(q, keys, mask, sink, scale, cos, sin, comp, sel)
     from dsv4.layers.rope import apply_rope
-    from dsv4.ops.attention import sparse_attention_ref
+    from dsv4.ops.attention import sparse_attention_ref, window_then_entries
 
-    o = sparse_attention_ref(q[:, None], keys, mask[:, None], sink, scale, torch.bfloat16)[:, 0]
+    flat = window_then_entries(keys, comp, sel)
+    o = sparse_attention_ref(q[:, None], flat, mask[:, None], sink, scale, torch.bfloat16)[:, 0]
     return o if cos is None else apply_rope(o, cos, sin, inverse=True)
 
 
 @sparse_attention.register_fake
-def _(q, keys, mask, sink, scale, cos=None, sin=None):
+def _(q, keys, mask, sink, scale, cos=None, sin=None, comp=None, sel=None):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
@@ -247,8 +249,8 @@ def triton_gemm(rows: int, kind: str = "fp8") -> bool:
 def settings() -> str:
     """The Triton GEMM switches in effect, for a bench row's note ("" when all are at their defaults)."""
     names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS", "DSV4_TRITON_MIXES",
-             "DSV4_TRITON_ATTN", "DSV4_TRITON_ATTN_ROPE", "DSV4_TRITON_COMPRESS", "DSV4_TRITON_TUNE", "DSV4_PDL",
-             "DSV4_CUTE_ROUND")
+             "DSV4_TRITON_ATTN", "DSV4_TRITON_ATTN_ROPE", "DSV4_TRITON_ATTN_KEYS", "DSV4_TRITON_COMPRESS",
+             "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_CUTE_ROUND")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 
 

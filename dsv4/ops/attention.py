@@ -17,3 +17,13 @@ def sparse_attention_ref(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor
     probs = torch.cat((logits, sink_col), dim=-1).softmax(dim=-1)[..., :-1]
     o = torch.einsum("bthn,bnd->bthd", probs.to(probs_dtype).float(), keys.float())
     return o.to(q.dtype)
+
+
+def window_then_entries(window: torch.Tensor, comp: torch.Tensor | None, sel: torch.Tensor | None) -> torch.Tensor:
+    """The decode keys as one tensor: the window's rows [B, W, D], then comp's entries [B, NC, D], all in
+    order or the ones sel [B, K] picks (the attention kernels read them where they lie instead)."""
+    if comp is None:
+        return window
+    if sel is not None:
+        comp = comp.gather(1, sel.unsqueeze(-1).expand(-1, -1, comp.shape[-1]))
+    return torch.cat((window, comp), 1)

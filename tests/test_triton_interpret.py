@@ -263,3 +263,35 @@ def test_compress_step_kernel_is_the_twin():
                 assert ((ya.double() - y64).abs().max() / scale).item() < 1e-6, (ratio, p)
                 kv, z = a
     ''')
+
+
+def test_compress_entry_kernel_is_the_twin():
+    """A compressor entry's finish and cache write in one launch: over positions that do and do not
+    complete a block, the cache equals the twin's (model dtype, RMSNorm, RoPE at the block's position, the
+    KV rounding per 64 before the RoPE features), with the old row kept where the block is incomplete;
+    bf16 with and without the rounding, fp32 without, hd not a power of two."""
+    _interpret('''
+        from dsv4.kernels import _triton_entry as K
+        from dsv4.ops.compress import compress_entry_ref
+        for hd, rd, dt, kv, B in ((128, 64, torch.bfloat16, True, 2), (96, 32, torch.bfloat16, True, 1),
+                                  (128, 64, torch.bfloat16, False, 2), (96, 32, torch.float32, False, 2)):
+            w = (1 + 0.3 * torch.randn(hd, generator=g)).bfloat16()
+            out = torch.randn(B, 6, hd, generator=g).to(dt)
+            for p in (3, 4, 7, 9, 15):
+                pooled = torch.randn(B, hd, generator=g) * torch.exp2(torch.randint(-8, 8, (B, 1), generator=g).float())
+                ang = torch.rand(rd // 2, generator=g) * 30
+                a, b = out.clone(), out.clone()
+                pos = torch.tensor(p)
+                compress_entry_ref(pooled, w, ang.cos(), ang.sin(), pos, a, 4, 1e-6, kv)
+                K.compress_entry(pooled, w, ang.cos(), ang.sin(), pos, b, 4, 1e-6, kv)
+                if dt == torch.bfloat16:  # the norm's fp32 sum order can move a value across a rounding
+                    # boundary now and then: at most one e4m3 step (2^-3) apart, and rarely
+                    af, bf = a.float(), b.float()
+                    assert ((af - bf).abs() <= af.abs() * 2 ** -3).all(), (hd, rd, kv, p, (af - bf).abs().max())
+                    assert (a != b).float().mean().item() <= 0.02, (hd, rd, kv, p, (a != b).float().mean())
+                else:
+                    err = ((a - b).abs().amax(-1) / a.abs().amax(-1)).max().item()  # of each row's largest
+                    assert err <= 4e-6, (hd, rd, p, err)
+                assert torch.equal(b, out) == ((p + 1) % 4 != 0), p  # written only when the block completes
+                out = a
+    ''')

@@ -33,12 +33,15 @@ def write_slot(buf: torch.Tensor, slot: torch.Tensor, value: torch.Tensor, keep:
 def compressor_step(comp: Compressor, x: torch.Tensor, pos: torch.Tensor, state: CompressorState,
                     out: torch.Tensor) -> None:
     """Adds the token at `pos` to the block state; writes entry pos // m into `out` iff the block completed.
-    The state update and the pooling are one kernel launch where DSV4_TRITON_COMPRESS=1 (dsv4/ops/compress.py)."""
+    The state update and the pooling are one kernel launch where DSV4_TRITON_COMPRESS=1 (dsv4/ops/compress.py),
+    the entry's finish and write another where DSV4_TRITON_ENTRY=1."""
     m = comp.ratio
     kv, z = comp.project(x, pos.view(1))
     pooled = kernels.compress_step(kv[:, 0], z[:, 0], state.kv, state.score, pos, m, comp.overlap)
     if pooled is None:
         pooled = compress_step_both(kv[:, 0], z[:, 0], state.both, pos, m, comp.overlap)
+    if kernels.compress_entry(pooled, pos, out, m, comp.norm.weight, comp.norm.eps, comp.freqs, comp.rounding):
+        return  # finished and written in one launch
     entry = comp.finish(pooled[:, None], pos // m)[:, 0]
     done = ((pos + 1) % m) == 0
     write_slot(out, (pos // m).view(1), entry, keep=~done)

@@ -25,7 +25,7 @@ import os
 import torch
 
 __all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel", "bf16_dense_gemv",
-           "hc_mixes", "sparse_attention", "sinkhorn", "compress_step", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv",
+           "hc_mixes", "sparse_attention", "sinkhorn", "compress_step", "compress_entry", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv",
            "fp8_gemv", "pdl"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
@@ -256,6 +256,23 @@ def compress_step(kv_new: torch.Tensor, z_new: torch.Tensor, kv_state: torch.Ten
     from dsv4.kernels import ops
 
     return ops.compress_step(kv_new, z_new, kv_state, score_state, pos, ratio, overlap)
+
+
+def compress_entry(pooled: torch.Tensor, pos: torch.Tensor, out: torch.Tensor, ratio: int, weight: torch.Tensor,
+                   eps: float, freqs: torch.Tensor, rounding: str) -> bool:
+    """Compressor.finish + the cache write of the graph-ready step in one launch (dsv4/kernels/_triton_entry.py):
+    True when it ran, False to use the torch path (the indexer's Hadamard/FP4 rounding, other shapes). Off
+    unless DSV4_TRITON_ENTRY=1 (not measured on a GPU yet)."""
+    if not _applies(out) or _off("ENTRY", out.shape[0]) or rounding not in ("kv", "none"):
+        return False
+    from dsv4.kernels import _triton_entry, ops
+    from dsv4.layers.rope import rope_angles
+
+    if not _triton_entry.applies(pooled, out, 2 * freqs.numel(), rounding == "kv"):
+        return False
+    cos, sin = rope_angles((pos // ratio) * ratio, freqs)  # the block's position
+    ops.compress_entry(pooled, weight, cos, sin, pos, out, ratio, eps, rounding == "kv")
+    return True
 
 
 def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -160,6 +160,21 @@ def _(kv_new, z_new, kv_state, score_state, pos, ratio, overlap):
                             dtype=torch.float32)
 
 
+@custom_op("dsv4::compress_entry", mutates_args=("out",))
+def compress_entry(pooled: Tensor, weight: Tensor, cos: Tensor, sin: Tensor, pos: Tensor, out: Tensor, ratio: int,
+                   eps: float, kv_round: bool) -> None:
+    """A compressor's pooled entry finished (model dtype, RMSNorm, RoPE, KV rounding) and written into its
+    cache slot when the block completes (dsv4/ops/compress.compress_entry_ref); one Triton launch on CUDA."""
+    if out.is_cuda and _triton():
+        from dsv4.kernels import _triton_entry
+
+        if _triton_entry.applies(pooled, out, 2 * cos.numel(), kv_round):
+            return _triton_entry.compress_entry(pooled, weight, cos, sin, pos, out, ratio, eps, kv_round)
+    from dsv4.ops.compress import compress_entry_ref
+
+    compress_entry_ref(pooled, weight, cos, sin, pos, out, ratio, eps, kv_round)
+
+
 @custom_op("dsv4::hc_mix_sums", mutates_args=())
 def hc_mix_sums(x: Tensor, fn: Tensor) -> Tensor:
     """mHC mixes before the RMS scale: x [T, K] (the flattened streams) -> fp32 [T, J + 1] holding
@@ -250,7 +265,7 @@ def settings() -> str:
     """The Triton GEMM switches in effect, for a bench row's note ("" when all are at their defaults)."""
     names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS", "DSV4_TRITON_MIXES",
              "DSV4_TRITON_ATTN", "DSV4_TRITON_ATTN_ROPE", "DSV4_TRITON_ATTN_KEYS", "DSV4_TRITON_COMPRESS",
-             "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_CUTE_ROUND")
+             "DSV4_TRITON_ENTRY", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_CUTE_ROUND")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 
 

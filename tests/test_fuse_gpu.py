@@ -230,7 +230,7 @@ def test_compress_entry_kernel_follows_its_twin_in_one_launch(hd, kv, rng):
     out = torch.randn(2, 8, hd, generator=rng).bfloat16().cuda()
     pooled = (torch.randn(2, hd, generator=rng) * 4).cuda()
     ang = (torch.rand(32, generator=rng) * 30).cuda()
-    cos, sin = cos, sin
+    cos, sin = ang.cos(), ang.sin()
     for p in (3, 6, 7):
         a, b, pos = out.clone(), out.clone(), torch.tensor(p, device="cuda")
         compress_entry_ref(pooled, w, cos, sin, pos, a, 4, 1e-6, kv)

@@ -9,6 +9,7 @@ name the statement that chose: the branch separating the two executions in the s
 
 from __future__ import annotations
 
+import ast
 import itertools
 from collections import defaultdict
 from difflib import SequenceMatcher
@@ -166,7 +167,7 @@ def op_sequence_divergence(ctx):
                 # attribute the extra ops to the loop/branch around them
                 a, b = (a, None) if tag == "delete" else (None, b)
             first = sorted({x.op for x in (ra[i1:i2][:1] + rb[j1:j2][:1])})  # sorted: stable across runs
-            hits[locate(ctx, p, a, b, q)].append((what, " vs ".join(first), (a or b).module, a or b))
+            hits[_mode_switched(locate(ctx, p, a, b, q), a or b)].append((what, " vs ".join(first), (a or b).module, a or b))
     _fold_loops_into_guards(hits)
     out = []
     n_pairs = len(steps) - 1
@@ -176,6 +177,37 @@ def op_sequence_divergence(ctx):
         out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs, msg, module=mod,
                                caller=ctx.caller_into(rec, where[0], where[2])))
     return out
+
+
+_MODES = ("autocast", "set_grad_enabled", "inference_mode", "set_autocast_enabled")
+
+
+def _mode_switched(where, x):
+    """A region blamed on its own op's line (no branch chose it) that runs inside a `with` entering a
+    dispatch mode by a computed flag (`torch.autocast("cuda", enabled=self.amp)`,
+    `torch.set_grad_enabled(flag)`): the same lines ran in both steps, but the flag chose which ops
+    (casts) they dispatch, so that `with` is the branch a person has to change."""
+    code, line = x.stack[-1]
+    if where != _at(code, line):
+        return where
+    func = _source.enclosing_function(code.co_filename, line)
+    withs = [n.lineno for n in ast.walk(func) if isinstance(n, (ast.With, ast.AsyncWith)) and n.body
+             and n.body[0].lineno <= line <= (n.end_lineno or n.lineno)
+             and any(_switched(i.context_expr) for i in n.items)] if func is not None else []
+    return _at(code, max(withs)) if withs else where
+
+
+def _switched(e) -> bool:
+    """`autocast(..., enabled=<not a constant>)`, `set_grad_enabled(<not a constant>)` and the like."""
+    if not isinstance(e, ast.Call):
+        return False
+    name = e.func.attr if isinstance(e.func, ast.Attribute) else getattr(e.func, "id", "")
+    if name not in _MODES:
+        return False
+    flags = [k.value for k in e.keywords if k.arg in ("enabled", "mode")]
+    if name != "autocast" and e.args:
+        flags.append(e.args[-1])
+    return any(not isinstance(f, ast.Constant) for f in flags)
 
 
 def _elided_slice(tag, ra, rb, i1, i2, j1, j2) -> bool:

@@ -22,7 +22,7 @@ from audit.detectors import _mutations, _source, register
 from audit.detectors._host import from_device, host_tensors, in_place_updates
 from audit.detectors.allocation import escape_lines
 from audit.scan import state
-from audit.scan.user_code import HIDDEN, frame_kind, is_user_file
+from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file
 
 
 def _owner(ctx, path: str):
@@ -68,6 +68,9 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         own = change.owner[9:-1].split(".")[-1]
         cands = [c for c in cands if c[3] == own] or cands
     best = [(f, line, fn) for r, f, line, fn in cands if r]
+    if not best and not change.owner.startswith(("<module ", "<closure ")):  # nothing nearer ran: a library
+        best = [(f, line, fn) for f, span, _ in _library_spans(ctx, step)  # helper handed the object
+                for line, fn in _mutations.mutation_sites(f, attr, span) if fn not in ("__init__", "prepare")]
     if best:
         return best[:3], ""
     if foreign:
@@ -76,6 +79,21 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
             return calls, note
     shown = [(f, line, fn) for _, f, line, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN]
     return shown[:3], ""
+
+
+def _library_spans(ctx, step: int) -> list:
+    """(file, span, global-name) of each installed library function that ran torch ops in the step. A module-level
+    helper that mutates an object passed to it (`def advance(state): state.num_computed += 1`) lives in
+    neither the target's files nor the object's class; only the functions that ran are searched, so the
+    rest of the library cannot lend a line."""
+    spans = {}
+    for r in ctx.steps[step]:
+        for code, _ in r.stack:
+            if ctx.trace.is_own(code) or frame_kind(code.co_filename, ctx.trace.roots) != LIBRARY:
+                continue
+            last = max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno)
+            spans[(code.co_filename, code.co_firstlineno)] = (code.co_filename, (code.co_firstlineno, last), False)
+    return [spans[k] for k in sorted(spans)]
 
 
 def _owner_files(ctx, change, step: int) -> tuple[list, str]:

@@ -7,7 +7,7 @@ is marked `# CALLS:` and is each finding's caller.
 
 import torch
 
-from plantedlib import kv, moe, numerics, serving
+from plantedlib import kv, moe, numerics, seqstate, serving
 
 
 class LibraryStep:
@@ -17,6 +17,7 @@ class LibraryStep:
         self.weights = torch.randn(4, 8, 8, device=device)
         self.cache = kv.GrowingCache(8, device)
         self.sampler = serving.SeededSampler(device)
+        self.seq = seqstate.SeqState(1)
         self.pos = 0
 
     def prepare(self, i):
@@ -31,6 +32,7 @@ class LibraryStep:
         y = numerics.position_bias(y, self.pos)  # CALLS: plantedlib
         y = self.mix(y)  # CALLS: plantedlib
         tok = self.sampler(torch.softmax(y, -1))  # CALLS: plantedlib
+        tok = tok + seqstate.advance(self.seq, y[None])  # CALLS: plantedlib
         return y + keys.sum() + tok
 
     @serving.timed("mix")
@@ -45,6 +47,7 @@ class LibraryStepClean:
         self.weights = torch.randn(4, 8, 8, device=device)
         self.cache = kv.StaticCache(8, device)
         self.sampler = serving.GreedySampler()
+        self.seq = seqstate.SeqState(1, pos=torch.zeros((), dtype=torch.long, device=device))
         self.pos = torch.zeros((), device=device)
 
     def prepare(self, i):
@@ -59,6 +62,7 @@ class LibraryStepClean:
         y = numerics.position_bias_on_device(y, self.pos)
         y = self.mix(y)
         tok = self.sampler(torch.softmax(y, -1))
+        tok = tok + seqstate.advance_on_device(self.seq, y[None])
         return y + keys.sum() + tok
 
     @serving.untimed("mix")

@@ -167,7 +167,8 @@ def op_sequence_divergence(ctx):
                 # attribute the extra ops to the loop/branch around them
                 a, b = (a, None) if tag == "delete" else (None, b)
             first = sorted({x.op for x in (ra[i1:i2][:1] + rb[j1:j2][:1])})  # sorted: stable across runs
-            hits[_mode_switched(locate(ctx, p, a, b, q), a or b)].append((what, " vs ".join(first), (a or b).module, a or b))
+            where = _mode_switched(locate(ctx, p, a, b, q), a or b)
+            hits[where].append((what, " vs ".join(first), (a or b).module, a or b))
     _fold_loops_into_guards(hits)
     out = []
     n_pairs = len(steps) - 1

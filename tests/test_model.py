@@ -8,6 +8,7 @@ cannot pass by luck on one fixed prompt; a failure message carries the seed to r
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -40,17 +41,52 @@ def _rows_rel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ prefill vs decode
+@contextlib.contextmanager
+def _choice_gaps(gaps: list):
+    """Records, for every top-k the model takes (the indexer's blocks, the routed experts), the smallest
+    relative gap between the k-th and the (k+1)-th value. Prefill and decode sum in different orders
+    (a few 1e-7 apart in float32), so where a gap is that small they may choose differently, legitimately
+    (seed 1559410184: a gap of 4.6e-7, logits 5e-4 apart after 300 tokens)."""
+    orig = torch.Tensor.topk
+
+    def topk(self, k, dim=-1, *args, **kwargs):
+        if self.shape[dim] > k:
+            v = orig(self.detach(), k + 1, dim).values
+            hi, lo = v.select(dim, k - 1), v.select(dim, k)
+            ok = torch.isfinite(hi) & torch.isfinite(lo)
+            if ok.any():
+                gaps.append(((hi - lo)[ok] / hi[ok].abs().clamp(min=1e-6)).min().item())
+        return orig(self, k, dim, *args, **kwargs)
+
+    torch.Tensor.topk = topk
+    try:
+        yield
+    finally:
+        torch.Tensor.topk = orig
+
+
+def _decode_run(split: int):
+    """A fresh random model and 300 tokens, prefilled whole and prefilled to `split` then decoded; None when a
+    top-k choice on the way was within float32 noise of its boundary (draw again)."""
+    g, seed = _gen()
+    gaps: list[float] = []
+    with _choice_gaps(gaps):
+        model = dsv4.load("tiny", dtype="float32", seed=seed)
+        ids = torch.randint(0, VOCAB, (1, 300), generator=g)
+        full = model.prefill(ids)
+        step = {split - 1: model.prefill(ids[:, :split])}  # logits after position p, predicting p+1
+        for p in range(split, 300):
+            step[p] = model.decode(ids[:, p])
+    return None if min(gaps, default=1.0) < 2e-6 else (g, seed, model, ids, full, step)
+
+
 @pytest.mark.parametrize("split", [1, 200])
 def test_prefill_equals_prefill_then_decode(split):
     """300 tokens: the window (16) wraps many times, ratio-4 and ratio-128 blocks are emitted both
     inside the prefill and during decode, and the indexer's top-k (8) is saturated."""
-    g, seed = _gen()
-    model = dsv4.load("tiny", dtype="float32", seed=seed)
-    ids = torch.randint(0, VOCAB, (1, 300), generator=g)
-    full = model.prefill(ids)
-    step = {split - 1: model.prefill(ids[:, :split])}  # logits after position p, predicting p+1
-    for p in range(split, 300):
-        step[p] = model.decode(ids[:, p])
+    run = next((r for r in (_decode_run(split) for _ in range(8)) if r is not None), None)
+    assert run is not None, "8 draws in a row with a top-k choice within float32 noise of its boundary"
+    g, seed, model, ids, full, step = run
     assert _rel(step[299], full) <= 1e-5, f"seed {seed}"
     # each decode step against a prefill that ends at the same position: block-completion steps
     # (ratio 4: p = 4j+3, ratio 128: p = 127, 255), window wrap (p = 16), and random ones

@@ -21,6 +21,14 @@ import torch
 from dsv4.config import ModelConfig
 
 
+def write_slot(buf: torch.Tensor, slot: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None) -> None:
+    """buf[:, slot] = value (value [B, ...]); with `keep` (bool scalar) the old row stays where keep: the
+    graph-ready step's cache writes, position on the device."""
+    if keep is not None:
+        value = torch.where(keep, buf.index_select(1, slot).squeeze(1), value)
+    buf.index_copy_(1, slot, value.unsqueeze(1).to(buf.dtype))
+
+
 @dataclass
 class CompressorState:
     kv: torch.Tensor     # [B, slots, c*hd] fp32 (a view of both[:, :, 0])

@@ -11,7 +11,7 @@ def test_compress_entry_twin_is_the_compressor_finish_and_slot_write(rng):
     path's Compressor.finish + write_slot, bit for bit, for the KV rounding and for none, at positions that
     complete a block and ones that do not."""
     import dsv4
-    from dsv4.decode.static_attention import write_slot
+    from dsv4.cache import write_slot
     from dsv4.ops.compress import compress_entry_ref
 
     model = dsv4.load("tiny", dtype="bfloat16", seed=int(torch.randint(0, 999, (1,), generator=rng)))

@@ -14,20 +14,13 @@ from __future__ import annotations
 import torch
 
 from dsv4 import kernels
-from dsv4.cache import CompressorState
+from dsv4.cache import CompressorState, write_slot
 from dsv4.layers.attention import Attention
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.indexer import Indexer
 from dsv4.layers.rope import rope_angles
 from dsv4.ops.attention import sparse_attention_ref, window_then_entries
 from dsv4.ops.compress import compress_step_both
-
-
-def write_slot(buf: torch.Tensor, slot: torch.Tensor, value: torch.Tensor, keep: torch.Tensor | None = None) -> None:
-    """buf[:, slot] = value (value [B, ...]); with `keep` (bool scalar) the old row stays where keep."""
-    if keep is not None:
-        value = torch.where(keep, buf.index_select(1, slot).squeeze(1), value)
-    buf.index_copy_(1, slot, value.unsqueeze(1).to(buf.dtype))
 
 
 def compressor_step(comp: Compressor, x: torch.Tensor, pos: torch.Tensor, state: CompressorState,

@@ -91,9 +91,9 @@ def fp8_gemv(x, weight, scale, out=None):
 # Layer kernels, on for the rows of a step at which the H200 measured them faster than what they
 # replace (dsv4/kernels/NOTES.md, sessions 7 and 9): (least, most) rows, None = unbounded; a name
 # missing here is off unless asked for. The attention kernels (keys split across programs, three
-# launches) took ~11 us per layer at batch 1 before their sum was spread over heads (session 11), against
-# ~24 us and nine launches for the cuBLAS batched matmuls and softmax kernels they replace: on at every
-# batch (the one-program-per-head-tile version took 30 us, on from 16 rows only). The mixes kernel took 5.8 us per site
+# launches) take ~10 us per layer at batch 1 (session 11), against ~24 us and nine launches for the
+# cuBLAS batched matmuls and softmax kernels they replace: on at every batch (the one-program-per-head-
+# tile version took 30 us, on from 16 rows only). The mixes kernel took 5.8 us per site
 # at batch 1, where the path it replaces is five launches (a split RMS reduction, the normalized copy,
 # cuBLAS's dot and reduce: 8.4 us of kernels plus their gaps), and 19 us at batch 16 (~14 us).
 LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {"MIXES": (None, 8), "ATTN": (None, None)}
@@ -219,12 +219,12 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | N
         return None
     from dsv4.kernels import ops
 
+    from dsv4.ops.attention import key_count, window_then_entries
+
     B = keys.shape[0]
     if comp is not None and _off("ATTN_KEYS", B):
-        from dsv4.ops.attention import window_then_entries
-
         keys, comp, sel = window_then_entries(keys, comp, sel), None, None
-    N = keys.shape[1] + (0 if comp is None else sel.shape[1] if sel is not None else comp.shape[1])
+    N = key_count(keys, comp, sel)
     m = torch.ones(B, N, dtype=torch.bool, device=q.device) if mask is None else mask.reshape(B, N)
     if unrope is not None and not _off("ATTN_ROPE", B):
         return ops.sparse_attention(q[:, 0], keys, m, sink, scale, *unrope, comp=comp, sel=sel)[:, None]

@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from dsv4.kernels._pdl import launch_args, pdl_wait
+from dsv4.ops.attention import key_count
 
 BLOCK_H = 16  # heads per program (the smallest tl.dot M)
 BLOCK_N = 32  # keys per tile: a [D, 32] bf16 tile is 32 KB at D = 512
@@ -154,7 +155,7 @@ def split_tiles(n_tiles: int, programs: int, sms: int) -> int:
 def _rows_after_window(q, keys, mask, comp, sel) -> int:
     """The number of keys N (window rows, then the compressed entries read in place), or ValueError."""
     B, H, D = q.shape
-    N = keys.shape[1] + (0 if comp is None else sel.shape[1] if sel is not None else comp.shape[1])
+    N = key_count(keys, comp, sel)
     bad = (q.dtype != torch.bfloat16 or keys.dtype != torch.bfloat16 or keys.shape != (B, keys.shape[1], D)
            or mask.shape != (B, N) or D & (D - 1) or D < 16
            or (comp is not None and (comp.dtype != keys.dtype or comp.shape[0] != B or comp.shape[2] != D

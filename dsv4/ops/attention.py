@@ -19,6 +19,11 @@ def sparse_attention_ref(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor
     return o.to(q.dtype)
 
 
+def key_count(window: torch.Tensor, comp: torch.Tensor | None, sel: torch.Tensor | None) -> int:
+    """How many keys `window_then_entries` lists: the window's rows, then all of comp's or sel's picks."""
+    return window.shape[1] + (0 if comp is None else sel.shape[1] if sel is not None else comp.shape[1])
+
+
 def window_then_entries(window: torch.Tensor, comp: torch.Tensor | None, sel: torch.Tensor | None) -> torch.Tensor:
     """The decode keys as one tensor: the window's rows [B, W, D], then comp's entries [B, NC, D], all in
     order or the ones sel [B, K] picks (the attention kernels read them where they lie instead)."""

@@ -57,6 +57,7 @@ def compress_entry_ref(pooled: torch.Tensor, weight: torch.Tensor, cos: torch.Te
     """Compressor.finish of the pooled entry [B, hd] fp32 (model dtype = out's, RMSNorm with `weight`, RoPE
     with the block position's cos, sin [rd / 2], the KV rounding) written into out[:, pos // ratio] where
     the token completes its block (the old row stays otherwise): the twin of the one-launch kernel."""
+    from dsv4.cache import write_slot
     from dsv4.layers.norm import rms
     from dsv4.layers.rope import apply_rope
     from dsv4.ops.kvquant import round_kv
@@ -65,6 +66,4 @@ def compress_entry_ref(pooled: torch.Tensor, weight: torch.Tensor, cos: torch.Te
     entry = apply_rope(entry, cos, sin)
     if kv_round:
         entry = round_kv(entry, 2 * cos.numel())
-    slot = (pos // ratio).view(1)
-    keep = ((pos + 1) % ratio) != 0
-    out.index_copy_(1, slot, torch.where(keep, out.index_select(1, slot).squeeze(1), entry).unsqueeze(1))
+    write_slot(out, (pos // ratio).view(1), entry, keep=((pos + 1) % ratio) != 0)

@@ -96,7 +96,11 @@ def fp8_gemv(x, weight, scale, out=None):
 # tile version took 30 us, on from 16 rows only). The mixes kernel took 5.8 us per site
 # at batch 1, where the path it replaces is five launches (a split RMS reduction, the normalized copy,
 # cuBLAS's dot and reduce: 8.4 us of kernels plus their gaps), and 19 us at batch 16 (~14 us).
-LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {"MIXES": (None, 8), "ATTN": (None, None)}
+# The inverse RoPE in the attention's last launch (ATTN_ROPE) and a compressor's entry in one launch
+# (ENTRY) each took 1.3% off a four-layer batch-1 step (session 12, one process per setting); reading
+# the keys in place (ATTN_KEYS) was 0.5% slower there and stays off.
+LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {
+    "MIXES": (None, 8), "ATTN": (None, None), "ATTN_ROPE": (None, None), "ENTRY": (None, None)}
 
 
 def _off(name: str, rows: int) -> bool:
@@ -211,8 +215,8 @@ def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | N
     With `comp` the keys are the window `keys` then comp's entries (all, or those `sel` picks), which
     the kernels read where they lie where DSV4_TRITON_ATTN_KEYS=1 (else they are concatenated first).
     With `unrope` = (cos, sin) of the one query position ([RD / 2] fp32), o comes back rotated by the
-    inverse RoPE: inside the last launch where DSV4_TRITON_ATTN_ROPE=1, else by the same torch ops after
-    it. Both switches are off until timed on a GPU."""
+    inverse RoPE: inside the last launch (LAYER_KERNEL_ROWS; DSV4_TRITON_ATTN_ROPE=0 does it by the same
+    torch ops after it). Reading the keys in place measured slower on the H200: off unless asked for."""
     if (not _applies(q) or q.dim() != 4 or q.shape[1] != 1 or q.dtype != torch.bfloat16 or keys.dtype != torch.bfloat16
             or probs_dtype != torch.bfloat16 or q.shape[-1] & (q.shape[-1] - 1)
             or _off("ATTN", q.shape[0])):
@@ -250,7 +254,7 @@ def compress_step(kv_new: torch.Tensor, z_new: torch.Tensor, kv_state: torch.Ten
                   pos: torch.Tensor, ratio: int, overlap: bool) -> torch.Tensor | None:
     """dsv4/ops/compress.compress_step_ref in one launch (slot writes, pooling, block shift; the state
     written in place) -> the pooled entry [B, hd] fp32, or None to use the twin. Off unless
-    DSV4_TRITON_COMPRESS=1 (LAYER_KERNEL_ROWS: not measured on a GPU yet)."""
+    DSV4_TRITON_COMPRESS=1 (it measured slower than the inductor kernels on the H200, session 11)."""
     if not _applies(kv_state) or _off("COMPRESS", kv_state.shape[0]) or kv_state.dtype != torch.float32:
         return None
     from dsv4.kernels import ops
@@ -261,8 +265,8 @@ def compress_step(kv_new: torch.Tensor, z_new: torch.Tensor, kv_state: torch.Ten
 def compress_entry(pooled: torch.Tensor, pos: torch.Tensor, out: torch.Tensor, ratio: int, weight: torch.Tensor,
                    eps: float, freqs: torch.Tensor, rounding: str) -> bool:
     """Compressor.finish + the cache write of the graph-ready step in one launch (dsv4/kernels/_triton_entry.py):
-    True when it ran, False to use the torch path (the indexer's Hadamard/FP4 rounding, other shapes). Off
-    unless DSV4_TRITON_ENTRY=1 (not measured on a GPU yet)."""
+    True when it ran, False to use the torch path (the indexer's Hadamard/FP4 rounding, other shapes). On by
+    LAYER_KERNEL_ROWS; DSV4_TRITON_ENTRY=0 for the torch path."""
     if not _applies(out) or _off("ENTRY", out.shape[0]) or rounding not in ("kv", "none"):
         return False
     from dsv4.kernels import _triton_entry, ops

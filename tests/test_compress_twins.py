@@ -8,17 +8,19 @@ import torch
 
 def test_compress_entry_twin_is_the_compressor_finish_and_slot_write(rng):
     """dsv4/ops/compress.compress_entry_ref (what the one-launch entry kernel computes) equals the static
-    path's Compressor.finish + write_slot, bit for bit, for the KV rounding and for none, at positions that
-    complete a block and ones that do not."""
+    path's Compressor.finish + write_slot, bit for bit, for the KV compressors and the indexer's (each with
+    its own rounding, and with none), at positions that complete a block and ones that do not."""
     import dsv4
     from dsv4.cache import write_slot
     from dsv4.ops.compress import compress_entry_ref
 
     model = dsv4.load("tiny", dtype="bfloat16", seed=int(torch.randint(0, 999, (1,), generator=rng)))
-    comps = [L.attn.compressor for L in model.layers if L.attn.compressor is not None]
-    assert {c.rounding for c in comps} == {"kv"}
-    for comp in comps[:2]:
-        for rounding in ("kv", "none"):
+    comps = [L.attn.compressor for L in model.layers if L.attn.compressor is not None][:2]
+    comps += [L.attn.indexer.compressor for L in model.layers if L.attn.indexer is not None][:1]
+    assert [c.rounding for c in comps] == ["kv", "kv", "index"]
+    for comp in comps:
+        own = comp.rounding
+        for rounding in (own, "none"):
             comp.rounding = rounding
             out = torch.randn(2, 5, comp.width, generator=rng).bfloat16()
             for p in (comp.ratio - 1, comp.ratio + 1, 3 * comp.ratio - 1):
@@ -28,10 +30,9 @@ def test_compress_entry_twin_is_the_compressor_finish_and_slot_write(rng):
                            keep=((pos + 1) % comp.ratio) != 0)
                 cos, sin = rope_angles_at(comp, p)
                 got = out.clone()
-                compress_entry_ref(pooled, comp.norm.weight, cos, sin, pos, got, comp.ratio, comp.norm.eps,
-                                   rounding == "kv")
+                compress_entry_ref(pooled, comp.norm.weight, cos, sin, pos, got, comp.ratio, comp.norm.eps, rounding)
                 assert torch.equal(got, want), (comp.ratio, rounding, p)
-        comp.rounding = "kv"
+        comp.rounding = own
 
 
 def rope_angles_at(comp, p: int):

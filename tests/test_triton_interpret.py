@@ -268,13 +268,15 @@ def test_compress_step_kernel_is_the_twin():
 def test_compress_entry_kernel_is_the_twin():
     """A compressor entry's finish and cache write in one launch: over positions that do and do not
     complete a block, the cache equals the twin's (model dtype, RMSNorm, RoPE at the block's position, the
-    KV rounding per 64 before the RoPE features), with the old row kept where the block is incomplete;
-    bf16 with and without the rounding, fp32 without, hd not a power of two."""
+    KV rounding per 64 before the RoPE features, or the indexer's Hadamard rotation then FP4 per 32), with
+    the old row kept where the block is incomplete; bf16 with and without the roundings, fp32 without, hd
+    not a power of two."""
     _interpret('''
         from dsv4.kernels import _triton_entry as K
         from dsv4.ops.compress import compress_entry_ref
-        for hd, rd, dt, kv, B in ((128, 64, torch.bfloat16, True, 2), (96, 32, torch.bfloat16, True, 1),
-                                  (128, 64, torch.bfloat16, False, 2), (96, 32, torch.float32, False, 2)):
+        for hd, rd, dt, kv, B in ((128, 64, torch.bfloat16, "kv", 2), (96, 32, torch.bfloat16, "kv", 1),
+                                  (128, 64, torch.bfloat16, "none", 2), (96, 32, torch.float32, "none", 2),
+                                  (128, 64, torch.bfloat16, "index", 2), (64, 32, torch.bfloat16, "index", 1)):
             w = (1 + 0.3 * torch.randn(hd, generator=g)).bfloat16()
             out = torch.randn(B, 6, hd, generator=g).to(dt)
             for p in (3, 4, 7, 9, 15):
@@ -285,13 +287,63 @@ def test_compress_entry_kernel_is_the_twin():
                 compress_entry_ref(pooled, w, ang.cos(), ang.sin(), pos, a, 4, 1e-6, kv)
                 K.compress_entry(pooled, w, ang.cos(), ang.sin(), pos, b, 4, 1e-6, kv)
                 if dt == torch.bfloat16:  # the norm's fp32 sum order can move a value across a rounding
-                    # boundary now and then: at most one e4m3 step (2^-3) apart, and rarely
+                    # boundary now and then, and rarely: at most one e4m3 step (2^-3) apart, or after the
+                    # Hadamard one e2m1 step of the block's grid (2 scales; the scale from the twin's amax)
                     af, bf = a.float(), b.float()
-                    assert ((af - bf).abs() <= af.abs() * 2 ** -3).all(), (hd, rd, kv, p, (af - bf).abs().max())
+                    if kv == "index":
+                        from dsv4.ops.quantize import ue8m0_scale
+                        blocks = af.unflatten(-1, (-1, 32))
+                        tol = (2 * ue8m0_scale(blocks.abs().amax(-1, keepdim=True), 6.0, 1e-10)).expand_as(blocks)
+                        tol = tol.flatten(-2)
+                    else:
+                        tol = af.abs() * 2 ** -3
+                    assert ((af - bf).abs() <= tol).all(), (hd, rd, kv, p, (af - bf).abs().max())
                     assert (a != b).float().mean().item() <= 0.02, (hd, rd, kv, p, (a != b).float().mean())
                 else:
                     err = ((a - b).abs().amax(-1) / a.abs().amax(-1)).max().item()  # of each row's largest
                     assert err <= 4e-6, (hd, rd, p, err)
                 assert torch.equal(b, out) == ((p + 1) % 4 != 0), p  # written only when the block completes
                 out = a
+    ''')
+
+
+def test_entry_hadamard_and_e2m1_helpers_are_the_reference_bit_for_bit():
+    """The entry kernel's index rounding pieces on their own: the butterflies times hd^-1/2 equal
+    quantize.hadamard, and the e2m1 rounding equals fp4_fake_quant, bit for bit, on values that include
+    exact ties between two e2m1 neighbours (ties go to the even code), zeros, negatives and all-tiny blocks."""
+    _interpret('''
+        import importlib.util, pathlib, tempfile
+        from dsv4.ops.quantize import fp4_fake_quant, hadamard
+        src = (
+            "import triton\\nimport triton.language as tl\\n"
+            "from dsv4.kernels._triton_entry import _hadamard, _round_e2m1\\n"
+            "@triton.jit\\n"
+            "def probe(x_ptr, h_ptr, q_ptr, BLOCK: tl.constexpr, LOG: tl.constexpr, S: tl.constexpr):\\n"
+            "    c = tl.arange(0, BLOCK)\\n"
+            "    x = tl.load(x_ptr + c)\\n"
+            "    tl.store(h_ptr + c, _hadamard(x, BLOCK, LOG) * S)\\n"
+            "    tl.store(q_ptr + c, _round_e2m1(x, BLOCK, 32))\\n")
+        path = pathlib.Path(tempfile.mkdtemp()) / "entry_probe.py"
+        path.write_text(src)
+        spec = importlib.util.spec_from_file_location("entry_probe", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+        for n in (32, 64, 128, 256):
+            for trial in range(6):
+                scale = torch.exp2(torch.randint(-12, 12, (n // 32, 1), generator=g).float())
+                ties = (grid[:-1] + grid[1:]) / 2  # midpoints between neighbours, in units of the block scale
+                pick = torch.randint(0, 7, (n // 32, 32), generator=g)
+                x = torch.where(torch.rand(n // 32, 32, generator=g) < 0.5, ties[pick],
+                                torch.randn(n // 32, 32, generator=g) * 2)
+                x[:, 0] = 6.0  # the block's amax sets the scale to exactly this grid (amax / 6 = 1)
+                x = (x * torch.where(torch.rand(n // 32, 32, generator=g) < 0.5, -1.0, 1.0) * scale).flatten()
+                if trial == 0:
+                    x[:32] = 1e-9 * torch.randn(32, generator=g)  # near the scale floor (1e-10)
+                x = x.bfloat16().float()
+                h, q = torch.empty_like(x), torch.empty_like(x)
+                mod.probe[(1,)](x, h, q, BLOCK=n, LOG=n.bit_length() - 1, S=n ** -0.5)
+                assert torch.equal(h, hadamard(x)), n
+                want = fp4_fake_quant(x, 32)
+                assert torch.equal(q, want) and torch.equal(q.signbit(), want.signbit()), (n, (q != want).sum())
     ''')

@@ -264,18 +264,18 @@ def compress_step(kv_new: torch.Tensor, z_new: torch.Tensor, kv_state: torch.Ten
 
 def compress_entry(pooled: torch.Tensor, pos: torch.Tensor, out: torch.Tensor, ratio: int, weight: torch.Tensor,
                    eps: float, freqs: torch.Tensor, rounding: str) -> bool:
-    """Compressor.finish + the cache write of the graph-ready step in one launch (dsv4/kernels/_triton_entry.py):
-    True when it ran, False to use the torch path (the indexer's Hadamard/FP4 rounding, other shapes). On by
-    LAYER_KERNEL_ROWS; DSV4_TRITON_ENTRY=0 for the torch path."""
-    if not _applies(out) or _off("ENTRY", out.shape[0]) or rounding not in ("kv", "none"):
+    """Compressor.finish + the cache write of the graph-ready step in one launch (dsv4/kernels/_triton_entry.py),
+    for the KV and the indexer compressors: True when it ran, False to use the torch path (other shapes).
+    On by LAYER_KERNEL_ROWS; DSV4_TRITON_ENTRY=0 for the torch path."""
+    if not _applies(out) or _off("ENTRY", out.shape[0]):
         return False
     from dsv4.kernels import _triton_entry, ops
     from dsv4.layers.rope import rope_angles
 
-    if not _triton_entry.applies(pooled, out, 2 * freqs.numel(), rounding == "kv"):
+    if not _triton_entry.applies(pooled, out, 2 * freqs.numel(), rounding):
         return False
     cos, sin = rope_angles((pos // ratio) * ratio, freqs)  # the block's position
-    ops.compress_entry(pooled, weight, cos, sin, pos, out, ratio, eps, rounding == "kv")
+    ops.compress_entry(pooled, weight, cos, sin, pos, out, ratio, eps, rounding)
     return True
 
 

@@ -69,7 +69,7 @@ def _act_round(xt):
     The scale is built from the fp32 bits as in `ue8m0_scale`; dividing by it is a multiply by its
     exact reciprocal, and e4m3 values are bf16 values, so (values, scale) equals fp8_fake_quant's x."""
     xf = xt.to(tl.float32)
-    y = tl.maximum(tl.max(tl.abs(xf), axis=0), 1e-4) / 448.0
+    y = tl.fdiv(tl.maximum(tl.max(tl.abs(xf), axis=0), 1e-4), 448.0, ieee_rounding=True)  # div.rn: `/` is div.full
     bits = y.to(tl.int32, bitcast=True)
     e = ((bits >> 23) & 0xFF) + ((bits & 0x7FFFFF) != 0).to(tl.int32)  # biased exponent of the scale
     scale = (e << 23).to(tl.float32, bitcast=True)

@@ -162,17 +162,18 @@ def _(kv_new, z_new, kv_state, score_state, pos, ratio, overlap):
 
 @custom_op("dsv4::compress_entry", mutates_args=("out",))
 def compress_entry(pooled: Tensor, weight: Tensor, cos: Tensor, sin: Tensor, pos: Tensor, out: Tensor, ratio: int,
-                   eps: float, kv_round: bool) -> None:
-    """A compressor's pooled entry finished (model dtype, RMSNorm, RoPE, KV rounding) and written into its
-    cache slot when the block completes (dsv4/ops/compress.compress_entry_ref); one Triton launch on CUDA."""
+                   eps: float, rounding: str) -> None:
+    """A compressor's pooled entry finished (model dtype, RMSNorm, RoPE, the "kv" / "index" / "none"
+    rounding) and written into its cache slot when the block completes (dsv4/ops/compress.compress_entry_ref);
+    one Triton launch on CUDA."""
     if out.is_cuda and _triton():
         from dsv4.kernels import _triton_entry
 
-        if _triton_entry.applies(pooled, out, 2 * cos.numel(), kv_round):
-            return _triton_entry.compress_entry(pooled, weight, cos, sin, pos, out, ratio, eps, kv_round)
+        if _triton_entry.applies(pooled, out, 2 * cos.numel(), rounding):
+            return _triton_entry.compress_entry(pooled, weight, cos, sin, pos, out, ratio, eps, rounding)
     from dsv4.ops.compress import compress_entry_ref
 
-    compress_entry_ref(pooled, weight, cos, sin, pos, out, ratio, eps, kv_round)
+    compress_entry_ref(pooled, weight, cos, sin, pos, out, ratio, eps, rounding)
 
 
 @custom_op("dsv4::hc_mix_sums", mutates_args=())

@@ -53,17 +53,20 @@ def compress_step_both(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Te
 
 
 def compress_entry_ref(pooled: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                       pos: torch.Tensor, out: torch.Tensor, ratio: int, eps: float, kv_round: bool) -> None:
+                       pos: torch.Tensor, out: torch.Tensor, ratio: int, eps: float, rounding: str) -> None:
     """Compressor.finish of the pooled entry [B, hd] fp32 (model dtype = out's, RMSNorm with `weight`, RoPE
-    with the block position's cos, sin [rd / 2], the KV rounding) written into out[:, pos // ratio] where
-    the token completes its block (the old row stays otherwise): the twin of the one-launch kernel."""
+    with the block position's cos, sin [rd / 2], the rounding "kv", "index" or "none") written into
+    out[:, pos // ratio] where the token completes its block (the old row stays otherwise): the twin of
+    the one-launch kernel."""
     from dsv4.cache import write_slot
     from dsv4.layers.norm import rms
     from dsv4.layers.rope import apply_rope
-    from dsv4.ops.kvquant import round_kv
+    from dsv4.ops.kvquant import round_index, round_kv
 
     entry = (rms(pooled.to(out.dtype), eps) * weight.float()).to(out.dtype)
     entry = apply_rope(entry, cos, sin)
-    if kv_round:
+    if rounding == "kv":
         entry = round_kv(entry, 2 * cos.numel())
+    elif rounding == "index":
+        entry = round_index(entry)
     write_slot(out, (pos // ratio).view(1), entry, keep=((pos + 1) % ratio) != 0)

@@ -24,9 +24,9 @@ import os
 
 import torch
 
-__all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel", "bf16_dense_gemv",
-           "hc_mixes", "sparse_attention", "sinkhorn", "compress_step", "compress_entry", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv",
-           "fp8_gemv", "pdl"]
+__all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel",
+           "bf16_dense_gemv", "hc_mixes", "sparse_attention", "sinkhorn", "compress_step", "compress_entry",
+           "compress_token", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "pdl"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
 MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM
@@ -276,6 +276,24 @@ def compress_entry(pooled: torch.Tensor, pos: torch.Tensor, out: torch.Tensor, r
         return False
     cos, sin = rope_angles((pos // ratio) * ratio, freqs)  # the block's position
     ops.compress_entry(pooled, weight, cos, sin, pos, out, ratio, eps, rounding)
+    return True
+
+
+def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor, pos: torch.Tensor,
+                   out: torch.Tensor, ratio: int, overlap: bool, weight: torch.Tensor, eps: float,
+                   freqs: torch.Tensor, rounding: str) -> bool:
+    """A compressor's whole graph-ready step in one launch (dsv4/kernels/_triton_token.py: the slot write,
+    and where the block completes the pooling, shift, finish and cache write): True when it ran, False
+    to use the step and entry paths. Off unless DSV4_TRITON_TOKEN=1 (not timed on a GPU yet)."""
+    if not _applies(out) or _off("TOKEN", out.shape[0]):
+        return False
+    from dsv4.kernels import _triton_token, ops
+    from dsv4.layers.rope import rope_angles
+
+    if not _triton_token.applies(both, out, ratio, overlap, 2 * freqs.numel(), rounding):
+        return False
+    cos, sin = rope_angles((pos // ratio) * ratio, freqs)  # the block's position
+    ops.compress_token(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps, rounding)
     return True
 
 

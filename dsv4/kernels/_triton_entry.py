@@ -89,16 +89,11 @@ def _round_e2m1(y, BLOCK: tl.constexpr, IB: tl.constexpr):
 
 
 @triton.jit
-def _entry_kernel(p_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, HD, eps, spb, sob, sos,
-                  M: tl.constexpr, RD: tl.constexpr, ROUND: tl.constexpr, BLOCK: tl.constexpr, LOG: tl.constexpr,
-                  KB: tl.constexpr, IB: tl.constexpr, HSCALE: tl.constexpr, PDL: tl.constexpr):
-    pdl_wait(PDL)
-    b = tl.program_id(0)
-    c = tl.arange(0, BLOCK)
-    ok = c < HD
-    dt = out_ptr.dtype.element_ty
-    pos = tl.load(pos_ptr)
-    x = tl.load(p_ptr + b * spb + c, mask=ok, other=0.0).to(dt).to(tl.float32)
+def _finish(x, c, ok, w_ptr, cos_ptr, sin_ptr, HD, eps, dt: tl.constexpr, RD: tl.constexpr, ROUND: tl.constexpr,
+            BLOCK: tl.constexpr, LOG: tl.constexpr, KB: tl.constexpr, IB: tl.constexpr, HSCALE: tl.constexpr):
+    """Compressor.finish of one pooled row x [BLOCK] fp32 (features c < HD): model dtype, RMSNorm, RoPE,
+    the rounding (ROUND: 0 none, 1 kv, 2 index) -> fp32 of model-dtype values."""
+    x = x.to(dt).to(tl.float32)
     r = tl.math.rsqrt(tl.sum(x * x, axis=0) / HD + eps)
     w = tl.load(w_ptr + c, mask=ok, other=0.0).to(tl.float32)
     y = ((x * r) * w).to(dt).to(tl.float32)
@@ -108,8 +103,30 @@ def _entry_kernel(p_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, HD, eps, spb
     if ROUND == 2:  # HD == BLOCK here (applies)
         y = (_hadamard(y, BLOCK, LOG) * HSCALE).to(dt).to(tl.float32)
         y = _round_e2m1(y, BLOCK, IB)
+    return y
+
+
+@triton.jit
+def _entry_kernel(p_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, HD, eps, spb, sob, sos,
+                  M: tl.constexpr, RD: tl.constexpr, ROUND: tl.constexpr, BLOCK: tl.constexpr, LOG: tl.constexpr,
+                  KB: tl.constexpr, IB: tl.constexpr, HSCALE: tl.constexpr, PDL: tl.constexpr):
+    pdl_wait(PDL)
+    b = tl.program_id(0)
+    c = tl.arange(0, BLOCK)
+    ok = c < HD
+    dt: tl.constexpr = out_ptr.dtype.element_ty
+    pos = tl.load(pos_ptr)
+    x = tl.load(p_ptr + b * spb + c, mask=ok, other=0.0)
+    y = _finish(x, c, ok, w_ptr, cos_ptr, sin_ptr, HD, eps, dt, RD, ROUND, BLOCK, LOG, KB, IB, HSCALE)
     done = (pos + 1) % M == 0
     tl.store(out_ptr + b * sob + (pos // M) * sos + c, y.to(dt), mask=ok & done)
+
+
+def finish_args(hd: int, rd: int, rounding: str) -> dict:
+    """The compile-time arguments of _finish for a row of hd features."""
+    block = max(triton.next_power_of_2(hd), KV_BLOCK)
+    return dict(RD=rd, ROUND=ROUNDINGS[rounding], BLOCK=block, LOG=block.bit_length() - 1, KB=KV_BLOCK,
+                IB=INDEX_BLOCK, HSCALE=hd ** -0.5)
 
 
 def applies(pooled: torch.Tensor, out: torch.Tensor, rope_dim: int, rounding: str) -> bool:
@@ -134,9 +151,7 @@ def compress_entry(pooled: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor
                          f"rd {rd}, rounding {rounding!r}")
     B, hd = pooled.shape
     pooled = pooled.float() if pooled.stride(-1) == 1 else pooled.float().contiguous()
-    block = max(triton.next_power_of_2(hd), KV_BLOCK)
     with torch.cuda.device(out.device) if out.is_cuda else contextlib.nullcontext():
         _entry_kernel[(B,)](pooled, weight.contiguous(), cos.float().contiguous(), sin.float().contiguous(), pos, out,
-                            hd, eps, pooled.stride(0), out.stride(0), out.stride(1), M=ratio, RD=rd,
-                            ROUND=ROUNDINGS[rounding], BLOCK=block, LOG=block.bit_length() - 1, KB=KV_BLOCK,
-                            IB=INDEX_BLOCK, HSCALE=hd ** -0.5, num_warps=4, **launch_args(out))
+                            hd, eps, pooled.stride(0), out.stride(0), out.stride(1), M=ratio,
+                            **finish_args(hd, rd, rounding), num_warps=4, **launch_args(out))

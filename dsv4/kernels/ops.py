@@ -176,6 +176,22 @@ def compress_entry(pooled: Tensor, weight: Tensor, cos: Tensor, sin: Tensor, pos
     compress_entry_ref(pooled, weight, cos, sin, pos, out, ratio, eps, rounding)
 
 
+@custom_op("dsv4::compress_token", mutates_args=("both", "out"))
+def compress_token(kv_new: Tensor, z_new: Tensor, both: Tensor, pos: Tensor, out: Tensor, weight: Tensor, cos: Tensor,
+                   sin: Tensor, ratio: int, overlap: bool, eps: float, rounding: str) -> None:
+    """A compressor's whole decode step (the token's slot; at a block's end the pooling, the shift, the
+    entry's finish and cache write: dsv4/ops/compress.compress_token_ref); one Triton launch on CUDA."""
+    if both.is_cuda and _triton():
+        from dsv4.kernels import _triton_token
+
+        if _triton_token.applies(both, out, ratio, overlap, 2 * cos.numel(), rounding):
+            return _triton_token.compress_token(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps,
+                                                rounding)
+    from dsv4.ops.compress import compress_token_ref
+
+    compress_token_ref(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps, rounding)
+
+
 @custom_op("dsv4::hc_mix_sums", mutates_args=())
 def hc_mix_sums(x: Tensor, fn: Tensor) -> Tensor:
     """mHC mixes before the RMS scale: x [T, K] (the flattened streams) -> fp32 [T, J + 1] holding
@@ -266,7 +282,7 @@ def settings() -> str:
     """The Triton GEMM switches in effect, for a bench row's note ("" when all are at their defaults)."""
     names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS", "DSV4_TRITON_MIXES",
              "DSV4_TRITON_ATTN", "DSV4_TRITON_ATTN_ROPE", "DSV4_TRITON_ATTN_KEYS", "DSV4_TRITON_COMPRESS",
-             "DSV4_TRITON_ENTRY", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_CUTE_ROUND")
+             "DSV4_TRITON_ENTRY", "DSV4_TRITON_TOKEN", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_CUTE_ROUND")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 
 

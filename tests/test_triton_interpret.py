@@ -287,6 +287,25 @@ def test_compress_step_kernel_is_the_twin():
     ''')
 
 
+def test_comb_kernel_from_the_mixes_sums_matches_float64():
+    """The mHC comb straight from the mixes kernel's sums in one launch (RMS scale, scale[2], base, the
+    Sinkhorn) against its twin run in float64, for hc 4 (flash) and 3, one token and many."""
+    _interpret("""
+        from dsv4.kernels import _triton_sinkhorn as K
+        from dsv4.ops.sinkhorn import comb_from_sums_ref
+        for T in (1, 5, 40):
+            for hc in (4, 3):
+                J, Kf = 2 * hc + hc * hc, 4096
+                sums = torch.randn(T, J + 1, generator=g) * 30
+                sums[:, J] = torch.rand(T, generator=g) * Kf * 4 + 1
+                scale, base = torch.rand(3, generator=g), torch.randn(J, generator=g)
+                y = K.comb(sums, scale, base, Kf, 1e-6, hc, 20, 1e-6)
+                r = comb_from_sums_ref(sums.double(), scale.double(), base.double(), Kf, 1e-6, hc, 20, 1e-6)
+                err = ((y.double() - r).abs().max() / r.abs().max()).item()
+                assert err < 1e-6, (T, hc, err)
+                assert torch.equal(y, K.comb(sums, scale, base, Kf, 1e-6, hc, 20, 1e-6))
+    """)
+
 def test_compress_entry_kernel_is_the_twin():
     """A compressor entry's finish and cache write in one launch: over positions that do and do not
     complete a block, the cache equals the twin's (model dtype, RMSNorm, RoPE at the block's position, the

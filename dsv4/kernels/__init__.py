@@ -25,7 +25,7 @@ import os
 import torch
 
 __all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel",
-           "bf16_dense_gemv", "hc_mixes", "sparse_attention", "sinkhorn", "compress_step", "compress_entry",
+           "bf16_dense_gemv", "hc_mix_sums", "hc_comb", "sparse_attention", "sinkhorn", "compress_step", "compress_entry",
            "compress_token", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "pdl"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
@@ -186,11 +186,11 @@ def bf16_dense_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | Non
     return ops.bf16_gemv(x2, weight).view(*x.shape[:-1], weight.shape[0])
 
 
-def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | None:
-    """mhc.hc_mixes in one launch: rms(x) @ fn^T for the flattened streams x [..., K] (bf16 or fp32,
-    fn [J, K]) -> fp32 [..., J], or None to use the twin. The kernel returns the dot products and the
-    sum of squares; the RMS scale is applied here (a pointwise op for the compiler to fuse).
-    Up to 8 rows, or as DSV4_TRITON_MIXES=1 / 0 says (LAYER_KERNEL_ROWS)."""
+def hc_mix_sums(x: torch.Tensor, fn: torch.Tensor) -> torch.Tensor | None:
+    """What mhc.hc_mixes needs in one launch: for the flattened streams x [..., K] (bf16 or fp32, fn [J, K])
+    fp32 [..., J + 1] holding x @ fn^T and, last, sum(x^2); or None to use the twin. The RMS scale is
+    applied by the caller (a pointwise op for the compiler to fuse). Up to 8 rows, or as
+    DSV4_TRITON_MIXES=1 / 0 says (LAYER_KERNEL_ROWS)."""
     K = fn.shape[-1]
     if not _applies(x) or x.shape[-1] != K or x.dtype not in (torch.bfloat16, torch.float32):
         return None
@@ -199,10 +199,20 @@ def hc_mixes(x: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor | No
         return None
     from dsv4.kernels import ops
 
-    sums = ops.hc_mix_sums(x2, fn)
-    J = fn.shape[0]
-    mixes = sums[:, :J] * torch.rsqrt(sums[:, J:] / K + eps)
-    return mixes.view(*x.shape[:-1], J)
+    return ops.hc_mix_sums(x2, fn).view(*x.shape[:-1], fn.shape[0] + 1)
+
+
+def hc_comb(sums: torch.Tensor, K: int, norm_eps: float, scale: torch.Tensor, base: torch.Tensor, hc: int,
+            iters: int, eps: float) -> torch.Tensor | None:
+    """mhc's comb straight from hc_mix_sums' output [..., J + 1] in one launch (RMS scale, scale[2], base and
+    the Sinkhorn; the logits kernel in front of the Sinkhorn goes away) -> [..., hc, hc] fp32, or None to
+    take the logits path. Off unless DSV4_TRITON_COMB=1 (not timed on a GPU yet)."""
+    if not _applies(sums) or _off("COMB", sums.numel() // sums.shape[-1]):
+        return None
+    from dsv4.kernels import ops
+
+    flat = sums.reshape(-1, sums.shape[-1])
+    return ops.hc_comb(flat, scale, base, K, norm_eps, hc, iters, eps).view(*sums.shape[:-1], hc, hc)
 
 
 def sparse_attention(q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, sink: torch.Tensor, scale: float,

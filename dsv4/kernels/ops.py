@@ -139,6 +139,25 @@ def _(logits, iters, eps):
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
+@custom_op("dsv4::hc_comb", mutates_args=())
+def hc_comb(sums: Tensor, scale: Tensor, base: Tensor, K: int, norm_eps: float, hc: int, iters: int,
+            eps: float) -> Tensor:
+    """The mHC comb straight from the mixes kernel's sums [T, J + 1] (RMS scale, scale[2], base, Sinkhorn):
+    one Triton launch on CUDA (dsv4/ops/sinkhorn.comb_from_sums_ref)."""
+    if sums.is_cuda and _triton():
+        from dsv4.kernels import _triton_sinkhorn
+
+        return _triton_sinkhorn.comb(sums, scale, base, K, norm_eps, hc, iters, eps)
+    from dsv4.ops.sinkhorn import comb_from_sums_ref
+
+    return comb_from_sums_ref(sums, scale, base, K, norm_eps, hc, iters, eps)
+
+
+@hc_comb.register_fake
+def _(sums, scale, base, K, norm_eps, hc, iters, eps):
+    return sums.new_empty(sums.shape[0], hc, hc)
+
+
 @custom_op("dsv4::compress_step", mutates_args=("kv_state", "score_state"))
 def compress_step(kv_new: Tensor, z_new: Tensor, kv_state: Tensor, score_state: Tensor, pos: Tensor, ratio: int,
                   overlap: bool) -> Tensor:
@@ -282,7 +301,7 @@ def settings() -> str:
     """The Triton GEMM switches in effect, for a bench row's note ("" when all are at their defaults)."""
     names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS", "DSV4_TRITON_MIXES",
              "DSV4_TRITON_ATTN", "DSV4_TRITON_ATTN_ROPE", "DSV4_TRITON_ATTN_KEYS", "DSV4_TRITON_COMPRESS",
-             "DSV4_TRITON_ENTRY", "DSV4_TRITON_TOKEN", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_CUTE_ROUND")
+             "DSV4_TRITON_ENTRY", "DSV4_TRITON_TOKEN", "DSV4_TRITON_COMB", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_CUTE_ROUND")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 
 

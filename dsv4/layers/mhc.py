@@ -12,24 +12,29 @@ import torch
 
 from dsv4 import kernels
 from dsv4.layers.norm import rms
-from dsv4.ops.sinkhorn import sinkhorn_ref
+from dsv4.ops.sinkhorn import comb_logits, mixes_from_sums, sinkhorn_ref
 
 
-def hc_mixes(X: torch.Tensor, fn: torch.Tensor, eps: float) -> torch.Tensor:
-    """[B,T,hc,d] streams -> [B,T,n_mix] = (flat(X) @ fn^T) * rsqrt(mean(flat(X)^2) + eps)."""
-    mixes = kernels.hc_mixes(X.flatten(-2), fn, eps)  # one launch on CUDA with the kernels on
-    return rms(X.flatten(-2), eps) @ fn.float().t() if mixes is None else mixes
+def hc_mixes(X: torch.Tensor, fn: torch.Tensor, eps: float, sums: torch.Tensor | None = None) -> torch.Tensor:
+    """[B,T,hc,d] streams -> [B,T,n_mix] = (flat(X) @ fn^T) * rsqrt(mean(flat(X)^2) + eps); from the mixes
+    kernel's `sums` where it ran (kernels.hc_mix_sums)."""
+    if sums is None:
+        return rms(X.flatten(-2), eps) @ fn.float().t()
+    return mixes_from_sums(sums, fn.shape[-1], eps)
 
 
 def sinkhorn_split(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, hc: int, iters: int,
-                   eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """pre = sigmoid + eps; post = 2 sigmoid; comb = Sinkhorn-normalised exp (rows then columns)."""
+                   eps: float, comb: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """pre = sigmoid + eps; post = 2 sigmoid; comb = Sinkhorn-normalised exp (rows then columns), unless
+    the comb kernel made it already (`comb`)."""
     scale, base = scale.float(), base.float()
     pre = torch.sigmoid(mixes[..., :hc] * scale[0] + base[:hc]) + eps
     post = 2 * torch.sigmoid(mixes[..., hc:2 * hc] * scale[1] + base[hc:2 * hc])
-    logits = (mixes[..., 2 * hc:] * scale[2] + base[2 * hc:]).unflatten(-1, (hc, hc))
-    comb = kernels.sinkhorn(logits, iters, eps)  # one launch on CUDA with the kernels on
-    return pre, post, sinkhorn_ref(logits, iters, eps) if comb is None else comb
+    if comb is None:
+        logits = comb_logits(mixes, scale, base, hc)
+        comb = kernels.sinkhorn(logits, iters, eps)  # one launch on CUDA with the kernels on
+        comb = sinkhorn_ref(logits, iters, eps) if comb is None else comb
+    return pre, post, comb
 
 
 def collapse(X: torch.Tensor, pre: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -39,7 +44,9 @@ def collapse(X: torch.Tensor, pre: torch.Tensor, dtype: torch.dtype) -> torch.Te
 
 def hc_pre(X: torch.Tensor, fn, scale, base, hc: int, iters: int, norm_eps: float, hc_eps: float):
     """Streams -> (sublayer input [B,T,d], post [B,T,hc], comb [B,T,hc,hc])."""
-    pre, post, comb = sinkhorn_split(hc_mixes(X, fn, norm_eps), scale, base, hc, iters, hc_eps)
+    sums = kernels.hc_mix_sums(X.flatten(-2), fn)  # one launch on CUDA with the kernels on
+    comb = None if sums is None else kernels.hc_comb(sums, fn.shape[-1], norm_eps, scale, base, hc, iters, hc_eps)
+    pre, post, comb = sinkhorn_split(hc_mixes(X, fn, norm_eps, sums), scale, base, hc, iters, hc_eps, comb)
     return collapse(X, pre, X.dtype), post, comb
 
 
@@ -58,5 +65,6 @@ def hc_post(y: torch.Tensor, X: torch.Tensor, post: torch.Tensor, comb: torch.Te
 
 def hc_head(X: torch.Tensor, fn, scale, base, norm_eps: float, hc_eps: float) -> torch.Tensor:
     """Final collapse of the streams: pre = sigmoid(mix * scale + base) + eps."""
-    pre = torch.sigmoid(hc_mixes(X, fn, norm_eps) * scale.float()[0] + base.float()) + hc_eps
+    mixes = hc_mixes(X, fn, norm_eps, kernels.hc_mix_sums(X.flatten(-2), fn))
+    pre = torch.sigmoid(mixes * scale.float()[0] + base.float()) + hc_eps
     return collapse(X, pre, X.dtype)

@@ -19,3 +19,22 @@ def sinkhorn_ref(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor:
         comb = comb / (comb.sum(-1, keepdim=True) + eps)
         comb = comb / (comb.sum(-2, keepdim=True) + eps)
     return comb
+
+
+def mixes_from_sums(sums: torch.Tensor, K: int, eps: float) -> torch.Tensor:
+    """The mixes kernel's output [..., J + 1] (the J dot products with hc_fn, then the sum of squares of
+    the K flattened stream features) -> the mixes rms(x) @ hc_fn^T [..., J]."""
+    J = sums.shape[-1] - 1
+    return sums[..., :J] * torch.rsqrt(sums[..., J:] / K + eps)
+
+
+def comb_logits(mixes: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, hc: int) -> torch.Tensor:
+    """The Sinkhorn's input from the mixes: the last hc * hc, times scale[2], plus their base -> [..., hc, hc]."""
+    return (mixes[..., 2 * hc:] * scale[2] + base[2 * hc:]).unflatten(-1, (hc, hc))
+
+
+def comb_from_sums_ref(sums: torch.Tensor, scale: torch.Tensor, base: torch.Tensor, K: int, norm_eps: float, hc: int,
+                       iters: int, eps: float) -> torch.Tensor:
+    """The comb straight from the mixes kernel's sums: the twin of the one-launch comb kernel."""
+    logits = comb_logits(mixes_from_sums(sums, K, norm_eps), scale.float(), base.float(), hc)
+    return sinkhorn_ref(logits, iters, eps)

@@ -185,6 +185,29 @@ def test_kernel_families_partition_the_profiled_step(rng):
     assert abs(cut["not itemized"]["us_per_step"] - sum(r["us_per_step"] for r in rows[3:])) < 1e-6
 
 
+def test_every_launched_triton_kernel_of_ours_has_a_family():
+    """Each Triton kernel dsv4/kernels launches (a jit function called with a grid) lands in a named
+    family, not in "other": a new kernel must join the table, or its time reads as stray ATen copies."""
+    import ast
+
+    from audit.bench.profile import families
+
+    def is_jit(f):
+        return any("jit" in ast.unparse(d) for d in f.decorator_list)
+
+    root = Path(__file__).resolve().parent.parent / "dsv4" / "kernels"
+    launched = set()
+    for path in root.glob("_triton_*.py"):
+        tree = ast.parse(path.read_text())
+        jit = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and is_jit(f)}
+        host = [f for f in tree.body if not (isinstance(f, ast.FunctionDef) and is_jit(f))]
+        launched |= {n.id for f in host for n in ast.walk(f) if isinstance(n, ast.Name) and n.id in jit}
+    assert {"_entry_kernel", "_token_kernel", "_comb_kernel", "_split_sum"} <= launched
+    for name in launched:
+        row = {"kernel": name, "per_step": 1.0, "us_per_step": 1.0}
+        fam = families([{"kernel": "(all)", "per_step": 1.0, "us_per_step": 1.0}, row])
+        assert "other (ATen, copies)" not in fam, name
+
 def test_bench_rows_carry_their_commit_and_copy_ceiling(monkeypatch):
     from audit.bench import run as bench_mod
 

@@ -62,9 +62,8 @@ def _round_kv(y, c, NOPE, BLOCK: tl.constexpr, KB: tl.constexpr):
 def _hadamard(y, BLOCK: tl.constexpr, LOG: tl.constexpr):
     """The Walsh-Hadamard butterflies of y [BLOCK] (BLOCK = 2^LOG) as dsv4/ops/quantize.hadamard runs them:
     at stride h, pairs (j, j + h) in each 2h group become (a + b, a - b), fp32; unscaled."""
-    for i in tl.static_range(LOG):
-        h: tl.constexpr = 1 << i
-        a, b = tl.split(tl.permute(tl.reshape(y, (BLOCK // (2 * h), 2, h)), (0, 2, 1)))
+    for i in tl.static_range(LOG):  # stride 1 << i (no named constexpr: the compiler refuses to rebind one)
+        a, b = tl.split(tl.permute(tl.reshape(y, (BLOCK >> (i + 1), 2, 1 << i)), (0, 2, 1)))
         y = tl.reshape(tl.permute(tl.join(a + b, a - b), (0, 2, 1)), (BLOCK,))
     return y
 

@@ -98,9 +98,13 @@ def fp8_gemv(x, weight, scale, out=None):
 # cuBLAS's dot and reduce: 8.4 us of kernels plus their gaps), and 19 us at batch 16 (~14 us).
 # The inverse RoPE in the attention's last launch (ATTN_ROPE) and a compressor's entry in one launch
 # (ENTRY) each took 1.3% off a four-layer batch-1 step (session 12, one process per setting); reading
-# the keys in place (ATTN_KEYS) was 0.5% slower there and stays off.
+# the keys in place (ATTN_KEYS) was 0.5% slower there and stays off. The comb straight from the mixes
+# kernel's sums (COMB) takes 2 launches off each layer (86 of a flash step); its full-depth row, taken
+# with ENTRY off, put it at about -0.06 ms (session 12). The compressor's whole step in one launch (TOKEN)
+# passed its GPU tests but has not been timed: off until it is.
 LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {
-    "MIXES": (None, 8), "ATTN": (None, None), "ATTN_ROPE": (None, None), "ENTRY": (None, None)}
+    "MIXES": (None, 8), "ATTN": (None, None), "ATTN_ROPE": (None, None), "ENTRY": (None, None),
+    "COMB": (None, 8)}
 
 
 def _off(name: str, rows: int) -> bool:
@@ -206,7 +210,7 @@ def hc_comb(sums: torch.Tensor, K: int, norm_eps: float, scale: torch.Tensor, ba
             iters: int, eps: float) -> torch.Tensor | None:
     """mhc's comb straight from hc_mix_sums' output [..., J + 1] in one launch (RMS scale, scale[2], base and
     the Sinkhorn; the logits kernel in front of the Sinkhorn goes away) -> [..., hc, hc] fp32, or None to
-    take the logits path. Off unless DSV4_TRITON_COMB=1 (not timed on a GPU yet)."""
+    take the logits path. With the mixes kernel (up to 8 rows), or as DSV4_TRITON_COMB=1 / 0 says."""
     if not _applies(sums) or _off("COMB", sums.numel() // sums.shape[-1]):
         return None
     from dsv4.kernels import ops
@@ -294,7 +298,7 @@ def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor
                    freqs: torch.Tensor, rounding: str) -> bool:
     """A compressor's whole graph-ready step in one launch (dsv4/kernels/_triton_token.py: the slot write,
     and where the block completes the pooling, shift, finish and cache write): True when it ran, False
-    to use the step and entry paths. Off unless DSV4_TRITON_TOKEN=1 (not timed on a GPU yet)."""
+    to use the step and entry paths. Off unless DSV4_TRITON_TOKEN=1 (GPU-tested, not yet timed)."""
     if not _applies(out) or _off("TOKEN", out.shape[0]):
         return False
     from dsv4.kernels import _triton_token, ops

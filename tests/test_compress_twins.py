@@ -39,3 +39,41 @@ def rope_angles_at(comp, p: int):
     from dsv4.layers.rope import rope_angles
 
     return rope_angles(torch.tensor((p // comp.ratio) * comp.ratio), comp.freqs)
+
+
+def test_compressor_step_through_the_entry_and_whole_step_ops_is_the_plain_path(rng, monkeypatch):
+    """static_attention.compressor_step wired through the entry op and the whole-step op (as on CUDA with the
+    kernels on: here the dispatchers are told they apply and the ops run their CPU twins) leaves the same
+    state and cache as the plain path, bit for bit, step after step over three blocks, for the KV
+    compressors and the indexer's; DSV4_TRITON_TOKEN=1 routes every step through the whole-step op."""
+    import dsv4
+    from dsv4 import kernels
+    from dsv4.cache import CompressorState
+    from dsv4.decode.static_attention import compressor_step
+    from dsv4.kernels import ops
+
+    model = dsv4.load("tiny", dtype="bfloat16", seed=int(torch.randint(0, 999, (1,), generator=rng)))
+    comps = [L.attn.compressor for L in model.layers if L.attn.compressor is not None][:2]
+    comps += [L.attn.indexer.compressor for L in model.layers if L.attn.indexer is not None][:1]
+    d = model.cfg.dim
+    real = {name: getattr(ops, f"compress_{name}") for name in ("entry", "token")}
+    for comp in comps:
+        xs = [torch.randn(2, 1, d, generator=rng).bfloat16() for _ in range(3 * comp.ratio)]
+        runs = {}
+        for mode in ("plain", "entry", "token"):
+            monkeypatch.setattr(kernels, "_applies", (lambda x: False) if mode == "plain" else (lambda x: True))
+            monkeypatch.setenv("DSV4_TRITON_ENTRY", "1")
+            monkeypatch.setenv("DSV4_TRITON_TOKEN", "1" if mode == "token" else "0")
+            calls = {"entry": 0, "token": 0}
+            for name, f in real.items():
+                monkeypatch.setattr(ops, f"compress_{name}",
+                                    lambda *a, n=name, f=f, c=calls: c.__setitem__(n, c[n] + 1) or f(*a))
+            state = CompressorState.allocate(2, comp.ratio, comp.width, "cpu")
+            out = torch.zeros(2, 4, comp.width, dtype=torch.bfloat16)
+            for p, x in enumerate(xs):
+                compressor_step(comp, x, torch.tensor(p), state, out)
+            runs[mode] = (state.both.clone(), out.clone())
+            assert calls["token"] == (len(xs) if mode == "token" else 0), (mode, calls)
+            assert calls["entry"] == (len(xs) if mode == "entry" else 0), (mode, calls)
+        for mode in ("entry", "token"):
+            assert all(torch.equal(a, b) for a, b in zip(runs[mode], runs["plain"])), (comp.rounding, mode)

@@ -134,6 +134,7 @@ class Tracer:
     # ------------------------------------------------------------ recording
     def record_op(self, func, args, kwargs, out, failed: bool = False) -> None:
         tensors: list = []
+        adopted = func._opname == "set_" and self._adopts_new_storage(args)
         norm = _walk(args, tensors)
         if kwargs:
             norm = norm + tuple([(k, _walk(v, tensors)) for k, v in kwargs.items()])
@@ -154,10 +155,12 @@ class Tracer:
         out_metas, new = [], []
         if outs:
             in_sids = {m.sid for m in inputs}
+            if adopted:  # set_(storage): the tensor now lives in storage first seen here (copy.deepcopy)
+                in_sids.discard(inputs[0].sid)
             born = self.trace.born
             for t in outs:
                 m = meta(t)
-                fresh = self._fresh and m.sid not in in_sids
+                fresh = (self._fresh or adopted) and m.sid not in in_sids
                 if fresh:
                     born[m.sid] = (self._step, idx)
                 produced.add(m.tid)
@@ -169,6 +172,20 @@ class Tracer:
             mods[-1] if mods else "", self.stack(sys._getframe(2)), func,
             self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
             "failed" if failed else "", _host_scalars(tensors, inputs)))
+
+    def _adopts_new_storage(self, args) -> bool:
+        """`t.set_(storage)` with a storage no op has shown yet and no attribute held before the step:
+        storage allocated outside the dispatcher in the step (copy.deepcopy, UntypedStorage(n), clone of
+        a storage) that set_ hands to a tensor. Its inputs are read after the op, so set_'s own self
+        already carries the new storage and would not count as a new one."""
+        src = args[1] if len(args) > 1 else None
+        if not isinstance(src, (torch.UntypedStorage, torch.TypedStorage)):
+            return False
+        with contextlib.suppress(Exception):
+            sid = (src._untyped_storage if isinstance(src, torch.TypedStorage) else src)._cdata
+            held = self.trace.held[-1] if self.trace.held else ()
+            return sid not in self._seen and sid not in held
+        return False
 
     def _small_values(self, t: torch.Tensor):
         """The data of a tensor built from Python values (to diff it across steps): the values when

@@ -73,10 +73,14 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
                 for line, fn in _mutations.mutation_sites(f, attr, span) if fn not in ("__init__", "prepare")]
     if best:
         return best[:3], ""
-    if foreign:
-        calls, note = _calls_into(ctx, change, foreign, ran)
-        if calls:
-            return calls, note
+    calls, note, methods = _calls_into(ctx, change, foreign, ran) if cands or foreign else ([], "", set())
+    # a method the step called on the object that ran no torch op (`self.lru.touch(ids)`): its own
+    # statement (`self.order.move_to_end(b)`) is the site, not the class's other mutating methods
+    inside = [(f, line, fn) for _, f, line, fn in cands if fn in methods and frame_kind(f, ctx.trace.roots) != HIDDEN]
+    if inside:
+        return inside[:3], note if foreign else ""
+    if foreign and calls:
+        return calls, note
     shown = [(f, line, fn) for _, f, line, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN]
     return shown[:3], ""
 
@@ -154,21 +158,22 @@ def _foreign_class(ctx, obj) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str]:
+def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str, set]:
     """The user's lines that call a method of the changed object (`self.out.put_nowait(t)`): found in
     the files of the step's own code and of the object that holds it, from the attribute holding it.
-    Calls in functions that ran come first."""
+    Calls in functions that ran come first. Also the names of the methods called."""
     module = change.owner.startswith("<module ")
     holder, files = (_head(change.attr), [getattr(sys.modules.get(change.owner[8:-1]), "__file__", None)]) \
         if module else _holder(ctx, change.owner)
     if not holder:
-        return [], ""
+        return [], "", set()
     files = sorted({f for f in files if f} | {f for f, _ in ran if is_user_file(f, ctx.trace.roots)})
     hits = [((f, fn) in ran, f, line, fn, m) for f in files
             for line, fn, m in _mutations.method_calls(f, holder, global_name=module) if fn not in ("__init__", "prepare")]
     best = [h for h in hits if h[0]] or hits
     methods = ", ".join(dict.fromkeys(f"`.{m}()`" for *_, m in best[:3]))
-    return [(f, line, fn) for _, f, line, fn, _ in best[:3]], f"inside a `{cls}`, through {methods}"
+    return ([(f, line, fn) for _, f, line, fn, _ in best[:3]], f"inside a `{cls}`, through {methods}",
+            {m for *_, m in best})
 
 
 _STDLIB = frozenset(sys.stdlib_module_names) | {"torch"}

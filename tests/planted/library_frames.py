@@ -7,7 +7,7 @@ is marked `# CALLS:` and is each finding's caller.
 
 import torch
 
-from plantedlib import kv, moe, numerics, seqstate, serving
+from plantedlib import blocks, kv, moe, numerics, seqstate, serving
 
 
 class LibraryStep:
@@ -18,12 +18,15 @@ class LibraryStep:
         self.cache = kv.GrowingCache(8, device)
         self.sampler = serving.SeededSampler(device)
         self.seq = seqstate.SeqState(1)
+        self.lru = blocks.BlockLRU(4)
+        self.blocks = [0]
         self.pos = 0
 
     def prepare(self, i):
         self.x.copy_(torch.randn(8))
         self.scores.copy_(torch.randn(4))
         self.pos = 3 + i
+        self.blocks = [i % 4]
 
     def step(self):
         keys = self.cache.append(self.x)  # CALLS: plantedlib
@@ -33,6 +36,7 @@ class LibraryStep:
         y = self.mix(y)  # CALLS: plantedlib
         tok = self.sampler(torch.softmax(y, -1))  # CALLS: plantedlib
         tok = tok + seqstate.advance(self.seq, y[None])  # CALLS: plantedlib
+        self.lru.touch(self.blocks)  # CALLS: plantedlib
         return y + keys.sum() + tok
 
     @serving.timed("mix")
@@ -48,12 +52,14 @@ class LibraryStepClean:
         self.cache = kv.StaticCache(8, device)
         self.sampler = serving.GreedySampler()
         self.seq = seqstate.SeqState(1, pos=torch.zeros((), dtype=torch.long, device=device))
+        self.lru = blocks.BlockLRU(4)
         self.pos = torch.zeros((), device=device)
 
     def prepare(self, i):
         self.x.copy_(torch.randn(8))
         self.scores.copy_(torch.randn(4))
         self.pos.fill_(3 + i)
+        self.lru.touch([i % 4])  # host bookkeeping before the replay, not inside it
 
     def step(self):
         keys = self.cache.append(self.x)

@@ -92,8 +92,11 @@ def main() -> None:
             times[key] += event_times(dec.step, 10)
     for key, dec in decs.items():
         row = res[key] | {"step_ms": round(statistics.median(times[key]), 4), "kernels": len(ordered(dec.step))}
-        if key.startswith(configs[0] + "-"):
+        if key.startswith(configs[0] + "-"):  # captured again layer by layer, under the setting's variables
+            os.environ.update(settings(configs[0]))
             row["layers"] = layer_listing(dec)
+            os.environ.clear()
+            os.environ.update(base)
         res[key] = row
         print(f"{key:>12} build {row['build_s']:6.1f} s  bitwise {row['bitwise']}  "
               f"step {row['step_ms']:.3f} ms  kernels {row['kernels']}", flush=True)
@@ -102,6 +105,7 @@ def main() -> None:
             print(f"{'':>12} {layer:24s} {len(ks):4d} kernels ({len(ks) - ours} inductor)  {sum(u for _, u in ks):7.1f} us")
     with open(os.path.join(out, "layer_kernels.json"), "w") as f:
         json.dump(res, f, indent=0)
+
 
 if __name__ == "__main__":
     main()

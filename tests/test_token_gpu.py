@@ -20,7 +20,7 @@ def test_compress_token_kernel_follows_its_twin_and_replays(ratio, overlap, hd, 
     from dsv4.cache import CompressorState
     from dsv4.kernels import _triton_token as K
     from dsv4.ops.compress import compress_token_ref
-    from dsv4.ops.quantize import ue8m0_scale
+    from entry_util import close_entries
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
@@ -40,13 +40,7 @@ def test_compress_token_kernel_follows_its_twin_and_replays(ratio, overlap, hd, 
         K.compress_token(kvn, zn, both, pos, b, w, cos, sin, ratio, overlap, 1e-6, rounding)
         assert torch.equal(sa.both, both), p
         assert torch.equal(b, before) == ((p + 1) % ratio != 0), p
-        af, bf = a.float(), b.float()
-        if rounding == "index":
-            blocks = af.unflatten(-1, (-1, 32))
-            tol = (2 * ue8m0_scale(blocks.abs().amax(-1, keepdim=True), 6.0, 1e-10)).expand_as(blocks).flatten(-2)
-        else:
-            tol = af.abs() * 2 ** -3
-        assert ((af - bf).abs() <= tol).all() and (a != b).float().mean().item() <= 0.02, p
+        close_entries(a, b, rounding, p)
         b.copy_(a)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         K.compress_token(kvn, zn, both, pos, b, w, cos, sin, ratio, overlap, 1e-6, rounding)

@@ -62,6 +62,30 @@ def data_dependent_size(rec):
     return (f"`{rec.op}` has a data-dependent output size: the host reads it from the device", fix)
 
 
+@sync_op("aten._linalg_check_errors")
+def linalg_error_check(rec):
+    """torch.linalg.solve/inv/cholesky/... check their `info` result on the host: on a GPU the call
+    waits for the device (torch's docs: "this function synchronizes that device with the CPU")."""
+    return ("`torch.linalg` checks its `info` result on the host (the non-`_ex` form waits for the device)",
+            "Call the `_ex` form (`torch.linalg.solve_ex`, `inv_ex`, `cholesky_ex`), which skips the "
+            "check, and inspect `info` outside the step if needed.")
+
+
+_TO_SPARSE = ("aten._to_sparse", "aten._to_sparse_csr", "aten._to_sparse_csc", "aten._to_sparse_bsr",
+              "aten._to_sparse_bsc")
+
+
+@sync_op(*_TO_SPARSE)
+def dense_to_sparse(rec):
+    """A dense tensor made sparse: the number of stored elements is counted on the device and read
+    back to size the indices (nonzero in disguise). A sparse input (no dense storage) knows its nnz."""
+    if not rec.inputs or not rec.inputs[0].sid:
+        return None
+    return (f"`{rec.op}` of a dense tensor sizes its indices by the nonzero count, read from the device",
+            "Select with a fixed-size topk (indices of static size) or keep the dense mask and use "
+            "torch.where / masks.")
+
+
 @sync_op("aten.index", "aten.index_put_", "aten.index_put", "aten._index_put_impl_")
 def bool_mask_index(rec):
     """Boolean-mask indexing is nonzero() in disguise: the result size is the number of Trues."""

@@ -129,7 +129,11 @@ class Tracer:
         if self.cuda and t.device.type == "cpu":
             with contextlib.suppress(Exception):
                 pinned = t.is_pinned()
-        return _tuple_new(TensorMeta, (t.shape, t.stride(), t.dtype, t.device, ptr, sid, t._cdata, pinned))
+        try:
+            stride = t.stride()
+        except RuntimeError:  # sparse CSR/CSC/BSR tensors have no strides
+            stride = ()
+        return _tuple_new(TensorMeta, (t.shape, stride, t.dtype, t.device, ptr, sid, t._cdata, pinned))
 
     # ------------------------------------------------------------ recording
     def record_op(self, func, args, kwargs, out, failed: bool = False) -> None:

@@ -77,6 +77,37 @@ def _to_wrapper(orig):
     return to
 
 
+def _first_tensor(obj, depth: int = 3):
+    """The first tensor in obj (a tensor, or one inside nested dicts, lists and tuples)."""
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if depth and isinstance(obj, (dict, list, tuple)):
+        for v in (obj.values() if isinstance(obj, dict) else obj):
+            if (t := _first_tensor(v, depth - 1)) is not None:
+                return t
+    return None
+
+
+def _save_wrapper(orig):
+    """`torch.save(obj, f)` in the step: every device storage in obj is copied to the host first
+    (`storage.cpu()`, not dispatched), which waits for the device: a host read of obj's tensors."""
+
+    def save(obj, *args, **kwargs):
+        tr = _ACTIVE
+        t = _first_tensor(obj) if tr is not None and tr._step >= 0 and not tr.host_depth else None
+        if t is None or t.device.type != tr.device.type:
+            return orig(obj, *args, **kwargs)
+        tr.record_event("host", "torch.save", t)
+        tr.host_depth += 1
+        try:
+            return orig(obj, *args, **kwargs)
+        finally:
+            tr.host_depth -= 1
+
+    save.__wrapped__ = orig
+    return save
+
+
 # Constructors that wrap host memory without dispatching any op (zero-copy): unlike torch.tensor or
 # from_numpy (`lift_fresh`), the trace would not see where their tensor came from.
 ZERO_COPY = [(torch, "frombuffer"), (torch, "from_dlpack"), (torch.utils.dlpack, "from_dlpack")]
@@ -185,6 +216,10 @@ def active(tracer):
             stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, orig)))
             originals[id(orig)] = (orig, getattr(torch.Tensor, name))  # `_tolist = torch.Tensor.tolist`
         stack.enter_context(patched(torch.Tensor, "to", _to_wrapper(torch.Tensor.to)))
+        for owner in (torch, torch.serialization):
+            orig = owner.save
+            stack.enter_context(patched(owner, "save", _save_wrapper(orig)))
+            originals.setdefault(id(orig), (orig, owner.save))  # `from torch import save`
         for owner, name in ZERO_COPY:
             if hasattr(owner, name):
                 orig = getattr(owner, name)

@@ -1,0 +1,71 @@
+"""`torch.save` in the step copies every device storage it serializes to the host (`storage.cpu()`,
+not dispatched, so no aten op shows it) and waits for the device: a host-sync at the saving line,
+also through an alias bound at import (`from torch import save`) and for tensors inside a dict. Saving
+plain Python data is no device read.
+"""
+
+from __future__ import annotations
+
+import random
+import textwrap
+
+import pytest
+
+import audit
+
+FORMS = {
+    "tensor": "torch.save(h, self.buf)",
+    "dict": "torch.save({'h': h, 'step': 1}, self.buf)",
+    "alias": "tsave([h], self.buf)",
+    "serialization": "torch.serialization.save(h, self.buf)",
+}
+
+TARGET = """
+import io
+import torch
+from torch import save as tsave
+
+class Target:
+    def __init__(self):
+        g = torch.Generator().manual_seed({seed})
+        self.w = torch.randn({d}, {d}, generator=g) * 0.1
+        self.x = torch.zeros(1, {d})
+        self.out = torch.zeros(1, {d})
+        self.buf = io.BytesIO()
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+        self.buf.seek(0)
+
+    def step(self):
+        h = torch.tanh(self.x @ self.w)
+        {line}  # SITE
+        self.out.copy_(h)
+        return self.out
+
+def make(device):
+    return Target()
+"""
+
+
+def _write(tmp_path, line: str):
+    seed, d = random.randrange(2**31), random.choice([4, 8, 16])
+    path = tmp_path / "save_target.py"
+    path.write_text(textwrap.dedent(TARGET).format(seed=seed, d=d, line=line))
+    site = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "# SITE" in t)
+    return path, site
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_torch_save_of_a_step_tensor_is_a_host_sync(tmp_path, form):
+    path, site = _write(tmp_path, FORMS[form])
+    bad = audit.scan(f"{path}:make", device="cpu").blocking()
+    hit = bad[(bad.category == "host-sync") & (bad.line == site)]
+    assert len(hit) == 1, bad[["category", "line", "op", "message"]].to_string()
+    assert "torch.save" in hit.iloc[0].op
+
+
+def test_saving_plain_data_is_clean(tmp_path):
+    path, _ = _write(tmp_path, "torch.save({'step': 1, 'names': ['a']}, self.buf)")
+    bad = audit.scan(f"{path}:make", device="cpu").blocking()
+    assert bad.empty, bad[["category", "line", "op", "message"]].to_string()

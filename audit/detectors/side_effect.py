@@ -233,7 +233,7 @@ def python_state_changes(ctx):
             text, sev = _guarded(_message(c, site, note), site[0], site[1])
             caller = _caller_of(ctx, site, s)
             if caller is None and site[0] not in own_files:  # library code the step's ops never ran in
-                caller = _user_call_into(ctx, c, s, own_files)
+                caller = _user_call_into(ctx, c, s, own_files) or _user_call_of(ctx, site, s, own_files)
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
     return out
@@ -274,6 +274,45 @@ def _user_call_into(ctx, change, step: int, own_files: set):
         return None
     _, line, f, fn = min(calls)
     return (f, line, fn)
+
+
+def _resolves_to(filename: str, func: ast.expr, file: str, fn: str) -> bool:
+    """Whether the callee `region` or `profile.region`, read in the globals of the module loaded from
+    `filename`, is (a wrapper of) function `fn` of `file` (`region` a @contextmanager)."""
+    chain = [func.id] if isinstance(func, ast.Name) else \
+        [func.value.id, func.attr] if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+    mod = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == filename), None)
+    if not chain or mod is None:
+        return False
+    obj = mod
+    for name in chain:
+        obj = getattr(obj, name, None)
+    with contextlib.suppress(Exception):
+        code = inspect.unwrap(obj).__code__
+        return code.co_filename == file and code.co_name == fn
+    return False
+
+
+def _user_call_of(ctx, site, step: int, own_files: set):
+    """For a site in a library function that ran no torch op and holds no object of the target (a
+    @contextmanager's `REGION_COUNTS[name] += 1`, run by `with region("mlp"):` before the body's ops):
+    the target's own call of that function, by name (`region(...)`, `profile.region(...)`), in a
+    function of the target that ran in the step; None when there is none."""
+    file, _, fn = site
+    ran = _executed(ctx, step, own_only=True)
+    hits = []
+    for f in own_files:
+        t = _source.tree(f)
+        for func in (n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
+            for n in ast.walk(func):
+                if not isinstance(n, ast.Call):
+                    continue
+                if getattr(n.func, "id", getattr(n.func, "attr", None)) == fn and _resolves_to(f, n.func, file, fn):
+                    hits.append(((f, func.name) not in ran, n.lineno, f, func.name))
+    if not hits:
+        return None
+    _, line, f, name = min(hits)
+    return (f, line, name)
 
 
 def _caller_of(ctx, site, step: int):

@@ -7,7 +7,7 @@ is marked `# CALLS:` and is each finding's caller.
 
 import torch
 
-from plantedlib import blocks, kv, moe, numerics, seqstate, serving
+from plantedlib import blocks, kv, moe, numerics, profiling, seqstate, serving
 
 
 class LibraryStep:
@@ -33,7 +33,8 @@ class LibraryStep:
         y = numerics.normalize(self.x)  # CALLS: plantedlib
         y = moe.routed(y, self.weights, self.scores)  # CALLS: plantedlib
         y = numerics.position_bias(y, self.pos)  # CALLS: plantedlib
-        y = self.mix(y)  # CALLS: plantedlib
+        with profiling.region("mix"):  # CALLS: plantedlib
+            y = self.mix(y)  # CALLS: plantedlib
         tok = self.sampler(torch.softmax(y, -1))  # CALLS: plantedlib
         tok = tok + seqstate.advance(self.seq, y[None])  # CALLS: plantedlib
         self.lru.touch(self.blocks)  # CALLS: plantedlib
@@ -66,7 +67,8 @@ class LibraryStepClean:
         y = numerics.normalize_on_device(self.x)
         y = moe.dense(y, self.weights, self.scores)
         y = numerics.position_bias_on_device(y, self.pos)
-        y = self.mix(y)
+        with profiling.region("mix", enabled=False):
+            y = self.mix(y)
         tok = self.sampler(torch.softmax(y, -1))
         tok = tok + seqstate.advance_on_device(self.seq, y[None])
         return y + keys.sum() + tok

@@ -242,6 +242,10 @@ def assigns_host_tensor(filename: str, attr: str, lines: tuple[int, int] | None 
     return False
 
 
+# what makes an attribute in host memory: the factories, and host data made a tensor (`torch.tensor(lens, device="cpu")`)
+_ATTR_FACTORIES = HOST_FACTORIES + ("tensor", "as_tensor")
+
+
 def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = None) -> str | None:
     """How the source (or a span of it) makes `<x>.attr`: "pinned" / "pageable" when every assignment is
     a `torch.<factory>(...)` naming no device or the CPU (`pin_memory=True`: pinned), else None (never
@@ -260,7 +264,7 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
             call = node.value
         else:
             continue
-        host = (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in HOST_FACTORIES
+        host = (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _ATTR_FACTORIES
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
                 and all(k.arg != "device" or _on_cpu(filename, k.value) for k in call.keywords))
         if not host:

@@ -47,7 +47,7 @@ def _host_indices(recs, born: set) -> list:
     return out
 
 
-STAGED = ("the host tensor `{name}` (made by a torch factory that names no device: pageable memory) is copied to "
+STAGED = ("{name} (made by a torch factory that names no device or the CPU: pageable memory) is copied to "
           "the device in the step: on a GPU capture raises 'Cannot copy between CPU and CUDA tensors ...'")
 STAGED_FIX = ("Stage through a persistent pinned buffer (pin_memory=True) copied with non_blocking=True into a "
               "persistent device tensor, or keep the data on the device and refill it in prepare().")
@@ -59,17 +59,37 @@ def _host_attrs(ctx) -> dict[int, str]:
             if any(_mutations.host_factory_attr(f, name, span) == "pageable" for f, span in class_spans(type(obj)))}
 
 
+def _from_staged(recs, staged: dict) -> dict[int, str]:
+    """`staged` and the storages of ops whose tensor inputs are all among them, op by op (not call by call:
+    inside a torch helper such as pack_padded_sequence, `torch.sort(lengths)` computes on the host while
+    the helper's other ops touch device data): sid -> the attribute they come from."""
+    out = dict(staged)
+    for r in recs:
+        if r.kind == "aten" and r.inputs and all(m.sid in out for m in r.inputs):
+            for m in r.outputs:
+                out.setdefault(m.sid, out[r.inputs[0].sid])
+    return out
+
+
 @register("pageable-copy")
 def host_attrs_to_device(ctx):
     """CPU scans: `self.staging.to(D)` in the step, D not the CPU, of a tensor attribute the class made in
-    pageable host memory (a CUDA scan sees the copy itself)."""
+    pageable host memory, or of a tensor computed from such attributes alone (torch's own
+    `sorted_indices.to(input.device)` after sorting the host `lengths`). A CUDA scan sees the copy itself."""
     if ctx.cuda:
         return []
     staged = _host_attrs(ctx)
-    hits = [r for r in ctx.all_records(("host",)) if r.note == "cpu?" and r.inputs and r.stack
-            and r.inputs[0].sid in staged and not _source.names_cpu(*_src(r))]
+    hits, names = [], {}
+    for recs in ctx.steps if staged else ():
+        derived = _from_staged(recs, staged)
+        for r in recs:
+            if r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack and r.inputs[0].sid in derived \
+                    and not _source.names_cpu(*_src(r)):
+                hits.append(r)
+                names[id(r)] = f"the host tensor `{derived[r.inputs[0].sid]}`" if r.inputs[0].sid in staged else \
+                    f"a tensor computed from the host tensor `{derived[r.inputs[0].sid]}`"
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps,
-                        STAGED.format(name=staged[g[0].inputs[0].sid]), fix=STAGED_FIX, severity="blocks-capture")
+                        STAGED.format(name=names[id(g[0])]), fix=STAGED_FIX, severity="blocks-capture")
             for (_, _, op), g in ctx.per_site(hits).items()]
 
 

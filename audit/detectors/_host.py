@@ -69,3 +69,24 @@ def from_device(ctx, r, host: dict[int, str]) -> bool:
 def advanced(ctx, host: dict[int, str]) -> dict[int, str]:
     """The host tensors the step updates in place (storage id -> name)."""
     return {r.inputs[0].sid: host[r.inputs[0].sid] for r in in_place_updates(ctx, host)}
+
+
+# Ops whose listed outputs torch always makes in host memory, whatever the device of the inputs:
+# PackedSequence.batch_sizes (`_pack_padded_sequence`'s second output) is a CPU tensor on a GPU too.
+HOST_OUTPUTS = {"aten._pack_padded_sequence": (1,)}
+
+
+def host_made(ctx, step: int) -> set:
+    """Storage ids of one step's tensors that live in host memory on a GPU as well: HOST_OUTPUTS, and what
+    ops compute from those alone (`batch_sizes[0]`). Reading them back waits for nothing."""
+    cache = ctx.__dict__.setdefault("_host_made", {})
+    if step not in cache:
+        out = set()
+        for r in ctx.steps[step]:
+            if r.kind != "aten":
+                continue
+            out |= {r.outputs[i].sid for i in HOST_OUTPUTS.get(r.op, ()) if i < len(r.outputs)}
+            if r.inputs and all(m.sid in out for m in r.inputs):
+                out |= {m.sid for m in r.outputs}
+        cache[step] = out
+    return cache[step]

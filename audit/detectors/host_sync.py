@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from audit.detectors import _source, register
-from audit.detectors._host import from_device, host_tensors, in_place_updates
+from audit.detectors._host import from_device, host_made, host_tensors, in_place_updates
 
 SYNC_OPS: dict[str, Callable] = {}  # "aten.nonzero" -> rule(record) -> (message, fix) | None
 
@@ -199,7 +199,7 @@ def dispatched_syncs(ctx):
     lifted = {}
     for r in ctx.all_records(("aten",)):
         rule = SYNC_OPS.get(r.op)
-        if rule is None or r.nested:
+        if rule is None or r.nested or (r.inputs and r.inputs[0].sid in host_made(ctx, r.step)):
             continue
         if r.op in _INDEX_PUT and r.frame:
             if r.step not in lifted:
@@ -298,7 +298,8 @@ def host_reads(ctx):
     not a second, pageable-copy finding)."""
     out = []
     to_host = _to_host(ctx)
-    recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r) and (r.note != "cpu?" or id(r) in to_host)]
+    recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r) and (r.note != "cpu?" or id(r) in to_host)
+            and not (r.kind == "host" and r.inputs and r.inputs[0].sid in host_made(ctx, r.step))]
     for (file, line, op), group in ctx.per_site(recs).items():
         r = group[0]
         if r.kind == "host":

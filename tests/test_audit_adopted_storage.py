@@ -7,11 +7,11 @@ at the copying line, not a stale input pointer at the reader.
 from __future__ import annotations
 
 import random
-import textwrap
 
 import pytest
 
 import audit
+from site_util import at, blocking, table, write_target
 
 FORMS = {
     "deepcopy": "self.saved = copy.deepcopy(self.h)",
@@ -47,10 +47,7 @@ def make(device):
 
 def _write(tmp_path, line: str, init: str = "torch.zeros_like(self.h)"):
     seed, d = random.randrange(2**31), random.choice([8, 16, 24])
-    path = tmp_path / "adopted_target.py"
-    path.write_text(textwrap.dedent(TARGET).format(seed=seed, d=d, line=line, init=init))
-    site = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "# SITE" in t)
-    return path, site
+    return write_target(tmp_path / "adopted_target.py", TARGET, seed=seed, d=d, line=line, init=init)
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
@@ -58,8 +55,8 @@ def test_storage_adopted_in_the_step_and_kept_is_an_escape(tmp_path, form):
     path, site = _write(tmp_path, FORMS[form])
     inv = audit.scan(f"{path}:make", device="cpu")
     bad = inv.blocking()
-    esc = bad[(bad.category == "step-allocation") & (bad.line == site)]
-    assert len(esc) == 1, bad[["category", "line", "op", "message"]].to_string()
+    esc = at(bad, "step-allocation", site)
+    assert len(esc) == 1, table(bad)
     assert "saved" in esc.iloc[0].message
     # the reader is not blamed for a moved input: the step made that storage itself
     assert bad[bad.category == "stale-input-pointer"].empty, bad[["category", "line", "message"]].to_string()

@@ -7,11 +7,10 @@ host-sync at the calling line; the `_ex` forms, which skip the check, are clean.
 from __future__ import annotations
 
 import random
-import textwrap
 
 import pytest
 
-import audit
+from site_util import at, blocking, table, write_target
 
 SYNCING = {
     "solve": "w = torch.linalg.solve(self.a + self.eye, self.b)",
@@ -52,22 +51,19 @@ def make(device):
 
 def _write(tmp_path, line: str):
     seed, d = random.randrange(2**31), random.choice([4, 8, 12])
-    path = tmp_path / "hidden_count_target.py"
-    path.write_text(textwrap.dedent(TARGET).format(seed=seed, d=d, line=line))
-    site = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "# SITE" in t)
-    return path, site
+    return write_target(tmp_path / "hidden_count_target.py", TARGET, seed=seed, d=d, line=line)
 
 
 @pytest.mark.parametrize("form", sorted(SYNCING))
 def test_hidden_device_reads_are_host_syncs(tmp_path, form):
     path, site = _write(tmp_path, SYNCING[form])
-    bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    hit = bad[(bad.category == "host-sync") & (bad.line == site)]
-    assert len(hit) >= 1, bad[["category", "line", "op", "message"]].to_string()
+    bad = blocking(path)
+    hit = at(bad, "host-sync", site)
+    assert len(hit) >= 1, table(bad)
 
 
 @pytest.mark.parametrize("form", sorted(CLEAN))
 def test_ex_forms_are_clean(tmp_path, form):
     path, _ = _write(tmp_path, CLEAN[form])
-    bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    assert bad.empty, bad[["category", "line", "op", "message"]].to_string()
+    bad = blocking(path)
+    assert bad.empty, table(bad)

@@ -7,11 +7,10 @@ to `x.device`. With lengths already sorted (`enforce_sorted=True`) nothing is co
 from __future__ import annotations
 
 import random
-import textwrap
 
 import pytest
 
-import audit
+from site_util import at, blocking, table, write_target
 
 FORMS = {
     "pack_unsorted": "y = pack_padded_sequence(x, self.lengths, batch_first=True, enforce_sorted=False).data.sum(0)",
@@ -50,22 +49,19 @@ def _write(tmp_path, line: str):
     seed, d, b, t = random.randrange(2**31), random.choice([4, 8]), random.choice([2, 3, 4]), random.choice([3, 5])
     lengths = sorted((random.randint(1, t) for _ in range(b)), reverse=True)
     lengths[0] = t
-    path = tmp_path / "staged_target.py"
-    path.write_text(textwrap.dedent(TARGET).format(seed=seed, d=d, b=b, t=t, lengths=lengths, line=line))
-    site = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "# SITE" in t)
-    return path, site
+    return write_target(tmp_path / "staged_target.py", TARGET, seed=seed, d=d, b=b, t=t, lengths=lengths, line=line)
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_host_derived_tensor_sent_to_the_device_is_a_pageable_copy(tmp_path, form):
     path, site = _write(tmp_path, FORMS[form])
-    bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    hit = bad[(bad.category == "pageable-copy") & (bad.line == site)]
-    assert len(hit) == 1, bad[["category", "line", "op", "message"]].to_string()
+    bad = blocking(path)
+    hit = at(bad, "pageable-copy", site)
+    assert len(hit) == 1, table(bad)
     assert "lengths" in hit.iloc[0].message
 
 
 def test_sorted_lengths_pack_without_a_copy(tmp_path):
     path, _ = _write(tmp_path, CLEAN)
-    bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    assert bad.empty, bad[["category", "line", "op", "message"]].to_string()
+    bad = blocking(path)
+    assert bad.empty, table(bad)

@@ -7,9 +7,8 @@ not call that a host-sync. A read of the packed data itself still is one.
 from __future__ import annotations
 
 import random
-import textwrap
 
-import audit
+from site_util import at, blocking, marked_line, table, write_target
 
 TARGET = """
 import torch
@@ -45,19 +44,18 @@ def _write(tmp_path, extra: str = "pass"):
     seed, d, b, t = random.randrange(2**31), random.choice([4, 8]), random.choice([2, 3]), random.choice([3, 5])
     lengths = sorted((random.randint(1, t) for _ in range(b)), reverse=True)
     lengths[0] = t
-    path = tmp_path / "packed_target.py"
-    path.write_text(textwrap.dedent(TARGET).format(seed=seed, d=d, b=b, t=t, lengths=lengths, extra=extra))
-    lines = path.read_text().splitlines()
-    return path, next(n for n, s in enumerate(lines, 1) if "# SITE" in s), next(n for n, s in enumerate(lines, 1) if "# READ" in s or extra in s)
+    path, site = write_target(tmp_path / "packed_target.py", TARGET, seed=seed, d=d, b=b, t=t, lengths=lengths,
+                              extra=extra)
+    return path, site, marked_line(path, "# READ" if "# READ" in extra else extra)
 
 
 def test_rnn_over_a_packed_sequence_reads_only_host_batch_sizes(tmp_path):
     path, _, _ = _write(tmp_path)
-    bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    assert bad.empty, bad[["category", "line", "op", "message"]].to_string()
+    bad = blocking(path)
+    assert bad.empty, table(bad)
 
 
 def test_reading_the_packed_data_is_still_a_host_sync(tmp_path):
     path, _, read = _write(tmp_path, "if y.sum() > 0: y = y * 2  # READ")
-    bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    assert not bad[(bad.category == "host-sync") & (bad.line == read)].empty, bad[["category", "line", "op"]].to_string()
+    bad = blocking(path)
+    assert not at(bad, "host-sync", read).empty, table(bad)

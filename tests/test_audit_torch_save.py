@@ -7,11 +7,10 @@ plain Python data is no device read.
 from __future__ import annotations
 
 import random
-import textwrap
 
 import pytest
 
-import audit
+from site_util import at, blocking, table, write_target
 
 FORMS = {
     "tensor": "torch.save(h, self.buf)",
@@ -50,22 +49,19 @@ def make(device):
 
 def _write(tmp_path, line: str):
     seed, d = random.randrange(2**31), random.choice([4, 8, 16])
-    path = tmp_path / "save_target.py"
-    path.write_text(textwrap.dedent(TARGET).format(seed=seed, d=d, line=line))
-    site = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "# SITE" in t)
-    return path, site
+    return write_target(tmp_path / "save_target.py", TARGET, seed=seed, d=d, line=line)
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_torch_save_of_a_step_tensor_is_a_host_sync(tmp_path, form):
     path, site = _write(tmp_path, FORMS[form])
-    bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    hit = bad[(bad.category == "host-sync") & (bad.line == site)]
-    assert len(hit) == 1, bad[["category", "line", "op", "message"]].to_string()
+    bad = blocking(path)
+    hit = at(bad, "host-sync", site)
+    assert len(hit) == 1, table(bad)
     assert "torch.save" in hit.iloc[0].op
 
 
 def test_saving_plain_data_is_clean(tmp_path):
     path, _ = _write(tmp_path, "torch.save({'step': 1, 'names': ['a']}, self.buf)")
-    bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    assert bad.empty, bad[["category", "line", "op", "message"]].to_string()
+    bad = blocking(path)
+    assert bad.empty, table(bad)

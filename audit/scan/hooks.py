@@ -38,6 +38,16 @@ ORIG = {n: getattr(torch._C.TensorBase, n) for n in HOST_READS}
 _ACTIVE = None  # the Tracer of the step being audited
 
 
+def _read_on_host(tr, label: str, t: torch.Tensor, call):
+    """One host read of t (an event at the caller's line), then the call with reads nested in it muted."""
+    tr.record_event("host", label, t)
+    tr.host_depth += 1
+    try:
+        return call()
+    finally:
+        tr.host_depth -= 1
+
+
 def _host_wrapper(name: str, orig):
     label = f"Tensor.{name}"
 
@@ -45,12 +55,7 @@ def _host_wrapper(name: str, orig):
         tr = _ACTIVE
         if tr is None or tr.host_depth or tr._step < 0 or self.device.type != tr.device.type:
             return orig(self, *args, **kwargs)
-        tr.record_event("host", label, self)
-        tr.host_depth += 1
-        try:
-            return orig(self, *args, **kwargs)
-        finally:
-            tr.host_depth -= 1
+        return _read_on_host(tr, label, self, lambda: orig(self, *args, **kwargs))
 
     wrapper.__name__ = name
     wrapper.__wrapped__ = orig
@@ -97,12 +102,7 @@ def _save_wrapper(orig):
         t = _first_tensor(obj) if tr is not None and tr._step >= 0 and not tr.host_depth else None
         if t is None or t.device.type != tr.device.type:
             return orig(obj, *args, **kwargs)
-        tr.record_event("host", "torch.save", t)
-        tr.host_depth += 1
-        try:
-            return orig(obj, *args, **kwargs)
-        finally:
-            tr.host_depth -= 1
+        return _read_on_host(tr, "torch.save", t, lambda: orig(obj, *args, **kwargs))
 
     save.__wrapped__ = orig
     return save

@@ -135,7 +135,36 @@ def display_path(filename: str, cwd: str, skip: tuple[str, ...] = ()) -> str:
     for root in _import_roots():
         if root not in skip and f.startswith(root):
             return os.path.relpath(f, root)
-    return filename
+    return _package_path(f, skip) or filename
+
+
+def _package_path(f: str, skip: tuple[str, ...]) -> str | None:
+    """A file of a package imported through an import hook rather than a folder on sys.path (an editable
+    install, `pip install -e`): its path inside that package (`stepkit/caches.py`), from the module
+    Python loaded it as, where an import finder resolves the package's name to the same folder (a
+    target file loaded under a private name is not found by any finder and keeps its full path)."""
+    import sys
+
+    for name, mod in list(sys.modules.items()):
+        file = getattr(mod, "__file__", None)
+        if not file or os.path.realpath(file) != f:
+            continue
+        top = name.partition(".")[0]
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            try:
+                spec = find(top, None) if find else None
+            except Exception:  # a third-party finder that fails on a name it does not serve
+                spec = None
+            if spec is None or not spec.origin:
+                continue
+            root = os.path.dirname(os.path.realpath(spec.origin))
+            if spec.submodule_search_locations is not None:  # a package: paths start with its folder's name
+                root = os.path.dirname(root)
+            if norm_dir(root) not in skip and f.startswith(root + os.sep):
+                return os.path.relpath(f, root)
+            break
+    return None
 
 
 def is_import_root(folder: str) -> bool:

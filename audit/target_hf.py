@@ -8,8 +8,9 @@ local_files_only, and no remote code runs. A folder without weights gets seeded 
 The decode step is the one `generate` runs between two tokens (transformers 5's `_sample`):
 - prepare(i), host side, not audited (generate runs it outside its compiled forward too): append
   the previous token to the ids, `_update_model_kwargs_for_generation` (the 2D attention mask
-  grows by one), `prepare_inputs_for_generation`, then stage every tensor input into a static
-  buffer with copy_ when its shape has not changed, as any graph runner does with its inputs;
+  grows by one), `prepare_inputs_for_generation`, then stage every tensor input (each tensor of a
+  dict input too: the per-layer-type masks) into a static buffer with copy_ when its shape has not
+  changed, as any graph runner does with its inputs;
 - step(), audited: `model(**model_inputs, return_dict=True)` and the greedy next token, written
   into a static output buffer (out=), so that every finding is the model's.
 
@@ -192,7 +193,11 @@ class HFDecode:
 
     def _stage(self, key: str, v):
         """A static buffer per tensor input, refilled with copy_ while its shape holds (a new one
-        when it changes: that input is then a dynamic shape, and the scan says so)."""
+        when it changes: that input is then a dynamic shape, and the scan says so). A dict of
+        tensors (the per-layer-type masks `prepare_inputs_for_generation` builds for models with
+        `layer_types`: Qwen3, Gemma2 ...) is staged entry by entry, as a graph runner flattens it."""
+        if isinstance(v, dict):
+            return {k: self._stage(f"{key}.{k}", x) for k, x in v.items()}
         if not isinstance(v, torch.Tensor):
             return v
         buf = self.buffers.get(key)

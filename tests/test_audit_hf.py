@@ -4,7 +4,8 @@ from its source here, never hard-coded), with the target's line that called the 
 
 - a Llama decoder on DynamicCache: the cache's growth (torch.cat in cache_utils.py) is a
   dynamic-shape and an escaped allocation at that line;
-- the same decoder on StaticCache: graph-ready (no blocking or silent finding at all);
+- the same decoder on StaticCache: graph-ready (no blocking or silent finding at all), and a
+  Qwen3 too, whose masks come as a dict per layer type (each staged like a tensor input);
 - a Mixtral MoE decoder with the `eager` experts implementation: the nonzero and the Python loop
   over the experts hit are host-syncs in modeling_mixtral.py;
 - `hf:DIR` without a wrapper file, `--cache`, `--batch`, `--prompt-len`; bad paths and unknown
@@ -124,6 +125,26 @@ def test_static_cache_is_graph_ready(llama_dir):
 def test_static_cache_wrapper_twin_is_graph_ready():
     inv = audit.scan(f"{WRAPPER}:make_clean", device="cpu")
     assert inv.blocking().empty, inv.blocking()[["file", "line", "category", "message"]].to_string()
+
+
+def test_static_cache_dict_masks_are_staged(tmp_path):
+    """Models with `layer_types` (Qwen3, Gemma2 ...) get a dict of masks, one per layer type, from
+    prepare_inputs_for_generation: each entry is staged in a static buffer like any tensor input,
+    so the mask is no stale-input-pointer and a static-cache Qwen3 is graph-ready like Llama."""
+    transformers.Qwen3Config(**TINY, head_dim=8).save_pretrained(tmp_path)
+    inv = audit.scan(f"hf:{tmp_path}", device="cpu", options={"cache": "static"})
+    assert inv.blocking().empty, inv.blocking()[["file", "line", "category", "message"]].to_string()
+    from audit.target_hf import HFDecode
+
+    dec = HFDecode(f"hf:{tmp_path}", str(tmp_path), "cpu", cache="static", max_new_tokens=4)
+    ptrs = []
+    for i in range(2):
+        dec.prepare(i)
+        mask = dec.inputs["attention_mask"]
+        assert isinstance(mask, dict) and mask
+        ptrs.append({k: m.data_ptr() for k, m in mask.items()})
+        dec.step()
+    assert ptrs[0] == ptrs[1]
 
 
 # ---------------------------------------------------------------------- MoE, eager experts

@@ -129,11 +129,15 @@ def finish_args(hd: int, rd: int, rounding: str) -> dict:
 
 
 def applies(pooled: torch.Tensor, out: torch.Tensor, rope_dim: int, rounding: str) -> bool:
-    """The kernel's cases: fp32 pooled [B, hd], a bf16 or fp32 cache [B, n, hd] with contiguous rows,
-    an even RoPE width; with the KV rounding whole 64-blocks before the RoPE features, with the index
-    rounding a power-of-two hd of whole 32-blocks."""
-    hd = pooled.shape[-1]
-    return (pooled.dim() == 2 and out.dim() == 3 and out.shape[0] == pooled.shape[0] and out.shape[2] == hd
+    """The kernel's cases: fp32 pooled [B, hd] and what the finish takes (finishes)."""
+    return pooled.dim() == 2 and finishes(pooled.shape[0], pooled.shape[1], out, rope_dim, rounding)
+
+
+def finishes(B: int, hd: int, out: torch.Tensor, rope_dim: int, rounding: str) -> bool:
+    """Whether _finish takes B rows of hd features into `out`: a bf16 or fp32 cache [B, n, hd] with
+    contiguous rows, an even RoPE width; with the KV rounding whole 64-blocks before the RoPE
+    features, with the index rounding a power-of-two hd of whole 32-blocks."""
+    return (out.dim() == 3 and out.shape[0] == B and out.shape[2] == hd
             and out.dtype in (torch.bfloat16, torch.float32) and out.stride(2) == 1 and rope_dim % 2 == 0
             and 0 < rope_dim <= hd and rounding in ROUNDINGS
             and (rounding != "kv" or (hd - rope_dim) % KV_BLOCK == 0)

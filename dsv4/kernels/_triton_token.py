@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from dsv4.kernels._pdl import launch_args, pdl_wait
-from dsv4.kernels._triton_entry import _finish, applies as finish_applies, finish_args
+from dsv4.kernels._triton_entry import _finish, finish_args, finishes
 
 TILE = 4096  # state elements per pooling tile (rows x channels) of each of kv and z
 
@@ -78,13 +78,13 @@ def _token_kernel(kvn_ptr, zn_ptr, st_ptr, pos_ptr, pool_ptr, w_ptr, cos_ptr, si
 
 def applies(both: torch.Tensor, out: torch.Tensor, ratio: int, overlap: bool, rope_dim: int, rounding: str) -> bool:
     """The kernel's cases: a contiguous fp32 state [B, slots, 2, c*hd] (slots = 2m overlapping, else m),
-    and what the finish takes (_triton_entry.applies)."""
+    and what the finish takes (_triton_entry.finishes)."""
     if both.dim() != 4 or both.dtype != torch.float32 or not both.is_contiguous() or both.shape[2] != 2:
         return False
     B, slots, _, C = both.shape
     hd = C // 2 if overlap else C
     return (slots == (2 * ratio if overlap else ratio) and slots & (slots - 1) == 0 and (not overlap or C % 2 == 0)
-            and finish_applies(both.new_empty(B, hd), out, rope_dim, rounding))
+            and finishes(B, hd, out, rope_dim, rounding))
 
 
 def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor, pos: torch.Tensor,

@@ -165,12 +165,13 @@ def test_bf16_gemv_paths_agree_at_the_threshold():
 
 def test_mix_sums_kernel_matches_float64():
     """The mHC mixes kernel: x @ fn^T and sum(x^2) (column J) for bf16 and fp32 streams, against
-    float64; T past one row block, K split (and not a multiple of the tile), deterministic, the
-    split counters back at zero."""
+    float64; T past one row block, K split (and not a multiple of the tile), the CUDA-core and the dot
+    path (9+ rows), deterministic, the split counters back at zero."""
     _interpret("""
         from dsv4.kernels import _triton_mixes as K, _triton_splitk as S
         seen = set()
-        for T, J, Kd in ((1, 24, 16384), (3, 24, 4096), (6, 24, 1000), (16, 7, 2048), (2, 24, 64)):
+        for T, J, Kd in ((1, 24, 16384), (3, 24, 4096), (6, 24, 1000), (16, 7, 2048), (2, 24, 64), (16, 24, 16384),
+                          (20, 24, 1000)):
             for dtype in (torch.bfloat16, torch.float32):
                 x = (torch.randn(T, Kd, generator=g) * 3).to(dtype)
                 fn = torch.randn(J, Kd, generator=g) * 0.01
@@ -182,8 +183,8 @@ def test_mix_sums_kernel_matches_float64():
                 assert err < 1e-6, (T, J, Kd, dtype, err)
                 assert ((y[:, J].double() - ref[:, J]).abs() / ref[:, J]).max().item() < 1e-6
                 assert torch.equal(y, K.mix_sums(x, fn))
-                seen.add(K.tiles(T, J, Kd)[3] > 1)
-        assert seen == {True, False}
+                seen.add((K.tiles(T, J, Kd)[3] > 1, K.tiles(T, J, Kd)[0] >= 16))
+        assert {s for s, _ in seen} == {True, False} and {d for _, d in seen} == {True, False}  # split, dot path
         assert all(int(c.abs().sum()) == 0 for c in S._COUNTERS.values())
     """)
 

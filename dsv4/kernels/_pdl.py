@@ -9,9 +9,10 @@ nothing it reads can be stale.
 The rule every kernel launched this way keeps: it waits (`pdl_wait(PDL)`) before it loads anything an
 earlier kernel wrote and before its first store, and signals `launch_dependents` right after, so the
 chain stays transitive: a kernel completes only after its predecessor did, and a later kernel that
-reads an older kernel's output never races it. Our Triton kernels wait first thing; the CuTe FP8
-GEMV issues its first weight chunks (read-only parameters) before it waits, so they stream while the
-previous kernel finishes (dsv4/kernels/_cute_gemv.py). Inductor's kernels follow the same rule with
+reads an older kernel's output never races it. The one exception is a parameter (read-only in the
+step): the CuTe FP8 GEMV issues its first weight chunks before it waits, and the Triton bf16 GEMV and the
+mHC mixes kernel load their first weight tile before it, so those bytes stream while the previous
+kernel finishes (_cute_gemv.py, _triton_gemv.py, _triton_mixes.py). Every other load comes after the wait. Inductor's kernels follow the same rule with
 `torch._inductor.config.triton.enable_pdl` (dsv4/decode/fuse.py). Kernels launched without PDL
 (cuBLAS) start after everything before them, as usual.
 
@@ -51,6 +52,14 @@ def launch_args(t: torch.Tensor) -> dict:
     """Keyword arguments of a Triton launch on t's device: the kernel's PDL constexpr, and the launch
     attribute where PDL applies."""
     return {"PDL": True, "launch_pdl": True} if applies(t) else {"PDL": False}
+
+
+def weight_args(t: torch.Tensor) -> dict:
+    """launch_args for a kernel that may load its first weight tile ahead of the wait (PREFETCH): where
+    PDL applies, unless DSV4_PREFETCH=0 (an A/B switch the bench records)."""
+    args = launch_args(t)
+    off = os.environ.get("DSV4_PREFETCH", "1").strip().lower() in ("0", "false", "no", "off")
+    return args | {"PREFETCH": args["PDL"] and not off}
 
 
 @triton.jit

@@ -27,6 +27,10 @@ Two paths, one result (both match float64 to fp32 accumulation error):
   At M = 64 the three passes make ~190 flops per weight byte, near an H200's bf16 peak over its HBM
   bandwidth (~200), so the largest batches may be tensor-core bound rather than memory bound.
 
+Under programmatic dependent launch (_pdl.py) each program loads its first weight tile before it waits for
+the previous kernel: the weight is a parameter no kernel of the step writes, so those bytes stream while
+the previous kernel finishes; the activation is read after the wait.
+
 Deterministic: when N is too small to give the GPU enough programs (compressors, gate, weights_proj:
 a few hundred rows of K = 4096; the H200 profile showed ~31 us per such launch, latency-bound with a
 few KB in flight per SM), K is split, and the last split program of each tile sums the partials in
@@ -43,7 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4.kernels._pdl import launch_args, pdl_wait
+from dsv4.kernels._pdl import pdl_wait, weight_args
 from dsv4.kernels._triton_splitk import store_tile, workspace
 
 ELEMS = 8192  # CUDA-core path: products held in registers per program and K step (BLOCK_M * BLOCK_N * BLOCK_K)
@@ -69,40 +73,75 @@ def _tile(K, K_PER_SPLIT, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K:
 
 
 @triton.jit
+def _w_tile(w_ptr, rn, kk, N, k_end, swn):
+    """The weight tile [BLOCK_N, BLOCK_K] at rows rn, columns kk (zeros past N and k_end)."""
+    return tl.load(w_ptr + rn[:, None] * swn + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < k_end), other=0.0)
+
+
+@triton.jit
+def _wt_tile(w_ptr, rn, kk, N, k_end, swn):
+    """The w^T tile [BLOCK_K, BLOCK_N]. With a row stride Triton specializes as a multiple of 16 (K = 4096)
+    the pipeliner streams it through num_stages 16-byte cp.async buffers (seen in the sm_90 TTGIR)."""
+    return tl.load(w_ptr + rn[None, :] * swn + kk[:, None], mask=(rn[None, :] < N) & (kk[:, None] < k_end), other=0.0)
+
+
+@triton.jit
+def _x_tile(x_ptr, rm, kk, M, k_end, sxm):
+    """The activation rows [BLOCK_M, BLOCK_K] at rows rm, columns kk (zeros past M and k_end)."""
+    return tl.load(x_ptr + rm[:, None] * sxm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_end), other=0.0)
+
+
+@triton.jit
 def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-    pdl_wait(PDL)
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+                      PREFETCH: tl.constexpr):
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
+    if PREFETCH:  # a parameter: streams while the previous kernel ends
+        w = _w_tile(w_ptr, rn, k_begin + rk, N, k_end, swn)
+        pdl_wait(PDL)
+    else:
+        pdl_wait(PDL)
+        w = _w_tile(w_ptr, rn, k_begin + rk, N, k_end, swn)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)  # per-lane partial sums: no shuffles per step
-    for k0 in range(k_begin, k_end, BLOCK_K):
+    acc += _x_tile(x_ptr, rm, k_begin + rk, M, k_end, sxm)[:, None, :] * w.to(tl.float32)[None, :, :]
+    for k0 in range(k_begin + BLOCK_K, k_end, BLOCK_K):
         kk = k0 + rk
-        x = tl.load(x_ptr + rm[:, None] * sxm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_end), other=0.0)
-        w = tl.load(w_ptr + rn[:, None] * swn + kk[None, :], mask=(rn[:, None] < N) & (kk[None, :] < k_end), other=0.0)
-        acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+        x = _x_tile(x_ptr, rm, kk, M, k_end, sxm)
+        acc += x[:, None, :] * _w_tile(w_ptr, rn, kk, N, k_end, swn).to(tl.float32)[None, :, :]
     store_tile(tl.sum(acc, axis=2), y_ptr, ws_ptr, cnt_ptr, rm[:, None] * sym + rn[None, :],
                (rm[:, None] < M) & (rn[None, :] < N), tl.num_programs(2), sys)
 
 
 @triton.jit
+def _three_term_dot(x, wt):
+    """x [BLOCK_M, BLOCK_K] fp32 times the bf16 w^T tile [BLOCK_K, BLOCK_N] in fp32 arithmetic on tensor
+    cores: x split into three bf16 terms (see the module docstring), their dots from a zero partial."""
+    x0 = x.to(tl.bfloat16)
+    r = x - x0.to(tl.float32)  # exact in fp32
+    x1 = r.to(tl.bfloat16)
+    x2 = (r - x1.to(tl.float32)).to(tl.bfloat16)  # what is left fits in bf16
+    part = tl.dot(x2, wt)  # this step's partial, smallest terms first
+    part = tl.dot(x1, wt, part)
+    return tl.dot(x0, wt, part)
+
+
+@triton.jit
 def _bf16_gemv_tc_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
-    pdl_wait(PDL)
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
+                         PREFETCH: tl.constexpr):
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
+    if PREFETCH:  # a parameter: streams while the previous kernel ends
+        wt = _wt_tile(w_ptr, rn, k_begin + rk, N, k_end, swn)
+        pdl_wait(PDL)
+    else:
+        pdl_wait(PDL)
+        wt = _wt_tile(w_ptr, rn, k_begin + rk, N, k_end, swn)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_begin, k_end, BLOCK_K):
+    acc += _three_term_dot(_x_tile(x_ptr, rm, k_begin + rk, M, k_end, sxm), wt)
+    for k0 in range(k_begin + BLOCK_K, k_end, BLOCK_K):
         kk = k0 + rk
-        x = tl.load(x_ptr + rm[:, None] * sxm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_end), other=0.0)
-        # the w^T tile [BLOCK_K, BLOCK_N]; with a row stride Triton specializes as a multiple of 16 (K = 4096)
-        # the pipeliner streams it through num_stages 16-byte cp.async buffers (seen in the sm_90 TTGIR)
-        wt = tl.load(w_ptr + rn[None, :] * swn + kk[:, None], mask=(rn[None, :] < N) & (kk[:, None] < k_end), other=0.0)
-        x0 = x.to(tl.bfloat16)
-        r = x - x0.to(tl.float32)  # exact in fp32
-        x1 = r.to(tl.bfloat16)
-        x2 = (r - x1.to(tl.float32)).to(tl.bfloat16)  # what is left fits in bf16
-        part = tl.dot(x2, wt)  # this step's partial, smallest terms first
-        part = tl.dot(x1, wt, part)
-        part = tl.dot(x0, wt, part)
-        acc += part  # an fp32 add (rounds to nearest), not a tensor-core accumulation: see the docstring
+        x = _x_tile(x_ptr, rm, kk, M, k_end, sxm)
+        acc += _three_term_dot(x, _wt_tile(w_ptr, rn, kk, N, k_end, swn))  # an fp32 add: see the docstring
     store_tile(acc, y_ptr, ws_ptr, cnt_ptr, rm[:, None] * sym + rn[None, :], (rm[:, None] < M) & (rn[None, :] < N),
                tl.num_programs(2), sys)
 
@@ -133,7 +172,8 @@ def tiles(M: int, N: int, K: int) -> tuple[int, int, int, int, bool]:
 
 
 def bf16_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, K] fp32, w [N, K] bf16 (rows contiguous) -> fp32 [M, N] on the current stream."""
+    """x [M, K] fp32, w [N, K] bf16 (rows contiguous) -> fp32 [M, N] on the current stream. w must not be
+    written by the kernel launched just before (a parameter): its first tile is read before the PDL wait."""
     M, K = x.shape
     N = w.shape[0]
     if w.shape[1] != K or x.dtype != torch.float32 or w.dtype != torch.bfloat16:
@@ -156,5 +196,5 @@ def bf16_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None)
         kernel, launch = _bf16_gemv_kernel, dict(num_warps=4)
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         kernel[grid](x, w, y, ws, cnt, M, N, K, per, x.stride(0), w.stride(0), y.stride(0),
-                     ws.stride(0) if splits > 1 else 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **launch, **launch_args(x))
+                     ws.stride(0) if splits > 1 else 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, **launch, **weight_args(x))
     return y

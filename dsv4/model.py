@@ -98,6 +98,7 @@ class Transformer(nn.Module):
         self.mtp = nn.ModuleList(MTPLayer(cfg, cfg.n_layers + i, device) for i in range(cfg.n_mtp_layers))
         self.pos: int | None = None  # next decode position; None before prefill
         self.tp = None  # the tensor-parallel Shard this rank holds (dsv4/decode/parallel.py); None: whole model
+        self.cache_generation = 0  # bumped whenever allocate_caches replaces a cache (captured graphs go stale)
 
     @property
     def device(self) -> torch.device:
@@ -149,11 +150,13 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------ caches and checks
     def allocate_caches(self, batch: int) -> None:
-        """(Re)allocates every layer's cache for `batch` sequences and cfg.max_seq_len; reuses matching ones."""
+        """(Re)allocates every layer's cache for `batch` sequences and cfg.max_seq_len; reuses matching ones.
+        A replacement bumps cache_generation: a CUDA graph captured on the old caches must not replay."""
         for layer in self.layers:
             c = layer.attn.cache
             if c is None or c.batch != batch or c.window.device != layer.device or c.capacity != self.cfg.max_seq_len:
                 layer.attn.cache = AttentionCache.allocate(self.cfg, layer.attn.ratio, batch, layer.device)
+                self.cache_generation += c is not None
 
     def cache_tensors(self) -> list[torch.Tensor]:
         """Every decode-state tensor of every layer: windows, compressed entries, compressor states."""

@@ -5,6 +5,7 @@ fusion can be aimed at the launches that are there (dsv4/kernels/NOTES.md, sessi
 (and the CuTe DSL for the batch-1 weight kernels).
     NL=5 BATCHES=1,16 CONFIGS=default,nopdl OUT=/tmp/o python tests/gpu_layer_kernels.py
 CONFIGS: `default`, `nopdl` (DSV4_PDL=0), `nomixes` (DSV4_TRITON_MIXES=0), or NAME=VAR:VALUE+VAR:VALUE.
+LIST=0 skips the layer listing; MERGE=1 adds this run's rows to an existing $OUT/layer_kernels.json.
 Per config and batch: build time, graph-vs-eager bitwise check, median step ms (timed in rounds across
 the configs, before any profiling), kernels per step; for the first config, every layer captured alone
 with its kernels listed (name, us) in $OUT/layer_kernels.json.
@@ -61,39 +62,19 @@ def layer_listing(dec: CUDAGraphDecoder) -> dict[str, list]:
     return out
 
 
-@torch.no_grad()
-def main() -> None:
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_layer_kernels: needs CUDA")
-    out = os.environ.get("OUT", "/tmp")
-    configs = os.environ.get("CONFIGS", "default").split(",")
-    batches = [int(b) for b in os.environ.get("BATCHES", "1").split(",")]
-    kernels.use(True)
-    model = dsv4.load("flash-h200", device="cuda", dtype="bfloat16", seed=0, n_layers=int(os.environ.get("NL", "5")))
-    res, decs, base = {}, {}, dict(os.environ)
-    for name in configs:  # every setting acts when its graphs are built; replays do not read it
-        os.environ.clear()
-        os.environ.update(base | settings(name))
-        torch._dynamo.reset()  # inductor options are read at compile time
-        for B in batches:
-            t0 = time.time()
-            dec = CUDAGraphDecoder(model, mode="full", batch_size=B, fuse=True)
-            res[f"{name}-B{B}"] = {"build_s": round(time.time() - t0, 1), "bitwise": verify_replay(dec, steps=4).ok}
-            dec.prefill(torch.randint(0, model.cfg.vocab_size, (B, 8)))
-            dec.stage(torch.randint(0, model.cfg.vocab_size, (B,)))
-            decs[f"{name}-B{B}"] = dec
-    os.environ.clear()
-    os.environ.update(base)
-    # Timed in rounds across the settings, before any profiler session: once CUPTI has been attached,
-    # later replays run slower (session 12: every setting after the first profiled one was ~9% slower).
+def measure(decs: dict, res: dict, first: str) -> None:
+    """Step times of every decoder, timed in rounds across the settings before any profiler session (once
+    CUPTI has been attached, later replays run slower: session 12 saw ~9% on every setting after the first
+    profiled one), then the first setting's layer listing."""
+    base = dict(os.environ)
     times = {k: [] for k in decs}
     for _ in range(4):
         for key, dec in decs.items():
             times[key] += event_times(dec.step, 10)
     for key, dec in decs.items():
         row = res[key] | {"step_ms": round(statistics.median(times[key]), 4), "kernels": len(ordered(dec.step))}
-        if key.startswith(configs[0] + "-"):  # captured again layer by layer, under the setting's variables
-            os.environ.update(settings(configs[0]))
+        if key.startswith(first + "-") and os.environ.get("LIST", "1") != "0":  # layer by layer, under its variables
+            os.environ.update(settings(first))
             row["layers"] = layer_listing(dec)
             os.environ.clear()
             os.environ.update(base)
@@ -103,7 +84,40 @@ def main() -> None:
         for layer, ks in row.get("layers", {}).items():
             ours = sum(1 for k, _ in ks if not k.startswith("triton_"))
             print(f"{'':>12} {layer:24s} {len(ks):4d} kernels ({len(ks) - ours} inductor)  {sum(u for _, u in ks):7.1f} us")
-    with open(os.path.join(out, "layer_kernels.json"), "w") as f:
+
+
+@torch.no_grad()
+def main() -> None:
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_layer_kernels: needs CUDA")
+    out = os.environ.get("OUT", "/tmp")
+    configs = os.environ.get("CONFIGS", "default").split(",")
+    batches = [int(b) for b in os.environ.get("BATCHES", "1").split(",")]
+    kernels.use(True)
+    model = dsv4.load("flash-h200", device="cuda", dtype="bfloat16", seed=0, n_layers=int(os.environ.get("NL", "5")))
+    res, base = {}, dict(os.environ)
+    for B in batches:  # the decoders of one batch size share the model's caches; the next size replaces them
+        decs = {}
+        for name in configs:  # every setting acts when its graphs are built; replays do not read it
+            os.environ.clear()
+            os.environ.update(base | settings(name))
+            torch._dynamo.reset()  # inductor options are read at compile time
+            t0 = time.time()
+            dec = CUDAGraphDecoder(model, mode="full", batch_size=B, fuse=True)
+            res[f"{name}-B{B}"] = {"build_s": round(time.time() - t0, 1), "bitwise": verify_replay(dec, steps=4).ok}
+            dec.prefill(torch.randint(0, model.cfg.vocab_size, (B, 8)))
+            dec.stage(torch.randint(0, model.cfg.vocab_size, (B,)))
+            decs[f"{name}-B{B}"] = dec
+        os.environ.clear()
+        os.environ.update(base)
+        measure(decs, res, configs[0])
+        del decs, dec
+        torch.cuda.empty_cache()
+    path = os.path.join(out, "layer_kernels.json")
+    if os.environ.get("MERGE") == "1" and os.path.exists(path):  # one process per setting, rows gathered
+        with open(path) as f:
+            res = json.load(f) | res
+    with open(path, "w") as f:
         json.dump(res, f, indent=0)
 
 

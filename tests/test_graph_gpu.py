@@ -37,6 +37,23 @@ def test_two_segments_on_one_device(mode, rng):
     assert res.ok, res.first_mismatch
 
 
+@pytest.mark.parametrize("mode", ["ab", "full"])
+def test_a_decoder_whose_caches_were_reallocated_refuses_to_replay(mode, rng):
+    """A second decoder at another batch size reallocates the model's caches; the first decoder's graphs
+    point at the old ones, so replaying them would run on memory the model no longer reads: it raises."""
+    model = dsv4.load("tiny", device="cuda", dtype="bfloat16", seed=_seed(rng) % 1000)
+    first = CUDAGraphDecoder(model, mode=mode, batch_size=1)
+    first.prefill(torch.randint(0, model.cfg.vocab_size, (1, 4)))
+    first.step()
+    second = CUDAGraphDecoder(model, mode=mode, batch_size=3)
+    for call in (first.step, lambda: first.prefill(torch.randint(0, model.cfg.vocab_size, (1, 4)))):
+        with pytest.raises(dsv4.DSV4Error, match="reallocated"):
+            call()
+    assert verify_replay(second, steps=8, seed=_seed(rng)).ok  # the newest decoder is fine
+    CUDAGraphDecoder(model, mode=mode, batch_size=3).step()  # same batch: the caches are reused, no error
+    second.step()
+
+
 def test_graph_matches_reference_path_float32(rng):
     """The full graph computes the reference function (float32, 1e-5), across block emissions."""
     model = dsv4.load("tiny", device="cuda", dtype="float32")

@@ -85,3 +85,16 @@ def test_eager_graph_decoder_matches_static_bitwise(rng):
     dec = CUDAGraphDecoder(model, mode="eager", batch_size=2)
     res = verify_replay(dec, steps=6, seed=int(torch.randint(0, 2**31, (1,), generator=rng)))
     assert res.ok and res.steps == 6
+
+
+def test_cache_generation_counts_replacements_only(rng):
+    """allocate_caches reuses caches that match and bumps cache_generation when it replaces one: what a
+    captured graph decoder checks before each replay."""
+    model = dsv4.load("tiny", seed=int(torch.randint(0, 1000, (1,), generator=rng)))
+    model.allocate_caches(2)
+    g = model.cache_generation
+    kept = [id(t) for t in model.cache_tensors()]
+    model.allocate_caches(2)
+    assert model.cache_generation == g and [id(t) for t in model.cache_tensors()] == kept
+    model.allocate_caches(3)
+    assert model.cache_generation > g and model.layers[0].attn.cache.batch == 3

@@ -102,6 +102,15 @@ class CUDAGraphDecoder:
         with torch.no_grad():
             for seg in self.segments:
                 self._build(seg)
+        # the graphs hold raw pointers into these: kept alive, so a reallocation elsewhere cannot hand their
+        # memory to another tensor, and the generation says when the model no longer uses them
+        self._captured = (self.model.cache_tensors(), model.cache_generation)
+
+    def _check_caches(self) -> None:
+        if self.mode != "eager" and self.model.cache_generation != self._captured[1]:
+            raise DSV4Error(f"the model's caches were reallocated after this {self.mode}-graph decoder (batch "
+                            f"{self.static.batch_size}) captured them (another decoder, or a prefill at another "
+                            "batch size): build this decoder again")
 
     # ------------------------------------------------------------------ building
     def _build(self, seg: _Segment) -> None:
@@ -161,6 +170,7 @@ class CUDAGraphDecoder:
     # ------------------------------------------------------------------ running
     @torch.no_grad()
     def prefill(self, tokens: torch.Tensor) -> torch.Tensor:
+        self._check_caches()
         logits = self.static.prefill(tokens)
         for seg in self.segments:
             if seg.pos is not self.static.pos:
@@ -169,6 +179,7 @@ class CUDAGraphDecoder:
 
     def start_at(self, position: int, generator: torch.Generator | None = None) -> None:
         """StaticDecoder.start_at for every segment (benchmarks at long contexts)."""
+        self._check_caches()
         self.static.start_at(position, generator)
         for seg in self.segments:
             if seg.pos is not self.static.pos:
@@ -184,6 +195,7 @@ class CUDAGraphDecoder:
     @torch.no_grad()
     def step(self) -> torch.Tensor:
         """Replays the step; returns the logits buffer (the same tensor every step: clone to keep)."""
+        self._check_caches()
         for seg in self.segments:
             if seg.x_in is not None:
                 seg.x_in.copy_(self._prev(seg).out, non_blocking=True)

@@ -347,35 +347,3 @@ def test_layer_kernels_run_at_their_measured_row_counts(monkeypatch):
         monkeypatch.setenv(f"DSV4_TRITON_{name}", "0")
         assert kernels._off(name, 64)
 
-
-def test_compress_step_op_writes_the_state_in_place_and_compiles(rng):
-    """dsv4::compress_step (CPU: the twin) mutates the block state it is given, returns the pooled entry,
-    and under torch.compile (a mutating custom op) gives the eager result and the eager state."""
-    from dsv4.kernels import ops
-    from dsv4.ops.compress import compress_step_ref
-
-    B, hd, ratio = 2, 16, 4
-    kv, z = torch.randn(B, 2 * ratio, 2 * hd, generator=rng), torch.randn(B, 2 * ratio, 2 * hd, generator=rng)
-    kvn, zn, pos = torch.randn(B, 2 * hd, generator=rng), torch.randn(B, 2 * hd, generator=rng), torch.tensor(7)
-    ref = (kv.clone(), z.clone())
-    y_ref = compress_step_ref(kvn, zn, *ref, pos, ratio, True)
-    got = (kv.clone(), z.clone())
-    y = ops.compress_step(kvn, zn, *got, pos, ratio, True)
-    assert torch.equal(y, y_ref) and all(torch.equal(a, b) for a, b in zip(got, ref))
-    assert not torch.equal(got[0][:, :ratio], kv[:, :ratio])  # position 7 completed a block: shifted
-
-    fn = torch.compile(lambda a, b, c, d, p: ops.compress_step(a, b, c, d, p, ratio, True), dynamic=False)
-    comp = (kv.clone(), z.clone())
-    torch.testing.assert_close(fn(kvn, zn, *comp, pos), y_ref, rtol=1e-6, atol=1e-6)
-    assert all(torch.equal(a, b) for a, b in zip(comp, ref))
-
-
-def test_compress_kernel_is_opt_in(monkeypatch):
-    """Not measured on a GPU yet: the switch leaves the compressor on its twin unless asked for."""
-    from dsv4 import kernels
-
-    monkeypatch.delenv("DSV4_TRITON_COMPRESS", raising=False)
-    assert kernels._off("COMPRESS", 1) and kernels._off("COMPRESS", 64)
-    monkeypatch.setenv("DSV4_TRITON_COMPRESS", "1")
-    assert not kernels._off("COMPRESS", 1)
-

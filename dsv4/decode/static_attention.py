@@ -26,16 +26,14 @@ from dsv4.ops.compress import compress_step_both
 def compressor_step(comp: Compressor, x: torch.Tensor, pos: torch.Tensor, state: CompressorState,
                     out: torch.Tensor) -> None:
     """Adds the token at `pos` to the block state; writes entry pos // m into `out` iff the block completed.
-    All of it is one launch where DSV4_TRITON_TOKEN=1; else the state update and the pooling are one
-    where DSV4_TRITON_COMPRESS=1, and the entry's finish and write another (DSV4_TRITON_ENTRY, on)."""
+    All of it is one launch on the GPU (DSV4_TRITON_TOKEN); else the entry's finish and write are one
+    (DSV4_TRITON_ENTRY) after the state update and pooling in torch ops."""
     m = comp.ratio
     kv, z = comp.project(x, pos.view(1))
     if kernels.compress_token(kv[:, 0], z[:, 0], state.both, pos, out, m, comp.overlap, comp.norm.weight,
                               comp.norm.eps, comp.freqs, comp.rounding):
         return  # the whole step in one launch
-    pooled = kernels.compress_step(kv[:, 0], z[:, 0], state.kv, state.score, pos, m, comp.overlap)
-    if pooled is None:
-        pooled = compress_step_both(kv[:, 0], z[:, 0], state.both, pos, m, comp.overlap)
+    pooled = compress_step_both(kv[:, 0], z[:, 0], state.both, pos, m, comp.overlap)
     if kernels.compress_entry(pooled, pos, out, m, comp.norm.weight, comp.norm.eps, comp.freqs, comp.rounding):
         return  # finished and written in one launch
     entry = comp.finish(pooled[:, None], pos // m)[:, 0]

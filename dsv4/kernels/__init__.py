@@ -25,7 +25,7 @@ import os
 import torch
 
 __all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel",
-           "bf16_dense_gemv", "hc_mix_sums", "hc_comb", "sparse_attention", "sinkhorn", "compress_step", "compress_entry",
+           "bf16_dense_gemv", "hc_mix_sums", "hc_comb", "sparse_attention", "sinkhorn", "compress_entry",
            "compress_token", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "pdl"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
@@ -104,7 +104,7 @@ def fp8_gemv(x, weight, scale, out=None):
 # passed its GPU tests but has not been timed: off until it is.
 LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {
     "MIXES": (None, 8), "ATTN": (None, None), "ATTN_ROPE": (None, None), "ENTRY": (None, None),
-    "COMB": (None, 8)}
+    "COMB": (None, 8), "TOKEN": (None, None)}
 
 
 def _off(name: str, rows: int) -> bool:
@@ -264,18 +264,6 @@ def sinkhorn(logits: torch.Tensor, iters: int, eps: float) -> torch.Tensor | Non
     return ops.sinkhorn(logits.reshape(-1, hc, hc), iters, eps).view(logits.shape)
 
 
-def compress_step(kv_new: torch.Tensor, z_new: torch.Tensor, kv_state: torch.Tensor, score_state: torch.Tensor,
-                  pos: torch.Tensor, ratio: int, overlap: bool) -> torch.Tensor | None:
-    """dsv4/ops/compress.compress_step_ref in one launch (slot writes, pooling, block shift; the state
-    written in place) -> the pooled entry [B, hd] fp32, or None to use the twin. Off unless
-    DSV4_TRITON_COMPRESS=1 (it measured slower than the inductor kernels on the H200, session 11)."""
-    if not _applies(kv_state) or _off("COMPRESS", kv_state.shape[0]) or kv_state.dtype != torch.float32:
-        return None
-    from dsv4.kernels import ops
-
-    return ops.compress_step(kv_new, z_new, kv_state, score_state, pos, ratio, overlap)
-
-
 def compress_entry(pooled: torch.Tensor, pos: torch.Tensor, out: torch.Tensor, ratio: int, weight: torch.Tensor,
                    eps: float, freqs: torch.Tensor, rounding: str) -> bool:
     """Compressor.finish + the cache write of the graph-ready step in one launch (dsv4/kernels/_triton_entry.py),
@@ -298,7 +286,7 @@ def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor
                    freqs: torch.Tensor, rounding: str) -> bool:
     """A compressor's whole graph-ready step in one launch (dsv4/kernels/_triton_token.py: the slot write,
     and where the block completes the pooling, shift, finish and cache write): True when it ran, False
-    to use the step and entry paths. Off unless DSV4_TRITON_TOKEN=1 (GPU-tested, not yet timed)."""
+    to use the torch step and the entry kernel. On by LAYER_KERNEL_ROWS; DSV4_TRITON_TOKEN=0 for the others."""
     if not _applies(out) or _off("TOKEN", out.shape[0]):
         return False
     from dsv4.kernels import _triton_token, ops

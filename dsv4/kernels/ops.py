@@ -18,7 +18,7 @@ from torch.library import custom_op
 
 from dsv4.ops import gemv as twins
 
-__all__ = ["triton_gemm", "settings", "rounds_in_kernel", "expert_rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "hc_mix_sums", "sparse_attention", "sinkhorn", "compress_step",
+__all__ = ["triton_gemm", "settings", "rounds_in_kernel", "expert_rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "hc_mix_sums", "sparse_attention", "sinkhorn",
            "topk"]
 
 _TRITON: list[bool] = []
@@ -158,27 +158,6 @@ def _(sums, scale, base, K, norm_eps, hc, iters, eps):
     return sums.new_empty(sums.shape[0], hc, hc)
 
 
-@custom_op("dsv4::compress_step", mutates_args=("kv_state", "score_state"))
-def compress_step(kv_new: Tensor, z_new: Tensor, kv_state: Tensor, score_state: Tensor, pos: Tensor, ratio: int,
-                  overlap: bool) -> Tensor:
-    """A compressor's decode step on its block state (written in place) -> the block's pooled entry
-    [B, hd] fp32 (dsv4/ops/compress.py); one Triton launch on CUDA."""
-    if kv_state.is_cuda and _triton():
-        from dsv4.kernels import _triton_compress
-
-        if _triton_compress.applies(kv_state, ratio, overlap):
-            return _triton_compress.compress_step(kv_new, z_new, kv_state, score_state, pos, ratio, overlap)
-    from dsv4.ops.compress import compress_step_ref
-
-    return compress_step_ref(kv_new, z_new, kv_state, score_state, pos, ratio, overlap)
-
-
-@compress_step.register_fake
-def _(kv_new, z_new, kv_state, score_state, pos, ratio, overlap):
-    return kv_new.new_empty((kv_new.shape[0], kv_new.shape[1] // 2 if overlap else kv_new.shape[1]),
-                            dtype=torch.float32)
-
-
 @custom_op("dsv4::compress_entry", mutates_args=("out",))
 def compress_entry(pooled: Tensor, weight: Tensor, cos: Tensor, sin: Tensor, pos: Tensor, out: Tensor, ratio: int,
                    eps: float, rounding: str) -> None:
@@ -300,7 +279,7 @@ def triton_gemm(rows: int, kind: str = "fp8") -> bool:
 def settings() -> str:
     """The Triton GEMM switches in effect, for a bench row's note ("" when all are at their defaults)."""
     names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS", "DSV4_TRITON_MIXES",
-             "DSV4_TRITON_ATTN", "DSV4_TRITON_ATTN_ROPE", "DSV4_TRITON_ATTN_KEYS", "DSV4_TRITON_COMPRESS",
+             "DSV4_TRITON_ATTN", "DSV4_TRITON_ATTN_ROPE", "DSV4_TRITON_ATTN_KEYS",
              "DSV4_TRITON_ENTRY", "DSV4_TRITON_TOKEN", "DSV4_TRITON_COMB", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_PREFETCH", "DSV4_CUTE_ROUND")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 

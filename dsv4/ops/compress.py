@@ -3,9 +3,9 @@
 The gated pooling of dsv4/layers/compressor.py seen from its state: the token's kv and gate logits go
 into their slot of the block state, the block's rows are pooled (softmax of the gate logits over the
 rows, per channel, times kv), and when the token completes an overlapping (ratio-4) block, the
-block becomes the previous one. Under inductor these are ~5 kernels per compressor and step (two
-slot writes, the pooling, two copy-backs of the shift); dsv4/kernels/_triton_compress.py does them
-in one launch.
+block becomes the previous one; where the token completes its block the entry is finished and written
+to the cache. dsv4/kernels/_triton_token.py does the whole step in one launch (_triton_entry.py the
+finish and write alone).
 """
 
 from __future__ import annotations
@@ -23,26 +23,12 @@ def pool_rows(kv: torch.Tensor, z: torch.Tensor, ratio: int, overlap: bool) -> t
     return (z.softmax(dim=-2) * kv).sum(dim=-2)
 
 
-def compress_step_ref(kv_new: torch.Tensor, z_new: torch.Tensor, kv_state: torch.Tensor, score_state: torch.Tensor,
-                      pos: torch.Tensor, ratio: int, overlap: bool) -> torch.Tensor:
-    """kv_new, z_new [B, c*hd] fp32 (z with its ape), state [B, slots, c*hd] fp32 (written in place), pos a
-    0-dim int64 device tensor -> the block's pooled entry [B, hd] fp32, as it stands after this token."""
-    slot = (pos % ratio + (ratio if overlap else 0)).view(1)
-    kv_state.index_copy_(1, slot, kv_new.unsqueeze(1))
-    score_state.index_copy_(1, slot, z_new.unsqueeze(1))
-    pooled = pool_rows(kv_state, score_state, ratio, overlap)
-    if overlap:  # a completed block becomes the previous one
-        done = ((pos + 1) % ratio) == 0
-        for t in (kv_state, score_state):
-            t[:, :ratio] = torch.where(done, t[:, ratio:], t[:, :ratio])
-    return pooled
-
-
 def compress_step_both(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor, pos: torch.Tensor, ratio: int,
                        overlap: bool) -> torch.Tensor:
-    """compress_step_ref on the state buffer that holds kv and the gate logits side by side ([B, slots, 2,
-    c*hd], dsv4/cache.py): the same values, with one slot write and one block shift instead of two each
-    (the graph-ready path's default: under inductor every mutated buffer is a kernel of its own)."""
+    """kv_new, z_new [B, c*hd] fp32 (z with its ape) into the state buffer that holds kv and the gate logits
+    side by side ([B, slots, 2, c*hd] fp32, dsv4/cache.py, written in place), pos a 0-dim int64 device
+    tensor -> the block's pooled entry [B, hd] fp32, as it stands after this token. One slot write and one
+    block shift (under inductor every mutated buffer is a kernel of its own)."""
     slot = (pos % ratio + (ratio if overlap else 0)).view(1)
     both.index_copy_(1, slot, torch.stack((kv_new, z_new), dim=1).unsqueeze(1).to(both.dtype))
     pooled = pool_rows(both[:, :, 0], both[:, :, 1], ratio, overlap)

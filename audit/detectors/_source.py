@@ -254,16 +254,23 @@ def decider(filename: str, lo: int | None, line: int) -> int | None:
     return min(cands, default=loop.lineno)
 
 
+# calls that copy to a `device=` argument, and the position it may also take: `t.to("cpu")`,
+# `torch.as_tensor(t, None, "cpu")`; torch.asarray takes it by keyword only
+_DEVICE_POSITION = {"to": 0, "as_tensor": 2, "asarray": None}
+
+
 def names_cpu(filename: str, line: int) -> bool:
-    """A `.to(...)` call on `line` whose target is the CPU: written there, or a name / `self.attr`
-    assigned only the CPU (`self.host = torch.device("cpu")`), not a device variable."""
+    """A `.to(...)` / `torch.as_tensor(...)` / `torch.asarray(...)` call on `line` whose target is the CPU:
+    written there, or a name / `self.attr` assigned only the CPU (`self.host = torch.device("cpu")`), not a
+    device variable."""
     t = tree(filename)
     if t is None:
         return False
     for n in ast.walk(t):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to" and \
-                n.lineno <= line <= (n.end_lineno or n.lineno):
-            dev = [k.value for k in n.keywords if k.arg == "device"] + n.args[:1]
+        name = getattr(n.func, "attr", getattr(n.func, "id", None)) if isinstance(n, ast.Call) else None
+        if name in _DEVICE_POSITION and n.lineno <= line <= (n.end_lineno or n.lineno):
+            at = _DEVICE_POSITION[name]
+            dev = [k.value for k in n.keywords if k.arg == "device"] + (n.args[at:at + 1] if at is not None else [])
             if any(_scopes.names_cpu(t, d, n.lineno) for d in dev):
                 return True
     return False

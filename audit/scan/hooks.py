@@ -66,20 +66,42 @@ def _is_cpu(d) -> bool:
     return (isinstance(d, str) and d.startswith("cpu")) or (isinstance(d, torch.device) and d.type == "cpu")
 
 
+def _host_candidate(t, devices) -> bool:
+    """On a CPU scan: t is a traced tensor and one of `devices` names the CPU (a copy to the host on a GPU)."""
+    tr = _ACTIVE
+    return (tr is not None and not tr.host_depth and tr._step >= 0 and tr.device.type == "cpu"
+            and isinstance(t, torch.Tensor) and t.device.type == "cpu" and any(_is_cpu(d) for d in devices))
+
+
 def _to_wrapper(orig):
     """`Tensor.to` towards the CPU, on a CPU scan: a device->host copy on a GPU. `.to(self.device)`
     looks the same here, so it is only a candidate (note "cpu?"); host_sync keeps the calls whose
     source names the CPU itself. A CUDA scan sees the real copy as `_to_copy`."""
 
     def to(self, *args, **kwargs):
-        tr = _ACTIVE
-        if tr is not None and not tr.host_depth and tr._step >= 0 and tr.device.type == "cpu" and \
-                self.device.type == "cpu" and (_is_cpu(kwargs.get("device")) or (args and _is_cpu(args[0]))):
-            tr.record_event("host", "Tensor.to", self, note="cpu?")
+        if _host_candidate(self, (kwargs.get("device"),) + args[:1]):
+            _ACTIVE.record_event("host", "Tensor.to", self, note="cpu?")
         return orig(self, *args, **kwargs)
 
     to.__wrapped__ = orig
     return to
+
+
+# torch functions that copy a tensor argument to `device=`: towards the CPU, the same candidate as `.to`
+AS_TENSOR = [(torch, "as_tensor"), (torch, "asarray")]
+
+
+def _as_tensor_wrapper(name: str, orig):
+    label = f"torch.{name}"
+
+    def wrapper(data, *args, **kwargs):
+        if _host_candidate(data, (kwargs.get("device"),) + args[1:2]):  # as_tensor(data, dtype, device)
+            _ACTIVE.record_event("host", label, data, note="cpu?")
+        return orig(data, *args, **kwargs)
+
+    wrapper.__name__ = name
+    wrapper.__wrapped__ = orig
+    return wrapper
 
 
 def _first_tensor(obj, depth: int = 3):
@@ -216,6 +238,10 @@ def active(tracer):
             stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, orig)))
             originals[id(orig)] = (orig, getattr(torch.Tensor, name))  # `_tolist = torch.Tensor.tolist`
         stack.enter_context(patched(torch.Tensor, "to", _to_wrapper(torch.Tensor.to)))
+        for owner, name in AS_TENSOR:
+            orig = getattr(owner, name)
+            stack.enter_context(patched(owner, name, _as_tensor_wrapper(name, orig)))
+            originals.setdefault(id(orig), (orig, getattr(owner, name)))  # `from torch import as_tensor`
         for owner in (torch, torch.serialization):
             orig = owner.save
             stack.enter_context(patched(owner, "save", _save_wrapper(orig)))

@@ -5,7 +5,7 @@ CPU and the call copies nothing, so only the source says where it goes. `.to(sel
 same call at run time and must stay clean. The CPU may be named once and stored
 (`self.host = torch.device("cpu")`, a local, a module constant): `.to(self.host)` is a read too,
 while `.to(self.accel)` with `self.accel = torch.device(device)` is not, nor a host-born tensor
-sent to the host. A counter built on `self.host` is host state: the step advancing it is a
+sent to the host. `torch.as_tensor` / `torch.asarray` with a CPU `device=` are the same copy. A counter built on `self.host` is host state: the step advancing it is a
 CPU side effect. `torch.allclose` returns a Python bool: a host read.
 """
 
@@ -41,9 +41,13 @@ class Reads:
         flat = logits.flatten().to(device=HOST)  # HAZARD: host-sync
         back = logits.to(self.accel)
         counts = torch.zeros(3).to(self.host)  # born on the host: no copy, and nothing goes to the device
+        arr = torch.as_tensor(logits, device="cpu")  # HAZARD: host-sync
+        ids = torch.asarray(logits.argmax(-1), device=self.host)  # HAZARD: host-sync
+        same_dev = torch.as_tensor(logits, dtype=torch.float32, device=self.device)
+        kept = torch.as_tensor(counts, device="cpu")  # already on the host: no copy
         self.reads_cpu += 1  # HAZARD: cpu-side-effect
         self.prev.copy_(back)
-        return host, probs, same, mirror, top, flat, counts
+        return host, probs, same, mirror, top, flat, counts, arr, ids, same_dev, kept
 
 
 class ReadsClean(Reads):

@@ -1,7 +1,9 @@
 """`torch.save` in the step copies every device storage it serializes to the host (`storage.cpu()`,
 not dispatched, so no aten op shows it) and waits for the device: a host-sync at the saving line,
 also through an alias bound at import (`from torch import save`) and for tensors inside a dict. Saving
-plain Python data is no device read.
+plain Python data is no device read. Saving a tensor that lives in host memory on a GPU too (a counter the
+target keeps on the CPU, a table built from host data in the step) waits for nothing, but the write is
+host work a replay skips: a cpu-side-effect, not a host-sync.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Target:
         self.x = torch.zeros(1, {d})
         self.out = torch.zeros(1, {d})
         self.buf = io.BytesIO()
+        self.count_cpu = torch.zeros((), dtype=torch.long, device="cpu")
 
     def prepare(self, i):
         self.x.copy_(torch.randn(1, {d}))
@@ -65,3 +68,12 @@ def test_saving_plain_data_is_clean(tmp_path):
     path, _ = _write(tmp_path, "torch.save({'step': 1, 'names': ['a']}, self.buf)")
     bad = blocking(path)
     assert bad.empty, table(bad)
+
+
+@pytest.mark.parametrize("line", ["torch.save(self.count_cpu, self.buf)", "torch.save(torch.tensor([1, 2, 3]), self.buf)"])
+def test_saving_a_host_tensor_is_a_side_effect_not_a_sync(tmp_path, line):
+    path, site = _write(tmp_path, line)
+    bad = blocking(path)
+    assert at(bad, "host-sync", site).empty, table(bad)
+    hit = at(bad, "cpu-side-effect", site)
+    assert len(hit) == 1 and "torch.save" in hit.iloc[0].op, table(bad)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 
 import torch
 
-from audit.detectors import _mutations
+from audit.detectors import _mutations, _source
 
 
 def cpu_attrs(ctx):
@@ -90,3 +91,65 @@ def host_made(ctx, step: int) -> set:
                 out |= {m.sid for m in r.outputs}
         cache[step] = out
     return cache[step]
+
+
+def host_born(recs) -> set:
+    """Storage ids of tensors built from host data in one step (torch.tensor, from_numpy: `lift_fresh`).
+    Empty ones are left out: copying nothing issues no copy, capture or not."""
+    return {r.inputs[0].sid for r in recs if r.kind == "aten" and r.inputs
+            and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and 0 not in r.inputs[0].shape}
+
+
+def host_factories(recs) -> set:
+    """Storage ids of tensors a `torch.ones(...)`-style call made in host memory in this step (no
+    device named, or the CPU), among those later sent somewhere with `.to(...)`."""
+    sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
+    if not sent:
+        return set()
+    return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.outputs[0].sid in sent
+            and r.op.split(".")[1] in _source.HOST_FACTORIES and r.stack and 0 not in r.outputs[0].shape
+            and _source.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
+
+
+def host_derived(recs, born: set) -> set:
+    """`born` and the storages of calls that compute only on host data: a torch call whose tensor inputs
+    are all in `born` (or made by that same call) leaves its results in host memory, as the torch
+    helpers around host data do (`pad_sequence([torch.tensor(r) for r in rows])`, `torch.stack`,
+    `t.long()`): a later `.to(D)` of them is a copy from pageable memory all the same."""
+    out = set(born)
+    if not out:
+        return out
+    calls = itertools.groupby((r for r in recs if r.kind == "aten" and r.stack),
+                              key=lambda r: tuple((id(c), n) for c, n in r.stack))
+    for _, call in calls:
+        made, host, ok = set(), False, True
+        for r in call:
+            for m in r.inputs:
+                host |= m.sid in out
+                ok &= m.sid in out or m.sid in made
+            made |= {m.sid for m in r.outputs}
+        if ok and host:
+            out |= made
+    return out
+
+
+def host_data(ctx, step: int) -> set:
+    """Storage ids of one step's tensors built from host data and what torch computed from those alone
+    (host_born, host_derived) and its host-only outputs (host_made): in host memory on a GPU too."""
+    cache = ctx.__dict__.setdefault("_host_data", {})
+    if step not in cache:
+        recs = ctx.steps[step]
+        cache[step] = host_derived(recs, host_born(recs)) | host_made(ctx, step)
+    return cache[step]
+
+
+def kept_on_host(ctx, r) -> bool:
+    """A host event (a read, a torch.save) whose tensor lives in host memory on a GPU as well: a CPU
+    tensor on a CUDA scan, one the target keeps on the host on purpose (host_tensors), or one built on
+    the host in this step (host_data). Reading it waits for no device work."""
+    if not r.inputs:
+        return False
+    m = r.inputs[0]
+    if ctx.cuda:
+        return m.device.type == "cpu"
+    return m.sid in host_tensors(ctx) or m.sid in host_data(ctx, r.step)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from audit.detectors import _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors
-from audit.detectors.host_sync import host_born, host_derived, host_factories
+from audit.detectors._host import host_born, host_derived, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "

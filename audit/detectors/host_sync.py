@@ -11,13 +11,13 @@ process is poisoned afterwards (docs/hazards.md). Three sources, one finding per
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 import torch
 
 from audit.detectors import _source, register
-from audit.detectors._host import from_device, host_made, host_tensors, in_place_updates
+from audit.detectors._host import (from_device, host_born, host_derived, host_factories, host_made, host_tensors,
+                                   in_place_updates, kept_on_host)
 
 SYNC_OPS: dict[str, Callable] = {}  # "aten.nonzero" -> rule(record) -> (message, fix) | None
 
@@ -234,46 +234,6 @@ def _covered(ctx) -> set:
     return out
 
 
-def host_born(recs) -> set:
-    """Storage ids of tensors built from host data in one step (torch.tensor, from_numpy: `lift_fresh`).
-    Empty ones are left out: copying nothing issues no copy, capture or not."""
-    return {r.inputs[0].sid for r in recs if r.kind == "aten" and r.inputs
-            and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and 0 not in r.inputs[0].shape}
-
-
-def host_factories(recs) -> set:
-    """Storage ids of tensors a `torch.ones(...)`-style call made in host memory in this step (no
-    device named, or the CPU), among those later sent somewhere with `.to(...)`."""
-    sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
-    if not sent:
-        return set()
-    return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.outputs[0].sid in sent
-            and r.op.split(".")[1] in _source.HOST_FACTORIES and r.stack and 0 not in r.outputs[0].shape
-            and _source.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
-
-
-def host_derived(recs, born: set) -> set:
-    """`born` and the storages of calls that compute only on host data: a torch call whose tensor inputs
-    are all in `born` (or made by that same call) leaves its results in host memory, as the torch
-    helpers around host data do (`pad_sequence([torch.tensor(r) for r in rows])`, `torch.stack`,
-    `t.long()`): a later `.to(D)` of them is a copy from pageable memory all the same."""
-    out = set(born)
-    if not out:
-        return out
-    calls = itertools.groupby((r for r in recs if r.kind == "aten" and r.stack),
-                              key=lambda r: tuple((id(c), n) for c, n in r.stack))
-    for _, call in calls:
-        made, host, ok = set(), False, True
-        for r in call:
-            for m in r.inputs:
-                host |= m.sid in out
-                ok &= m.sid in out or m.sid in made
-            made |= {m.sid for m in r.outputs}
-        if ok and host:
-            out |= made
-    return out
-
-
 def _to_host(ctx):
     """The `.to(<cpu>)` candidates that would copy device->host on a GPU: the source names the CPU and
     the tensor is not a host tensor already (built from host data, or by a factory on the host)."""
@@ -299,7 +259,7 @@ def host_reads(ctx):
     out = []
     to_host = _to_host(ctx)
     recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r) and (r.note != "cpu?" or id(r) in to_host)
-            and not (r.kind == "host" and r.inputs and r.inputs[0].sid in host_made(ctx, r.step))]
+            and not (r.kind == "host" and kept_on_host(ctx, r))]
     for (file, line, op), group in ctx.per_site(recs).items():
         r = group[0]
         if r.kind == "host":

@@ -19,7 +19,7 @@ import sys
 from collections import defaultdict
 
 from audit.detectors import _mutations, _source, register
-from audit.detectors._host import from_device, host_tensors, in_place_updates
+from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
 from audit.scan import state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file
@@ -338,4 +338,17 @@ def host_tensors_changed_in_place(ctx):
                         "this runs on the CPU, outside the graph, so a replay would not redo it",
                         fix="Keep the counter on the device and update it inside the step (`self.steps.add_(1)` on a "
                             "device tensor), or do the host bookkeeping in prepare().")
+            for (_, _, op), g in ctx.per_site(hits).items()]
+
+
+@register("cpu-side-effect")
+def saved_by_the_step(ctx):
+    """`torch.save` of a tensor in host memory (a host counter, a host-made table): it waits for nothing, so
+    it is no host sync, but writing the file is host work a replay never redoes. (Saving a device tensor is
+    a host-sync finding: the copy to the host blocks capture.)"""
+    hits = [r for r in ctx.all_records(("host",)) if r.op == "torch.save" and kept_on_host(ctx, r)]
+    return [ctx.finding("cpu-side-effect", g[0], op, len(g) / ctx.n_steps,
+                        "`torch.save` in the step writes on the host: it runs once when the graph is captured, "
+                        "and a replay writes nothing",
+                        fix="Save after replay (outside the captured step), e.g. in prepare() or after the decode loop.")
             for (_, _, op), g in ctx.per_site(hits).items()]

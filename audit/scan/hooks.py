@@ -117,12 +117,14 @@ def _first_tensor(obj, depth: int = 3):
 
 def _save_wrapper(orig):
     """`torch.save(obj, f)` in the step: every device storage in obj is copied to the host first
-    (`storage.cpu()`, not dispatched), which waits for the device: a host read of obj's tensors."""
+    (`storage.cpu()`, not dispatched), which waits for the device: a host read of obj's tensors. Saving a
+    host tensor waits for nothing, but the write is host work a replay skips: recorded either way, the
+    detectors tell the two apart (host-sync, cpu-side-effect)."""
 
     def save(obj, *args, **kwargs):
         tr = _ACTIVE
         t = _first_tensor(obj) if tr is not None and tr._step >= 0 and not tr.host_depth else None
-        if t is None or t.device.type != tr.device.type:
+        if t is None:
             return orig(obj, *args, **kwargs)
         return _read_on_host(tr, "torch.save", t, lambda: orig(obj, *args, **kwargs))
 

@@ -92,16 +92,24 @@ def _x_tile(x_ptr, rm, kk, M, k_end, sxm):
 
 
 @triton.jit
+def _first_w(w_ptr, rn, kk, N, k_end, swn, TRANS: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr):
+    """The program's first weight tile (w^T where TRANS) and the PDL wait: the tile ahead of the wait where
+    PREFETCH (a parameter no kernel of the step writes: it streams while the previous kernel ends)."""
+    if PREFETCH:
+        w = _wt_tile(w_ptr, rn, kk, N, k_end, swn) if TRANS else _w_tile(w_ptr, rn, kk, N, k_end, swn)
+        pdl_wait(PDL)
+    else:
+        pdl_wait(PDL)
+        w = _wt_tile(w_ptr, rn, kk, N, k_end, swn) if TRANS else _w_tile(w_ptr, rn, kk, N, k_end, swn)
+    return w
+
+
+@triton.jit
 def _bf16_gemv_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SPLIT, sxm, swn, sym, sys,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
                       PREFETCH: tl.constexpr):
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
-    if PREFETCH:  # a parameter: streams while the previous kernel ends
-        w = _w_tile(w_ptr, rn, k_begin + rk, N, k_end, swn)
-        pdl_wait(PDL)
-    else:
-        pdl_wait(PDL)
-        w = _w_tile(w_ptr, rn, k_begin + rk, N, k_end, swn)
+    w = _first_w(w_ptr, rn, k_begin + rk, N, k_end, swn, False, PDL, PREFETCH)
     acc = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)  # per-lane partial sums: no shuffles per step
     acc += _x_tile(x_ptr, rm, k_begin + rk, M, k_end, sxm)[:, None, :] * w.to(tl.float32)[None, :, :]
     for k0 in range(k_begin + BLOCK_K, k_end, BLOCK_K):
@@ -130,12 +138,7 @@ def _bf16_gemv_tc_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_PER_SP
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr,
                          PREFETCH: tl.constexpr):
     rm, rn, rk, k_begin, k_end, pid_s = _tile(K, K_PER_SPLIT, BLOCK_M, BLOCK_N, BLOCK_K)
-    if PREFETCH:  # a parameter: streams while the previous kernel ends
-        wt = _wt_tile(w_ptr, rn, k_begin + rk, N, k_end, swn)
-        pdl_wait(PDL)
-    else:
-        pdl_wait(PDL)
-        wt = _wt_tile(w_ptr, rn, k_begin + rk, N, k_end, swn)
+    wt = _first_w(w_ptr, rn, k_begin + rk, N, k_end, swn, True, PDL, PREFETCH)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc += _three_term_dot(_x_tile(x_ptr, rm, k_begin + rk, M, k_end, sxm), wt)
     for k0 in range(k_begin + BLOCK_K, k_end, BLOCK_K):

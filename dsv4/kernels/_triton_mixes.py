@@ -27,8 +27,8 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4.kernels._pdl import pdl_wait, weight_args
-from dsv4.kernels._triton_gemv import _w_tile, _x_tile
+from dsv4.kernels._pdl import weight_args
+from dsv4.kernels._triton_gemv import _first_w, _w_tile, _x_tile
 from dsv4.kernels._triton_splitk import store_small_tile, workspace
 
 PRODUCTS = 4096  # products held per program and K step (BLOCK_T * BLOCK_J * BLOCK_K), CUDA-core path
@@ -60,12 +60,7 @@ def _mix_sums_kernel(x_ptr, f_ptr, y_ptr, ws_ptr, cnt_ptr, T, J, K, K_PER_SPLIT,
     rk = tl.arange(0, BLOCK_K)
     k_begin = tl.program_id(2) * K_PER_SPLIT
     k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
-    if PREFETCH:  # a parameter: streams while the previous kernel ends
-        f = _w_tile(f_ptr, rj, k_begin + rk, J, k_end, sfj)
-        pdl_wait(PDL)
-    else:
-        pdl_wait(PDL)
-        f = _w_tile(f_ptr, rj, k_begin + rk, J, k_end, sfj)
+    f = _first_w(f_ptr, rj, k_begin + rk, J, k_end, sfj, False, PDL, PREFETCH)
     acc = tl.zeros((BLOCK_T, BLOCK_J), dtype=tl.float32)
     sq = tl.zeros((BLOCK_T,), dtype=tl.float32)
     acc, sq = _mix_step(acc, sq, _x_tile(x_ptr, rt, k_begin + rk, T, k_end, sxt), f, DOT)

@@ -5,7 +5,8 @@ fusion can be aimed at the launches that are there (dsv4/kernels/NOTES.md, sessi
 (and the CuTe DSL for the batch-1 weight kernels).
     NL=5 BATCHES=1,16 CONFIGS=default,nopdl OUT=/tmp/o python tests/gpu_layer_kernels.py
 CONFIGS: `default`, `nopdl` (DSV4_PDL=0), `nomixes` (DSV4_TRITON_MIXES=0), or NAME=VAR:VALUE+VAR:VALUE.
-LIST=0 skips the layer listing; MERGE=1 adds this run's rows to an existing $OUT/layer_kernels.json.
+LIST=0 skips the layer listing, LIST=2 prints its kernels; MERGE=1 adds this run's rows to an existing $OUT/layer_kernels.json; CTX=16384
+times the step at that context (random cache entries, as the bench's long-context rows).
 Per config and batch: build time, graph-vs-eager bitwise check, median step ms (timed in rounds across
 the configs, before any profiling), kernels per step; for the first config, every layer captured alone
 with its kernels listed (name, us) in $OUT/layer_kernels.json.
@@ -84,6 +85,8 @@ def measure(decs: dict, res: dict, first: str) -> None:
         for layer, ks in row.get("layers", {}).items():
             ours = sum(1 for k, _ in ks if not k.startswith("triton_"))
             print(f"{'':>12} {layer:24s} {len(ks):4d} kernels ({len(ks) - ours} inductor)  {sum(u for _, u in ks):7.1f} us")
+            for name, us in ks if os.environ.get("LIST") == "2" else ():  # LIST=2: every kernel, in order
+                print(f"{'':>16} {us:7.2f} us  {name[:110]}")
 
 
 @torch.no_grad()
@@ -94,7 +97,10 @@ def main() -> None:
     configs = os.environ.get("CONFIGS", "default").split(",")
     batches = [int(b) for b in os.environ.get("BATCHES", "1").split(",")]
     kernels.use(True)
-    model = dsv4.load("flash-h200", device="cuda", dtype="bfloat16", seed=0, n_layers=int(os.environ.get("NL", "5")))
+    ctx = int(os.environ.get("CTX", "0"))  # 0: an 8-token prompt; else a cache filled up to CTX (start_at)
+    runtime = {"max_seq_len": ctx + 256} if ctx else {}
+    model = dsv4.load("flash-h200", device="cuda", dtype="bfloat16", seed=0, n_layers=int(os.environ.get("NL", "5")),
+                      **runtime)
     res, base = {}, dict(os.environ)
     for B in batches:  # the decoders of one batch size share the model's caches; the next size replaces them
         decs = {}
@@ -105,7 +111,10 @@ def main() -> None:
             t0 = time.time()
             dec = CUDAGraphDecoder(model, mode="full", batch_size=B, fuse=True)
             res[f"{name}-B{B}"] = {"build_s": round(time.time() - t0, 1), "bitwise": verify_replay(dec, steps=4).ok}
-            dec.prefill(torch.randint(0, model.cfg.vocab_size, (B, 8)))
+            if ctx:
+                dec.start_at(ctx, torch.Generator().manual_seed(0))
+            else:
+                dec.prefill(torch.randint(0, model.cfg.vocab_size, (B, 8)))
             dec.stage(torch.randint(0, model.cfg.vocab_size, (B,)))
             decs[f"{name}-B{B}"] = dec
         os.environ.clear()

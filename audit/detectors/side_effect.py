@@ -64,6 +64,11 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         for line, fn in _mutations.mutation_sites(file, attr, span, global_name=glob):
             if fn not in ("__init__", "prepare"):
                 cands.append(((file, fn) in ran, file, line, fn))
+    if not cands and _whole_state(change):  # `self.rng.random()`: a call on the object is how it changed
+        cands = [(f, line, fn) for f, span, glob in files if f
+                 for line, fn, _ in _mutations.method_calls(f, attr, global_name=glob)
+                 if fn not in ("__init__", "prepare") and (not span or span[0] <= line <= span[1])]
+        cands = [((f, fn) in ran, f, line, fn) for f, line, fn in dict.fromkeys(cands)]
     if change.owner.startswith("<closure "):  # the closure whose cell changed, not the scope that made it
         own = change.owner[9:-1].split(".")[-1]
         cands = [c for c in cands if c[3] == own] or cands
@@ -83,6 +88,12 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         return calls, note
     shown = [(f, line, fn) for _, f, line, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN]
     return shown[:3], ""
+
+
+def _whole_state(change) -> bool:
+    """The changed value is an object compared by its state as a whole (a host RNG, an iterator), whose
+    state changes inside its own methods (`self.rng.random()`), not by a statement on the attribute."""
+    return isinstance(change.after, tuple) and len(change.after) == 2 and change.after[0] == "obj"
 
 
 def _library_spans(ctx, step: int) -> list:

@@ -1,7 +1,8 @@
 """Comparable fingerprints of plain Python values: what a state snapshot keeps of each attribute.
 
 Containers element by element (bounded), sets by their members, arrays and ctypes values by their
-bytes, C queues by their size, iterators, generators and itertools objects by their position; tensors are the tensor detectors' business.
+bytes, C queues by their size, iterators, generators and itertools objects by their position, host random
+generators by their state; tensors are the tensor detectors' business.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import itertools
 import math
 import mmap
 import queue
+import random
 import types
 from collections import deque
 
@@ -20,7 +22,8 @@ import torch
 __all__ = ["PLAIN", "PRIMS", "fp"]
 
 PRIMS = (type(None), bool, int, float, complex, str, bytes)
-PLAIN = PRIMS + (list, dict, set, deque, itertools.count, array.array, bytearray)  # values a snapshot fingerprints
+PLAIN = PRIMS + (list, dict, set, deque, itertools.count, array.array, bytearray,  # values a snapshot fingerprints
+                 random.Random)
 _MAX_ITEMS = 32  # generator locals shown in a message
 
 
@@ -74,6 +77,8 @@ def fp(v, depth: int = 0):
         return ("obj", f"<{type(v).__name__} at {at}>")
     if type(v).__module__ == "itertools" and (state := _reduced_state(v)) is not None:  # cycle, islice...
         return ("obj", f"<itertools.{type(v).__name__} {state}>")
+    if (state := _rng_state(v)) is not None:  # a draw advances a host RNG whose state lives in C
+        return ("obj", f"<{type(v).__name__} state #{state & 0xFFFF:04x}>")
     if type(v).__name__ == "ndarray" and type(v).__module__ == "numpy" and v.nbytes <= _MAX_ARRAY_BYTES:
         # host state mutated in place (`lens += 1`, a block table): small arrays by value, larger ones by a hash
         return ("ndarray", v.shape, str(v.dtype), tuple(v.ravel().tolist()) if v.size <= 8 else hash(v.tobytes()))
@@ -108,6 +113,31 @@ def _reduced_state(v):
     state = r[2] if len(r) > 2 else None
     text = repr(state)
     return text if len(text) < 2000 else hash(text)
+
+
+def _rng_state(v) -> int | None:
+    """A hash of a host random generator's state (`random.Random`, numpy's `Generator` / `RandomState`),
+    else None: drawing from one in the step advances it, and a replay would not."""
+    try:
+        if isinstance(v, random.Random):
+            return hash(v.getstate())
+        if (type(v).__module__ or "").startswith("numpy.random"):
+            bg = getattr(v, "bit_generator", None)
+            return hash(_hashable(bg.state if bg is not None else v.get_state()))
+    except (NotImplementedError, AttributeError, TypeError):  # SystemRandom keeps no state
+        return None
+    return None
+
+
+def _hashable(x):
+    """numpy RNG state (dicts, tuples, arrays of words) as something hash() takes, every word included."""
+    if isinstance(x, dict):
+        return tuple((k, _hashable(x[k])) for k in sorted(x))
+    if isinstance(x, (list, tuple)):
+        return tuple(_hashable(y) for y in x)
+    if hasattr(x, "tobytes"):
+        return x.tobytes()
+    return x
 
 
 def _iterator_position(v):

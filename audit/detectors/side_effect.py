@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _mutations, _source, register
+from audit.detectors import _handoff, _mutations, _source, register
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
 from audit.scan import state
@@ -94,6 +94,16 @@ def _whole_state(change) -> bool:
     """The changed value is an object compared by its state as a whole (a host RNG, an iterator), whose
     state changes inside its own methods (`self.rng.random()`), not by a statement on the attribute."""
     return isinstance(change.after, tuple) and len(change.after) == 2 and change.after[0] == "obj"
+
+
+def _handed_over(ctx, change, step: int) -> list:
+    """(file, line, function, call) of library statements that change the target's object after the
+    target's code handed it over (`SectionTimer(self.times, "mlp")`, then `self.store[...]` in the
+    timer): calls in the target's functions that ran in the step come first, at most three sites."""
+    ran = _executed(ctx, step, own_only=True)
+    hits = _handoff.handoff_sites({f for f, _ in ran}, change.attr.split(".")[0])
+    hits.sort(key=lambda h: ((h[3][0], h[3][2]) not in ran, h[3][1], h[1]))
+    return list(dict.fromkeys(hits))[:3]
 
 
 def _library_spans(ctx, step: int) -> list:
@@ -237,7 +247,12 @@ def python_state_changes(ctx):
             sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it
             if not sites:
                 continue
-        if not sites:
+        handed = _handed_over(ctx, c, s) if not sites and not owner.startswith("<") else []
+        for file, line, fn, call in handed:  # handed to a library that changes it under its own name
+            text, sev = _guarded(_message(c), file, line)
+            out.append(ctx.finding("cpu-side-effect", (file, line, fn), "mutate", count, text, severity=sev,
+                                   module=owner, caller=call))
+        if not sites and not handed:
             out.append(ctx.finding("cpu-side-effect", ("<python state>", 0, ""), "mutate", count,
                                    msg + " (no source line found)", module=owner))
         for site in sites:
@@ -290,14 +305,7 @@ def _user_call_into(ctx, change, step: int, own_files: set):
 def _resolves_to(filename: str, func: ast.expr, file: str, fn: str) -> bool:
     """Whether the callee `region` or `profile.region`, read in the globals of the module loaded from
     `filename`, is (a wrapper of) function `fn` of `file` (`region` a @contextmanager)."""
-    chain = [func.id] if isinstance(func, ast.Name) else \
-        [func.value.id, func.attr] if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
-    mod = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == filename), None)
-    if not chain or mod is None:
-        return False
-    obj = mod
-    for name in chain:
-        obj = getattr(obj, name, None)
+    obj = _handoff.resolve(filename, func)
     with contextlib.suppress(Exception):
         code = inspect.unwrap(obj).__code__
         return code.co_filename == file and code.co_name == fn

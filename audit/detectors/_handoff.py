@@ -1,0 +1,105 @@
+"""The target's objects handed to library code: a call in the target's source that passes one of its
+attributes (`SectionTimer(self.times, "mlp")`), resolved at run time to the library's function or class.
+
+The library then changes the object under its own name (`self.store.setdefault(k, []).append(t)` in the
+timer's `__exit__`), which no lookup by the target's attribute name can find; the parameter it arrived
+in, and the attributes the class keeps it in, can.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import inspect
+import sys
+
+from audit.detectors import _mutations
+from audit.detectors._source import tree
+
+
+def resolve(filename: str, func: ast.expr):
+    """What the callee `f` or `mod.f` of a call in `filename` is bound to in that module's globals
+    (None when it is neither form, or the module is not loaded)."""
+    chain = [func.id] if isinstance(func, ast.Name) else \
+        [func.value.id, func.attr] if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+    mod = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == filename), None)
+    if not chain or mod is None:
+        return None
+    obj = mod
+    for name in chain:
+        obj = getattr(obj, name, None)
+    return obj
+
+
+def _code(obj):
+    """The code object of a function, or of a class's `__init__` (unwrapped), else None."""
+    fn = obj.__init__ if isinstance(obj, type) else obj
+    with contextlib.suppress(Exception):
+        return inspect.unwrap(fn).__code__
+    return None
+
+
+def _param(code, call: ast.Call, attr: str, is_class: bool) -> str | None:
+    """The parameter of `code` that receives the argument rooted at `<x>.attr` in `call`."""
+    names = list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+    if is_class and names:
+        names = names[1:]  # self
+    for i, a in enumerate(call.args):
+        if i < len(names) and _mutations._rooted(a, attr) and _mutations._same_object(a):
+            return names[i]
+    return next((k.arg for k in call.keywords if k.arg in names and _mutations._rooted(k.value, attr)
+                 and _mutations._same_object(k.value)), None)
+
+
+def _kept_as(cls: type, param: str) -> list[str]:
+    """The attributes a class's `__init__` stores a parameter in (`self.store = store`,
+    `self.store, self.name = store, name`)."""
+    with contextlib.suppress(OSError, TypeError, SyntaxError):
+        init = ast.parse(inspect.cleandoc("\n" + inspect.getsource(inspect.unwrap(cls.__init__))))
+        return [t.attr for n in ast.walk(init) if isinstance(n, ast.Assign) for x in n.targets
+                for t, v in _pairs(x, n.value) if isinstance(t, ast.Attribute) and isinstance(v, ast.Name)
+                and v.id == param]
+    return []
+
+
+def _pairs(target, value):
+    """(target, value) pairs of an assignment, tuples unpacked element by element."""
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+        return [p for t, v in zip(target.elts, value.elts) for p in _pairs(t, v)]
+    return [(target, value)]
+
+
+def _span(obj) -> tuple[str, tuple[int, int]] | None:
+    with contextlib.suppress(OSError, TypeError):
+        lines, start = inspect.getsourcelines(obj)
+        return inspect.getsourcefile(obj), (start, start + len(lines))
+    return None
+
+
+def handoff_sites(own_files, attr: str, skip=("__init__", "prepare")) -> list[tuple[str, int, str, tuple]]:
+    """(file, line, function, call) for each statement of library code that mutates an object the
+    target's code hands it from `<x>.attr`: in the function it is passed to (under the parameter's
+    name), or in the class it is passed to (under the attributes `__init__` keeps it in). `call` is
+    the target's (file, line, function) of the call that handed it over."""
+    out = []
+    for f in sorted(own_files):
+        t = tree(f)
+        for func in (n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
+            if func.name in skip:
+                continue
+            for call in (n for n in ast.walk(func) if isinstance(n, ast.Call)):
+                callee = resolve(f, call.func)
+                code = _code(callee) if callee is not None else None
+                if code is None or code.co_filename in own_files:
+                    continue
+                param = _param(code, call, attr, isinstance(callee, type))
+                where = _span(callee) if param else None
+                if where is None:
+                    continue
+                file, span = where
+                names = [(a, False) for a in _kept_as(callee, param)] if isinstance(callee, type) else [(param, True)]
+                for name, bare in names:
+                    out += [(file, line, fn, (f, call.lineno, func.name))
+                            for line, fn in _mutations.mutation_sites(file, name, span, global_name=bare)
+                            if fn != "__init__"]
+    return out

@@ -1,0 +1,106 @@
+"""The target hands one of its objects to library code (`SectionTimer(self.times, "mlp")`), and the
+library changes it under its own name: in a method of the class it was passed to, through the attribute
+`__init__` keeps it in (`self.store[...]`), or in the function it was passed to, through the parameter.
+No torch op runs there, so no op stack leads to the line. The finding is the library's statement, with
+the target's call that handed the object over as its caller.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import textwrap
+
+import pytest
+
+from site_util import at, blocking, marked_line, table, write_target
+
+LIB = {
+    "class": """
+        class Recorder:
+            def __init__(self, store, name):
+                self.store, self.name = store, name
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.store.setdefault(self.name, []).append(1)  # LIBSITE
+                return False
+
+            def dry(self):
+                return len(self.store)
+        """,
+    "function": """
+        def record(store, name, dry=False):
+            if dry:
+                return store
+            store.setdefault(name, []).append(1)  # LIBSITE
+            return store
+        """,
+}
+BLOCK = "\n        if True:"  # the step's body below the call: a `with` block, or a plain one
+CALLS = {"class": ("with {mod}.Recorder(self.stats, 'mlp'):  # SITE", "{mod}.Recorder(self.stats, 'mlp').dry()  # SITE" + BLOCK),
+         "function": ("{mod}.record(self.stats, 'mlp')  # SITE" + BLOCK, "{mod}.record(self.stats, 'mlp', dry=True)  # SITE" + BLOCK)}
+
+TARGET = """
+import torch
+import {mod}
+
+class Target:
+    def __init__(self):
+        g = torch.Generator().manual_seed({seed})
+        self.w = torch.randn({d}, {d}, generator=g) * 0.1
+        self.x = torch.zeros(1, {d})
+        self.out = torch.zeros(1, {d})
+        self.stats = {{}}
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+
+    def step(self):
+        {call}
+            h = torch.tanh(self.x @ self.w)
+        self.out.copy_(h)
+        return self.out
+
+def make(device):
+    return Target()
+"""
+
+
+def _write(tmp_path, monkeypatch, kind: str, changes: bool):
+    mod = f"handoff_lib_{random.randrange(10**9)}"
+    libdir = tmp_path / "site"
+    libdir.mkdir()
+    (libdir / f"{mod}.py").write_text(textwrap.dedent(LIB[kind]))
+    monkeypatch.syspath_prepend(str(libdir))
+    call = CALLS[kind][0 if changes else 1].format(mod=mod)
+    (tmp_path / "target").mkdir()
+    path, site = write_target(tmp_path / "target" / "handoff_target.py", TARGET, mod=mod, call=call,
+                              seed=random.randrange(2**31), d=random.choice([4, 8]))
+    return path, site, libdir / f"{mod}.py", mod
+
+
+@pytest.mark.parametrize("kind", sorted(LIB))
+def test_a_library_change_to_a_handed_object_is_found_at_the_librarys_line(tmp_path, monkeypatch, kind):
+    path, site, lib, mod = _write(tmp_path, monkeypatch, kind, changes=True)
+    try:
+        bad = blocking(path)
+    finally:
+        sys.modules.pop(mod, None)
+    hit = bad[(bad.category == "cpu-side-effect") & bad.file.str.endswith(lib.name)
+              & (bad.line == marked_line(lib, "# LIBSITE"))]
+    assert len(hit) == 1, table(bad)
+    assert hit.iloc[0].caller_file.endswith(path.name) and int(hit.iloc[0].caller_line) == site
+    assert not len(at(bad, "cpu-side-effect", 0)), table(bad)
+
+
+@pytest.mark.parametrize("kind", sorted(LIB))
+def test_a_library_that_only_reads_it_is_not(tmp_path, monkeypatch, kind):
+    path, _, _, mod = _write(tmp_path, monkeypatch, kind, changes=False)
+    try:
+        bad = blocking(path)
+    finally:
+        sys.modules.pop(mod, None)
+    assert not len(bad[bad.category == "cpu-side-effect"]), table(bad)

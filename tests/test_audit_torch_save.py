@@ -4,6 +4,8 @@ also through an alias bound at import (`from torch import save`) and for tensors
 plain Python data is no device read. Saving a tensor that lives in host memory on a GPU too (a counter the
 target keeps on the CPU, a table built from host data in the step) waits for nothing, but the write is
 host work a replay skips: a cpu-side-effect, not a host-sync.
+Pickling a tensor (`pickle.dumps(t)`, a payload for another process)
+saves its storage the same way; `copy.copy(t)` reduces it without saving the storage.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ FORMS = {
 }
 
 TARGET = """
+import copy
 import io
+import pickle
 import torch
 from torch import save as tsave
 
@@ -77,3 +81,18 @@ def test_saving_a_host_tensor_is_a_side_effect_not_a_sync(tmp_path, line):
     assert at(bad, "host-sync", site).empty, table(bad)
     hit = at(bad, "cpu-side-effect", site)
     assert len(hit) == 1 and "torch.save" in hit.iloc[0].op, table(bad)
+
+
+@pytest.mark.parametrize("line", ["pickle.dumps(h)", "pickle.dumps({'tok': h, 'step': 1})"])
+def test_pickling_a_step_tensor_is_a_host_sync(tmp_path, line):
+    path, site = _write(tmp_path, f"self.payload = {line}")
+    bad = blocking(path)
+    hit = at(bad, "host-sync", site)
+    assert len(hit) == 1 and hit.iloc[0].op == "pickle", table(bad)
+
+
+@pytest.mark.parametrize("line", ["copy.copy(h).add_(0)", "pickle.dumps([1, 2, 3])"])
+def test_copying_a_tensor_or_pickling_plain_data_is_clean(tmp_path, line):
+    path, _ = _write(tmp_path, f"self.payload = {line}")
+    bad = blocking(path)
+    assert bad[bad.category == "host-sync"].empty, table(bad)

@@ -151,6 +151,8 @@ _HOST_FIX = {
     "Tensor.tolist": "Keep the values on the device (masks, gather, scatter_add_ into fixed-size buffers); "
                      "take sizes from host-side metadata instead of reading them back.",
     "Tensor.__bool__": "Replace the Python `if` on a tensor with torch.where / masks, or compute both branches.",
+    "pickle": "Pickle after the step (or replay) from a static output buffer; inside the step, hand the "
+              "other process device memory (torch.multiprocessing shares CUDA tensors without a copy).",
 }
 
 
@@ -265,7 +267,8 @@ def host_reads(ctx):
         if r.kind == "host":
             shape = tuple(r.inputs[0].shape) if r.inputs else ()
             dest = "pageable host memory" if ctx.cuda else "the host"
-            msg = f"`{op}` on a {list(shape)} tensor copies it to {dest} and waits for the device"
+            what = f"a {list(shape)} tensor" if r.inputs else "a tensor's storage"  # pickle saves the storage
+            msg = f"`{op}` on {what} copies it to {dest} and waits for the device"
             fix = _HOST_FIX.get(op, _DEVICE_FIX)
         elif op.endswith(".query"):
             msg = f"`{op}()` polls device progress from the host (not allowed while capturing)"

@@ -2,6 +2,8 @@
 
 - Host reads: on a CPU tensor `.tolist()`, `.cpu()`, `.numpy()` never dispatch, yet on a GPU each
   is a device->host copy plus a sync. We wrap the Tensor methods so a CPU scan lists them.
+- Saving or pickling device tensors (`torch.save`, `pickle.dumps(t)`, which saves the storage): the storage
+  is copied to the host, never dispatched.
 - CUDA waits: `torch.cuda.synchronize`, `Event.synchronize/query`, `Stream.synchronize/query`.
   Sync-debug mode misses the first two (docs/hazards.md), so patching is the only reliable signal.
   On a machine without CUDA they would raise: there audit.scan.cpu_cuda stands in for them, in
@@ -105,8 +107,9 @@ def _as_tensor_wrapper(name: str, orig):
 
 
 def _first_tensor(obj, depth: int = 3):
-    """The first tensor in obj (a tensor, or one inside nested dicts, lists and tuples)."""
-    if isinstance(obj, torch.Tensor):
+    """The first tensor in obj (a tensor, or one inside nested dicts, lists and tuples), or obj itself
+    when it is a storage (pickling a tensor saves its storage: `TypedStorage.__reduce__`)."""
+    if isinstance(obj, (torch.Tensor, torch.TypedStorage, torch.UntypedStorage)):
         return obj
     if depth and isinstance(obj, (dict, list, tuple)):
         for v in (obj.values() if isinstance(obj, dict) else obj):
@@ -124,9 +127,12 @@ def _save_wrapper(orig):
     def save(obj, *args, **kwargs):
         tr = _ACTIVE
         t = _first_tensor(obj) if tr is not None and tr._step >= 0 and not tr.host_depth else None
-        if t is None:
+        storage = t is not None and not isinstance(t, torch.Tensor)  # pickled: no tensor left to tell host from device
+        if t is None or (storage and getattr(t, "_untyped_storage", t).device.type != tr.device.type):  # TypedStorage.device warns
             return orig(obj, *args, **kwargs)
-        return _read_on_host(tr, "torch.save", t, lambda: orig(obj, *args, **kwargs))
+        # a storage's own __reduce__ saves it when a tensor is pickled (`pickle.dumps(t)`)
+        label = "pickle" if sys._getframe(1).f_code.co_name == "__reduce__" else "torch.save"
+        return _read_on_host(tr, label, t, lambda: orig(obj, *args, **kwargs))
 
     save.__wrapped__ = orig
     return save

@@ -12,6 +12,34 @@ def write_target(path: Path, template: str, marker: str = "# SITE", **fields) ->
     return path, marked_line(path, marker)
 
 
+def matmul_target(step: str, imports: str = "", init: str = "", prepare: str = "") -> str:
+    """The template of a small planted target ({seed} and {d} left to fill, with the caller's own fields): a
+    seeded [d, d] weight `self.w`, a static input `self.x` refreshed in prepare(), a static output `self.out`.
+    `step` is the step's body; `init` and `prepare` add lines to those methods (each line 8-space indented)."""
+    return f"""
+import torch
+{imports}
+
+class Target:
+    def __init__(self):
+        g = torch.Generator().manual_seed({{seed}})
+        self.w = torch.randn({{d}}, {{d}}, generator=g) * 0.1
+        self.x = torch.zeros(1, {{d}})
+        self.out = torch.zeros(1, {{d}})
+{init}
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {{d}}))
+{prepare}
+
+    def step(self):
+{step}
+
+def make(device):
+    return Target()
+"""
+
+
 def marked_line(path: Path, marker: str) -> int:
     return next(n for n, t in enumerate(path.read_text().splitlines(), 1) if marker in t)
 

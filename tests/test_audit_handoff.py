@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from site_util import at, blocking, marked_line, table, write_target
+from site_util import at, blocking, marked_line, matmul_target, table, write_target
 
 LIB = {
     "class": """
@@ -43,30 +43,9 @@ BLOCK = "\n        if True:"  # the step's body below the call: a `with` block, 
 CALLS = {"class": ("with {mod}.Recorder(self.stats, 'mlp'):  # SITE", "{mod}.Recorder(self.stats, 'mlp').dry()  # SITE" + BLOCK),
          "function": ("{mod}.record(self.stats, 'mlp')  # SITE" + BLOCK, "{mod}.record(self.stats, 'mlp', dry=True)  # SITE" + BLOCK)}
 
-TARGET = """
-import torch
-import {mod}
-
-class Target:
-    def __init__(self):
-        g = torch.Generator().manual_seed({seed})
-        self.w = torch.randn({d}, {d}, generator=g) * 0.1
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-        self.stats = {{}}
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    def step(self):
-        {call}
-            h = torch.tanh(self.x @ self.w)
-        self.out.copy_(h)
-        return self.out
-
-def make(device):
-    return Target()
-"""
+TARGET = matmul_target(
+    imports="import {mod}", init="        self.stats = {{}}",
+    step="        {call}\n            h = torch.tanh(self.x @ self.w)\n        self.out.copy_(h)\n        return self.out")
 
 
 def _write(tmp_path, monkeypatch, kind: str, changes: bool):
@@ -82,13 +61,18 @@ def _write(tmp_path, monkeypatch, kind: str, changes: bool):
     return path, site, libdir / f"{mod}.py", mod
 
 
+def _blocking(path, mod: str):
+    """The scan's blocking findings; the planted library module is forgotten after it (a fresh one per test)."""
+    try:
+        return blocking(path)
+    finally:
+        sys.modules.pop(mod, None)
+
+
 @pytest.mark.parametrize("kind", sorted(LIB))
 def test_a_library_change_to_a_handed_object_is_found_at_the_librarys_line(tmp_path, monkeypatch, kind):
     path, site, lib, mod = _write(tmp_path, monkeypatch, kind, changes=True)
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = _blocking(path, mod)
     hit = bad[(bad.category == "cpu-side-effect") & bad.file.str.endswith(lib.name)
               & (bad.line == marked_line(lib, "# LIBSITE"))]
     assert len(hit) == 1, table(bad)
@@ -99,8 +83,5 @@ def test_a_library_change_to_a_handed_object_is_found_at_the_librarys_line(tmp_p
 @pytest.mark.parametrize("kind", sorted(LIB))
 def test_a_library_that_only_reads_it_is_not(tmp_path, monkeypatch, kind):
     path, _, _, mod = _write(tmp_path, monkeypatch, kind, changes=False)
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = _blocking(path, mod)
     assert not len(bad[bad.category == "cpu-side-effect"]), table(bad)

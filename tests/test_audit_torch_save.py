@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from site_util import at, blocking, table, write_target
+from site_util import at, blocking, matmul_target, table, write_target
 
 FORMS = {
     "tensor": "torch.save(h, self.buf)",
@@ -23,35 +23,11 @@ FORMS = {
     "serialization": "torch.serialization.save(h, self.buf)",
 }
 
-TARGET = """
-import copy
-import io
-import pickle
-import torch
-from torch import save as tsave
-
-class Target:
-    def __init__(self):
-        g = torch.Generator().manual_seed({seed})
-        self.w = torch.randn({d}, {d}, generator=g) * 0.1
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-        self.buf = io.BytesIO()
-        self.count_cpu = torch.zeros((), dtype=torch.long, device="cpu")
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-        self.buf.seek(0)
-
-    def step(self):
-        h = torch.tanh(self.x @ self.w)
-        {line}  # SITE
-        self.out.copy_(h)
-        return self.out
-
-def make(device):
-    return Target()
-"""
+TARGET = matmul_target(
+    imports="import copy\nimport io\nimport pickle\nfrom torch import save as tsave",
+    init="        self.buf = io.BytesIO()\n        self.count_cpu = torch.zeros((), dtype=torch.long, device=\"cpu\")",
+    prepare="        self.buf.seek(0)",
+    step="        h = torch.tanh(self.x @ self.w)\n        {line}  # SITE\n        self.out.copy_(h)\n        return self.out")
 
 
 def _write(tmp_path, line: str):

@@ -22,7 +22,7 @@ from audit.detectors import _handoff, _mutations, _source, register
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
 from audit.scan import state
-from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file
+from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
 def _owner(ctx, path: str):
@@ -258,8 +258,10 @@ def python_state_changes(ctx):
         for site in sites:
             text, sev = _guarded(_message(c, site, note), site[0], site[1])
             caller = _caller_of(ctx, site, s)
-            if caller is None and site[0] not in own_files:  # library code the step's ops never ran in
-                caller = _user_call_into(ctx, c, s, own_files) or _user_call_of(ctx, site, s, own_files)
+            own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
+            if caller is None and not own_site:  # library code the step's ops never ran in
+                caller = (_hook_caller(ctx, c.owner, s) or _user_call_into(ctx, c, s, own_files)
+                          or _user_call_of(ctx, site, s, own_files))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
     return out
@@ -300,6 +302,29 @@ def _user_call_into(ctx, change, step: int, own_files: set):
         return None
     _, line, f, fn = min(calls)
     return (f, line, fn)
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks")
+
+
+def _hook_caller(ctx, owner: str, step: int):
+    """For state inside a hook hung on a module (`proj._forward_hooks.0`): torch runs the hook from the
+    module's call, so the target's own line that called the module (`h = self.proj(x)`) is the caller:
+    the innermost own frame outside the module's forward on a record of an op run inside the module."""
+    parts = owner.split(".")
+    cut = next((i for i, p in enumerate(parts) if p in _HOOK_DICTS), None)
+    if not cut:
+        return None
+    path = ".".join(parts[:cut])
+    fwd = getattr(getattr(type(_owner(ctx, path)), "forward", None), "__code__", None)
+    for r in ctx.steps[step]:
+        if r.module != path and not r.module.startswith(path + "."):
+            continue
+        k = next((k for k, (code, _) in enumerate(r.stack) if code is fwd), len(r.stack))
+        own = [f for f in r.stack[:k] if ctx.trace.is_own(f[0])]
+        if own:
+            return (own[-1][0].co_filename, own[-1][1], own[-1][0].co_name)
+    return None
 
 
 def _resolves_to(filename: str, func: ast.expr, file: str, fn: str) -> bool:

@@ -264,14 +264,43 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
             call = node.value
         else:
             continue
-        host = (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _ATTR_FACTORIES
-                and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
-                and all(k.arg != "device" or _on_cpu(filename, k.value) for k in call.keywords))
-        if not host:
+        if _host_factory(filename, call):
+            pinned = any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)
+            kinds.add("pinned" if pinned else "pageable")
+        elif _host_computed(filename, call):  # `torch.randn(n, d) * 0.1`: a new tensor, in pageable memory
+            kinds.add("pageable")
+        else:
             return None
-        pinned = any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)
-        kinds.add("pinned" if pinned else "pageable")
     return kinds.pop() if len(kinds) == 1 else None
+
+
+def _host_factory(filename: str, call) -> bool:
+    """`torch.<factory>(...)` naming no device or the CPU."""
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _ATTR_FACTORIES
+            and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
+            and all(k.arg != "device" or _on_cpu(filename, k.value) for k in call.keywords))
+
+
+_SAME_DEVICE = frozenset({"float", "double", "half", "bfloat16", "long", "int", "bool", "contiguous", "clone",
+                          "abs", "neg", "exp", "sqrt", "t", "mul", "add", "sub", "div", "view", "reshape"})
+
+
+def _host_computed(filename: str, node) -> bool:
+    """Host factories combined only with constants and ops that keep the device (arithmetic, a cast):
+    the result stays in host memory. A name, an attribute or `.to(...)` could bring a device in: no."""
+    if _host_factory(filename, node) or isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp):
+        return _host_computed(filename, node.operand)
+    if isinstance(node, ast.BinOp):
+        sides = (node.left, node.right)
+        return all(_host_computed(filename, x) for x in sides) and not all(isinstance(x, ast.Constant) for x in sides)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_DEVICE:
+        args = list(node.args) + [k.value for k in node.keywords]
+        return _host_computed(filename, node.func.value) and all(
+            isinstance(a, ast.Constant) or (isinstance(a, ast.Attribute) and getattr(a.value, "id", "") == "torch")
+            for a in args)  # `.view(2, 3)`, `.to`-free casts; `torch.float32` as an argument
+    return False
 
 
 def _field_factory(value):

@@ -71,6 +71,14 @@ def _from_staged(recs, staged: dict) -> dict[int, str]:
     return out
 
 
+def _copied_in(r, derived: dict, host: dict) -> bool:
+    """`self.cur.copy_(self.bank[i])`: host rows copied into a persistent tensor of the target that is not
+    itself kept on the host (on a GPU, a device buffer: a copy from pageable memory)."""
+    return (r.kind == "aten" and r.op == "aten.copy_" and bool(r.stack) and len(r.inputs) > 1
+            and r.inputs[1].sid in derived and r.inputs[0].sid not in derived and not r.in_step[0]
+            and r.inputs[0].sid not in host)
+
+
 @register("pageable-copy")
 def host_attrs_to_device(ctx):
     """CPU scans: `self.staging.to(D)` in the step, D not the CPU, of a tensor attribute the class made in
@@ -81,13 +89,17 @@ def host_attrs_to_device(ctx):
     staged = _host_attrs(ctx)
     hits, names = [], {}
     for recs in ctx.steps if staged else ():
-        derived = _from_staged(recs, staged)
+        derived, moved = _from_staged(recs, staged), set()  # moved: sent by `.to(D)` (a no-op on a CPU scan)
         for r in recs:
-            if r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack and r.inputs[0].sid in derived \
-                    and not _source.names_cpu(*_src(r)):
+            sent = r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack and r.inputs[0].sid in derived \
+                and not _source.names_cpu(*_src(r))
+            if sent:
+                moved.add(r.inputs[0].sid)
+            if sent or (_copied_in(r, derived, host_tensors(ctx)) and r.inputs[1].sid not in moved):
                 hits.append(r)
-                names[id(r)] = f"the host tensor `{derived[r.inputs[0].sid]}`" if r.inputs[0].sid in staged else \
-                    f"a tensor computed from the host tensor `{derived[r.inputs[0].sid]}`"
+                sid = r.inputs[0 if sent else 1].sid  # `.to(D)` of it, or the source of `buf.copy_(it)`
+                names[id(r)] = f"the host tensor `{derived[sid]}`" if sid in staged else \
+                    f"a tensor computed from the host tensor `{derived[sid]}`"
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps,
                         STAGED.format(name=names[id(g[0])]), fix=STAGED_FIX, severity="blocks-capture")
             for (_, _, op), g in ctx.per_site(hits).items()]

@@ -27,6 +27,15 @@ PLAIN = PRIMS + (list, dict, set, deque, itertools.count, array.array, bytearray
 _MAX_ITEMS = 32  # generator locals shown in a message
 
 
+def _view(t: torch.Tensor) -> tuple:
+    """(storage, offset, shape, strides, dtype) of a tensor: the memory it reads and how; its id if it has
+    no storage (a wrapper subclass)."""
+    try:
+        return (t.untyped_storage()._cdata, t.storage_offset(), tuple(t.shape), t.stride(), str(t.dtype))
+    except Exception:  # noqa: BLE001 - sparse, meta, wrapper subclasses
+        return (id(t),)
+
+
 def fp(v, depth: int = 0):
     """A cheap, comparable fingerprint of a plain value; tensors are left to the tensor detectors.
 
@@ -38,8 +47,9 @@ def fp(v, depth: int = 0):
         return "nan" if isinstance(v, float) and math.isnan(v) else v
     if isinstance(v, torch.Tensor):  # an attribute's tensor is the tensor detectors' business; a
         # container's member is Python state: the step that puts another tensor there (a deque window,
-        # a list slot) changes what a replay would not
-        return "<tensor>" if depth == 0 else ("tensor", id(v))
+        # a list slot) changes what a replay would not. Kept by the memory it reads (a replay keeps the
+        # captured object): a fresh view of the same rows of a pool (`slots[i] = pool[i]`) is no change.
+        return "<tensor>" if depth == 0 else ("tensor", _view(v))
     if isinstance(v, (torch.dtype, torch.device, torch.Size)):
         return v
     if isinstance(v, (list, tuple, deque)):

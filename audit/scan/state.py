@@ -358,6 +358,9 @@ def diff(before: dict, after: dict) -> list[StateChange]:
 
 
 def _show(fp) -> str:
+    if isinstance(fp, tuple) and len(fp) == 2 and fp[0] == "tensor":
+        view = fp[1]
+        return f"tensor {list(view[2])} at storage #{view[0] & 0xFFFF:04x}+{view[1]}" if len(view) == 5 else "a tensor"
     if isinstance(fp, tuple) and fp and fp[0] in ("list", "tuple", "deque", "dict", "set", "frozenset"):
         return f"{fp[0]} of {fp[1]}"
     if isinstance(fp, tuple) and len(fp) == 2 and fp[0] == "obj":

@@ -19,17 +19,11 @@ import sys
 from collections import defaultdict
 
 from audit.detectors import _handoff, _mutations, _source, register
+from audit.detectors._state_sites import generator_sites, hook_caller, object_at, whole_state_fp
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
 from audit.scan import state
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
-
-
-def _owner(ctx, path: str):
-    for p, obj in ctx.trace.objects:
-        if p == path:
-            return obj
-    return None
 
 
 def _executed(ctx, step: int, own_only: bool = False) -> set:
@@ -48,6 +42,8 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     for the message. Statements in functions that ran come first; for an object of a stdlib or
     installed class whose mutating code did not show up (the stdlib's frames are hidden), the
     user's call into it (`self.out.put_nowait(t)`); statements of the stdlib and torch never."""
+    if gen := generator_sites(ctx, change):
+        return gen, ""
     files, foreign = _owner_files(ctx, change, step)
     ran = _executed(ctx, step)
     if not change.owner.startswith(("<module ", "<closure ")):  # `self.meta.tokens += 1` lives in the caller's code
@@ -93,7 +89,7 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
 def _whole_state(change) -> bool:
     """The changed value is an object compared by its state as a whole (a host RNG, an iterator), whose
     state changes inside its own methods (`self.rng.random()`), not by a statement on the attribute."""
-    return isinstance(change.after, tuple) and len(change.after) == 2 and change.after[0] == "obj"
+    return whole_state_fp(change.after)
 
 
 def _handed_over(ctx, change, step: int) -> list:
@@ -130,7 +126,7 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
         return [(getattr(mod, "__file__", None), None, True)], _foreign_class(ctx, obj)
     if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran
         return [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})], ""
-    obj = _owner(ctx, change.owner)
+    obj = object_at(ctx, change.owner)
     if isinstance(obj, functools.partial):  # its function mutates an argument the partial froze: a bare name
         fn = inspect.unwrap(obj.func)
         try:
@@ -205,7 +201,7 @@ def _holder(ctx, owner: str) -> tuple[str | None, list[str]]:
     source files of the object that holds it (the user's or a library's, not the standard library's)."""
     parts = owner.split(".")
     for i in range(len(parts) - 1, -1, -1):
-        parent = _owner(ctx, ".".join(parts[:i]))
+        parent = object_at(ctx, ".".join(parts[:i]))
         if parent is not None and parts[i] in dict(state._instance_items(parent)):
             files = []
             for cls in type(parent).__mro__[:-1]:
@@ -260,7 +256,7 @@ def python_state_changes(ctx):
             caller = _caller_of(ctx, site, s)
             own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
             if caller is None and not own_site:  # library code the step's ops never ran in
-                caller = (_hook_caller(ctx, c.owner, s) or _user_call_into(ctx, c, s, own_files)
+                caller = (hook_caller(ctx, c.owner, s) or _user_call_into(ctx, c, s, own_files)
                           or _user_call_of(ctx, site, s, own_files))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
@@ -302,29 +298,6 @@ def _user_call_into(ctx, change, step: int, own_files: set):
         return None
     _, line, f, fn = min(calls)
     return (f, line, fn)
-
-
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks")
-
-
-def _hook_caller(ctx, owner: str, step: int):
-    """For state inside a hook hung on a module (`proj._forward_hooks.0`): torch runs the hook from the
-    module's call, so the target's own line that called the module (`h = self.proj(x)`) is the caller:
-    the innermost own frame outside the module's forward on a record of an op run inside the module."""
-    parts = owner.split(".")
-    cut = next((i for i, p in enumerate(parts) if p in _HOOK_DICTS), None)
-    if not cut:
-        return None
-    path = ".".join(parts[:cut])
-    fwd = getattr(getattr(type(_owner(ctx, path)), "forward", None), "__code__", None)
-    for r in ctx.steps[step]:
-        if r.module != path and not r.module.startswith(path + "."):
-            continue
-        k = next((k for k, (code, _) in enumerate(r.stack) if code is fwd), len(r.stack))
-        own = [f for f in r.stack[:k] if ctx.trace.is_own(f[0])]
-        if own:
-            return (own[-1][0].co_filename, own[-1][1], own[-1][0].co_name)
-    return None
 
 
 def _resolves_to(filename: str, func: ast.expr, file: str, fn: str) -> bool:

@@ -1,0 +1,67 @@
+"""Where Python state that changed inside a frame torch did not record lives: the suspended frame of a
+generator the step advanced, a hook object torch calls from a module's call. Shared by the
+cpu-side-effect rule (side_effect.py)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+from audit.detectors import _mutations
+from audit.scan.user_code import HIDDEN, frame_kind
+
+
+def object_at(ctx, path: str):
+    """The object reachable from the target at `path` (as the state snapshot names it), else None."""
+    for p, obj in ctx.trace.objects:
+        if p == path:
+            return obj
+    return None
+
+
+_GEN_LOCAL = re.compile(r"(\w+)[=@]([^,>]*)")
+
+
+def generator_sites(ctx, change) -> list:
+    """For a generator the step advanced (`self.writer.send(h)`): the statements of its function that
+    change the locals whose values differ (`pos += 1`), when its code is the target's or a library's."""
+    obj = None if change.owner.startswith("<") or "." in change.attr else object_at(ctx, change.owner)
+    gen = getattr(obj, change.attr, None) if obj is not None else None
+    if not inspect.isgenerator(gen) or frame_kind(gen.gi_code.co_filename, ctx.trace.roots) == HIDDEN:
+        return []
+    before, after = (dict(_GEN_LOCAL.findall(str(v[1]).partition(": ")[2])) if whole_state_fp(v) else {}
+                     for v in (change.before, change.after))
+    code = gen.gi_code
+    span = (code.co_firstlineno, max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno))
+    names = [k for k in dict.fromkeys([*before, *after]) if before.get(k) != after.get(k)]
+    return [(code.co_filename, line, fn) for k in names
+            for line, fn in _mutations.mutation_sites(code.co_filename, k, span, global_name=True)
+            if fn == code.co_name][:3]
+
+
+def whole_state_fp(fp) -> bool:
+    """An object compared by its state as a whole: `("obj", "<generator writer: pos=3>")`."""
+    return isinstance(fp, tuple) and len(fp) == 2 and fp[0] == "obj"
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks")
+
+
+def hook_caller(ctx, changed: str, step: int):
+    """For state inside a hook hung on a module (`proj._forward_hooks.0`): torch runs the hook from the
+    module's call, so the target's own line that called the module (`h = self.proj(x)`) is the caller:
+    the innermost own frame outside the module's forward on a record of an op run inside the module."""
+    parts = changed.split(".")
+    cut = next((i for i, p in enumerate(parts) if p in _HOOK_DICTS), None)
+    if not cut:
+        return None
+    path = ".".join(parts[:cut])
+    fwd = getattr(getattr(type(object_at(ctx, path)), "forward", None), "__code__", None)
+    for r in ctx.steps[step]:
+        if r.module != path and not r.module.startswith(path + "."):
+            continue
+        k = next((k for k, (code, _) in enumerate(r.stack) if code is fwd), len(r.stack))
+        own = [f for f in r.stack[:k] if ctx.trace.is_own(f[0])]
+        if own:
+            return (own[-1][0].co_filename, own[-1][1], own[-1][0].co_name)
+    return None

@@ -303,6 +303,29 @@ def _host_computed(filename: str, node) -> bool:
     return False
 
 
+def device_attr(filename: str, attr: str, lines: tuple[int, int] | None = None) -> bool:
+    """The source (or a span) makes `<x>.attr` on a device, at every assignment: a call naming a device that
+    is not the CPU (`torch.zeros(n, device=device)`), or ending in `.to(D)` / `.cuda()` with D not the CPU."""
+    t = tree(filename)
+    seen = False
+    for node in ast.walk(t) if t is not None else ():
+        if not isinstance(node, ast.Assign) or (lines and not lines[0] <= node.lineno <= lines[1]) \
+                or not any(isinstance(x, ast.Attribute) and x.attr == attr for x in node.targets):
+            continue
+        v = node.value
+        while isinstance(v, ast.BinOp):  # `torch.randn(n, device=device) * 0.1`
+            v = v.left
+        if not isinstance(v, ast.Call):
+            return False
+        named = [k.value for k in v.keywords if k.arg == "device"]
+        if getattr(v.func, "attr", "") in ("to", "cuda") and v.args and not named:
+            named = [v.args[0]]
+        if not (getattr(v.func, "attr", "") == "cuda" or (named and not _on_cpu(filename, named[0]))):
+            return False
+        seen = True
+    return seen
+
+
 def _field_factory(value):
     """The expression a dataclass (or attrs) field's factory returns: `field(default_factory=lambda:
     torch.ones(1))`, `attr.ib(factory=lambda: ...)`. Each instance gets that tensor as its attribute, made

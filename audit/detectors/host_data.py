@@ -71,12 +71,17 @@ def _from_staged(recs, staged: dict) -> dict[int, str]:
     return out
 
 
-def _copied_in(r, derived: dict, host: dict) -> bool:
-    """`self.cur.copy_(self.bank[i])`: host rows copied into a persistent tensor of the target that is not
-    itself kept on the host (on a GPU, a device buffer: a copy from pageable memory)."""
+def _device_attrs(ctx) -> set[int]:
+    """Storage ids of the target's tensor attributes its class makes on a device (`device=device`, `.to(D)`)."""
+    return {sid for sid, _, name, obj, _ in cpu_attrs(ctx)
+            if any(_mutations.device_attr(f, name, span) for f, span in class_spans(type(obj)))}
+
+
+def _copied_in(r, derived: dict, device: set) -> bool:
+    """`self.cur.copy_(self.bank[i])`: host rows copied into a persistent tensor the target's class makes on
+    the device (on a GPU, a copy from pageable memory)."""
     return (r.kind == "aten" and r.op == "aten.copy_" and bool(r.stack) and len(r.inputs) > 1
-            and r.inputs[1].sid in derived and r.inputs[0].sid not in derived and not r.in_step[0]
-            and r.inputs[0].sid not in host)
+            and r.inputs[1].sid in derived and r.inputs[0].sid in device and not r.in_step[0])
 
 
 @register("pageable-copy")
@@ -86,7 +91,7 @@ def host_attrs_to_device(ctx):
     `sorted_indices.to(input.device)` after sorting the host `lengths`). A CUDA scan sees the copy itself."""
     if ctx.cuda:
         return []
-    staged = _host_attrs(ctx)
+    staged, device = _host_attrs(ctx), None
     hits, names = [], {}
     for recs in ctx.steps if staged else ():
         derived, moved = _from_staged(recs, staged), set()  # moved: sent by `.to(D)` (a no-op on a CPU scan)
@@ -95,7 +100,9 @@ def host_attrs_to_device(ctx):
                 and not _source.names_cpu(*_src(r))
             if sent:
                 moved.add(r.inputs[0].sid)
-            if sent or (_copied_in(r, derived, host_tensors(ctx)) and r.inputs[1].sid not in moved):
+            if not sent and r.op == "aten.copy_" and device is None:
+                device = _device_attrs(ctx)
+            if sent or (r.op == "aten.copy_" and _copied_in(r, derived, device) and r.inputs[1].sid not in moved):
                 hits.append(r)
                 sid = r.inputs[0 if sent else 1].sid  # `.to(D)` of it, or the source of `buf.copy_(it)`
                 names[id(r)] = f"the host tensor `{derived[sid]}`" if sid in staged else \

@@ -267,7 +267,8 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
         if _host_factory(filename, call):
             pinned = any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)
             kinds.add("pinned" if pinned else "pageable")
-        elif _host_computed(filename, call):  # `torch.randn(n, d) * 0.1`: a new tensor, in pageable memory
+        elif _host_computed(filename, call) and any(_host_factory(filename, n) for n in ast.walk(call)):
+            # `torch.randn(n, d) * 0.1`: a new tensor, in pageable memory (`= 0` makes no tensor)
             kinds.add("pageable")
         else:
             return None

@@ -1,6 +1,7 @@
 """A generator the step advances (`self.writer.send(h)`, `next(self.ticker)`) changes the locals of its
-suspended frame: the statement in the generator's function that changes them (`pos += 1`) is the site,
-whether the generator is the target's own or a library's; for a library's, the target's call is the caller.
+suspended frame. For a library's generator the statement in its function that changes them (`pos += 1`,
+not the set-up before the first `yield`) is the site and the target's call the caller; the target's own
+generator is reported at the target's call (as tests/planted/host_state_hidden.py has it).
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def test_a_generators_local_change_is_found_in_the_generator(tmp_path, monkeypat
         bad = blocking(path)
     finally:
         sys.modules.pop(mod, None)
-    line = marked_line(src, "# GENSITE")
+    line = marked_line(src, "# GENSITE") if where == "library" else call
     hit = bad[(bad.category == "cpu-side-effect") & bad.file.str.endswith(src.name) & (bad.line == line)]
     assert len(hit) == 1, table(bad)
-    want = (path.name, call) if where == "library" else (src.name, line)
-    assert hit.iloc[0].caller_file.endswith(want[0]) and int(hit.iloc[0].caller_line) == want[1], \
+    assert len(bad[bad.category == "cpu-side-effect"]) == 1, table(bad)  # not the set-up `pos = 0` too
+    assert hit.iloc[0].caller_file.endswith(path.name) and int(hit.iloc[0].caller_line) == call, \
         hit[["caller_file", "caller_line"]].to_string()

@@ -4,11 +4,12 @@ cpu-side-effect rule (side_effect.py)."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 
 from audit.detectors import _mutations
-from audit.scan.user_code import HIDDEN, frame_kind
+from audit.scan.user_code import LIBRARY, frame_kind
 
 
 def object_at(ctx, path: str):
@@ -23,20 +24,32 @@ _GEN_LOCAL = re.compile(r"(\w+)[=@]([^,>]*)")
 
 
 def generator_sites(ctx, change) -> list:
-    """For a generator the step advanced (`self.writer.send(h)`): the statements of its function that
-    change the locals whose values differ (`pos += 1`), when its code is the target's or a library's."""
+    """For a library's generator the step advanced (`self.writer.send(h)`): the statements of its function
+    after its first `yield` that change the locals whose values differ (`pos += 1`); the target's call is
+    their caller. (The target's own generator is reported at its own call, `next(self.positions)`.)"""
     obj = None if change.owner.startswith("<") or "." in change.attr else object_at(ctx, change.owner)
     gen = getattr(obj, change.attr, None) if obj is not None else None
-    if not inspect.isgenerator(gen) or frame_kind(gen.gi_code.co_filename, ctx.trace.roots) == HIDDEN:
+    if not inspect.isgenerator(gen) or frame_kind(gen.gi_code.co_filename, ctx.trace.roots) != LIBRARY:
         return []
     before, after = (dict(_GEN_LOCAL.findall(str(v[1]).partition(": ")[2])) if whole_state_fp(v) else {}
                      for v in (change.before, change.after))
     code = gen.gi_code
     span = (code.co_firstlineno, max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno))
     names = [k for k in dict.fromkeys([*before, *after]) if before.get(k) != after.get(k)]
+    first = _first_yield(code)
     return [(code.co_filename, line, fn) for k in names
             for line, fn in _mutations.mutation_sites(code.co_filename, k, span, global_name=True)
-            if fn == code.co_name][:3]
+            if fn == code.co_name and line > first][:3]
+
+
+def _first_yield(code) -> int:
+    """The line of the first `yield` in the generator function of `code` (its set-up runs before it)."""
+    t = _mutations.tree(code.co_filename)
+    for fn in ast.walk(t) if t is not None else ():
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == code.co_name \
+                and fn.lineno <= code.co_firstlineno <= fn.body[0].lineno:
+            return min((n.lineno for n in ast.walk(fn) if isinstance(n, (ast.Yield, ast.YieldFrom))), default=0)
+    return 0
 
 
 def whole_state_fp(fp) -> bool:

@@ -32,6 +32,7 @@ from torch.nn.modules.module import (
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from audit.scan import hooks, state
+from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
 
@@ -308,8 +309,13 @@ class _Mode(TorchDispatchMode):
         self.tracer = tracer
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        body = python_body(func, args, kwargs, self.tracer._roots)
         try:
-            out = func(*args, **(kwargs or {}))
+            if body is not None:  # a custom op's Python body: its own ops are the step's ops too
+                with self:
+                    out = body(*args, **(kwargs or {}))
+            else:
+                out = func(*args, **(kwargs or {}))
         except BaseException:
             self.tracer.record_op(func, args, kwargs, None, failed=True)  # the op the step died in
             raise

@@ -1,0 +1,89 @@
+"""The Python body of a `torch.library.custom_op` is traced like any other code of the step.
+
+The dispatch mode sees a custom op as one op; torch runs its body below the mode. A hazard inside the
+body (a `torch.nonzero` that syncs, a counter in the library's globals) is found at the body's line,
+with the target's call of the op as caller. A body of device ops only stays clean.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import textwrap
+
+import pytest
+
+from site_util import blocking, marked_line, table, write_target
+
+LIB = """
+import torch
+
+CALLS = {{"n": 0}}
+
+
+@torch.library.custom_op("{ns}::body", mutates_args=())
+def body(x: torch.Tensor) -> torch.Tensor:
+    {line}
+    return out
+
+
+@body.register_fake
+def _(x):
+    return torch.empty_like(x)
+"""
+
+BODIES = {
+    "nonzero": ("host-sync", "rows = torch.nonzero(x > 0); out = x * rows.numel()  # LIBSITE"),
+    "counter": ("cpu-side-effect", "CALLS['n'] += 1; out = torch.sigmoid(x)  # LIBSITE"),
+    "clean": (None, "out = torch.where(x > 0, x, x * 0.5)  # LIBSITE"),
+}
+
+TARGET = """
+import torch
+import {mod}  # registers torch.ops.{ns}.body
+
+class Target:
+    def __init__(self):
+        g = torch.Generator().manual_seed({seed})
+        self.w = torch.randn({d}, {d}, generator=g) * 0.1
+        self.x = torch.zeros(1, {d})
+        self.out = torch.zeros(1, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+
+    @torch.no_grad()
+    def step(self):
+        h = torch.ops.{ns}.body(self.x @ self.w)  # SITE
+        self.out.copy_(h)
+        return self.out
+
+def make(device):
+    return Target()
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(BODIES))
+def test_a_custom_ops_python_body_is_traced(tmp_path, monkeypatch, kind):
+    category, line = BODIES[kind]
+    tag = random.randrange(10**9)
+    mod, ns = f"oplib_{tag}", f"rt_ops_{tag}"
+    libdir = tmp_path / "site"
+    libdir.mkdir()
+    lib = libdir / f"{mod}.py"
+    lib.write_text(textwrap.dedent(LIB).format(ns=ns, line=line))
+    monkeypatch.syspath_prepend(str(libdir))
+    (tmp_path / "target").mkdir()
+    path, site = write_target(tmp_path / "target" / "op_target.py", TARGET, mod=mod, ns=ns,
+                              seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
+    try:
+        bad = blocking(path)
+    finally:
+        sys.modules.pop(mod, None)
+    if category is None:
+        assert not len(bad), table(bad)
+        return
+    hit = bad[(bad.category == category) & bad.file.str.endswith(lib.name) & (bad.line == marked_line(lib, "# LIBSITE"))]
+    assert len(hit) == 1, table(bad)
+    assert hit.iloc[0].caller_file.endswith(path.name) and int(hit.iloc[0].caller_line) == site, \
+        hit[["caller_file", "caller_line"]].to_string()

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _handoff, _mutations, _source, register
+from audit.detectors import _handoff, _implicit, _mutations, _source, register
 from audit.detectors._state_sites import generator_sites, hook_caller, object_at, whole_state_fp
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
@@ -256,7 +256,7 @@ def python_state_changes(ctx):
             caller = _caller_of(ctx, site, s)
             own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
             if caller is None and not own_site:  # library code the step's ops never ran in
-                caller = (hook_caller(ctx, c.owner, s) or _user_call_into(ctx, c, s, own_files)
+                caller = (hook_caller(ctx, c.owner, s) or _user_call_into(ctx, c, s, own_files, site[2])
                           or _user_call_of(ctx, site, s, own_files))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
@@ -284,16 +284,21 @@ def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
     return msg, None
 
 
-def _user_call_into(ctx, change, step: int, own_files: set):
+def _user_call_into(ctx, change, step: int, own_files: set, site_fn: str = ""):
     """For a site in library code that ran no torch op (a streamer's `self._q.put(ids)`): the target's
     own call of a method of the library object (`self.streamer.put(ids)`), found in the target's source
-    from the attribute that holds the object; None when there is none."""
+    from the attribute that holds the object; for a site in a dunder the syntax runs (a proxy's
+    `__getattr__`), the target's line with that syntax on the object (`self.mlp.scale`); None when
+    there is none."""
     if change.owner.startswith("<"):
         return None
     holder, files = _holder(ctx, change.owner.split(".")[0])  # the target's attribute and its class's files
     ran = _executed(ctx, step)
-    calls = [((f, fn) not in ran, line, f, fn) for f in files if f in own_files
-             for line, fn, _ in _mutations.method_calls(f, holder) if fn not in ("__init__", "prepare")] if holder else []
+    files = [f for f in files if f in own_files] if holder else []
+    calls = [((f, fn) not in ran, line, f, fn) for f in files
+             for line, fn in _implicit.implicit_uses(f, holder, site_fn) if fn not in ("__init__", "prepare")]
+    calls = calls or [((f, fn) not in ran, line, f, fn) for f in files
+                      for line, fn, _ in _mutations.method_calls(f, holder) if fn not in ("__init__", "prepare")]
     if not calls:
         return None
     _, line, f, fn = min(calls)

@@ -1,0 +1,69 @@
+"""The target's lines that run a dunder method of an object by syntax alone.
+
+A library wrapper's `__getattr__` that counts look-ups runs on `self.mlp.scale`, its `__call__` on
+`self.mlp(h)`, its `__getitem__` on `self.table[k]`: no call names the method, so a search for
+method calls finds none of them. These are the lines where the object held in `<x>.holder` (or a
+local alias of it) meets the syntax that invokes the dunder.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors._mutations import tree
+
+_FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _uses(node, is_obj, dunder: str) -> bool:
+    """Whether `node` invokes `dunder` on an object `is_obj` accepts."""
+    if dunder in ("__getattr__", "__getattribute__", "__setattr__", "__delattr__"):
+        want = {"__setattr__": ast.Store, "__delattr__": ast.Del}.get(dunder, ast.Load)
+        return isinstance(node, ast.Attribute) and isinstance(node.ctx, want) and is_obj(node.value)
+    if dunder in ("__getitem__", "__setitem__", "__delitem__"):
+        want = {"__setitem__": ast.Store, "__delitem__": ast.Del}.get(dunder, ast.Load)
+        return isinstance(node, ast.Subscript) and isinstance(node.ctx, want) and is_obj(node.value)
+    if dunder == "__call__":
+        return isinstance(node, ast.Call) and is_obj(node.func)
+    if dunder in ("__enter__", "__exit__"):
+        return isinstance(node, (ast.With, ast.AsyncWith)) and any(is_obj(i.context_expr) for i in node.items)
+    if dunder in ("__iter__", "__next__"):
+        return isinstance(node, (ast.For, ast.comprehension)) and is_obj(node.iter)
+    if dunder == "__len__":
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" \
+            and len(node.args) == 1 and is_obj(node.args[0])
+    if dunder == "__contains__":
+        return isinstance(node, ast.Compare) and any(isinstance(o, (ast.In, ast.NotIn)) and is_obj(c)
+                                                     for o, c in zip(node.ops, node.comparators))
+    return False
+
+
+DUNDERS = frozenset({"__getattr__", "__getattribute__", "__setattr__", "__delattr__", "__getitem__",
+                     "__setitem__", "__delitem__", "__call__", "__enter__", "__exit__", "__iter__",
+                     "__next__", "__len__", "__contains__"})
+
+
+def implicit_uses(filename: str, holder: str, dunder: str, global_name: bool = False) -> list[tuple[int, str]]:
+    """(line, function) of the statements of `filename` that invoke `dunder` on the object held in
+    `<x>.holder` (the global `holder`), or on a local alias of it (`mlp = self.mlp`)."""
+    t = tree(filename)
+    if t is None or dunder not in DUNDERS:
+        return []
+
+    def direct(n) -> bool:
+        if global_name:
+            return isinstance(n, ast.Name) and n.id == holder
+        return isinstance(n, ast.Attribute) and n.attr == holder and isinstance(n.value, ast.Name)
+
+    out = []
+    for func in (n for n in ast.walk(t) if isinstance(n, _FUNC)):
+        aliases = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) and direct(n.value)
+                   for x in n.targets if isinstance(x, ast.Name)}
+
+        def is_obj(n) -> bool:
+            return direct(n) or (isinstance(n, ast.Name) and n.id in aliases)
+
+        name = getattr(func, "name", "<lambda>")
+        out += [(n.lineno if hasattr(n, "lineno") else n.iter.lineno, name)
+                for n in ast.walk(func) if _uses(n, is_obj, dunder)]
+    return sorted(set(out))

@@ -1,0 +1,83 @@
+"""A library object's dunder that the target's syntax runs: the target's line is the caller.
+
+A wrapper's `__getattr__` counting look-ups runs on `self.box.scale`, its `__getitem__` on
+`self.box[k]`, its `__len__` on `len(self.box)`. No call in the target names the method and the method
+runs no torch op, so the caller is the target's line with that syntax on the object, not the library
+line again.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import textwrap
+
+import pytest
+
+from site_util import blocking, marked_line, table, write_target
+
+LIB = """
+class Box:
+    def __init__(self, scale):
+        object.__setattr__(self, "_scale", scale)
+        object.__setattr__(self, "_hits", {{}})
+
+    def {dunder}(self, {arg}):
+        self._hits["n"] = self._hits.get("n", 0) + 1  # LIBSITE
+        return {ret}
+"""
+
+USES = {
+    "__getattr__": ("name", "self._scale", "self.box.scale"),
+    "__getitem__": ("key", "self._scale", "self.box['scale']"),
+    "__len__": ("", "2", "len(self.box)"),
+}
+
+TARGET = """
+import torch
+from {mod} import Box
+
+class Target:
+    def __init__(self):
+        g = torch.Generator().manual_seed({seed})
+        self.w = torch.randn({d}, {d}, generator=g) * 0.1
+        self.box = Box(0.5)
+        self.x = torch.zeros(1, {d})
+        self.out = torch.zeros(1, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+
+    @torch.no_grad()
+    def step(self):
+        h = torch.tanh(self.x @ self.w)
+        s = {use}  # SITE
+        self.out.copy_(h * s)
+        return self.out
+
+def make(device):
+    return Target()
+"""
+
+
+@pytest.mark.parametrize("dunder", sorted(USES))
+def test_a_library_dunder_run_by_syntax_has_the_targets_line_as_caller(tmp_path, monkeypatch, dunder):
+    arg, ret, use = USES[dunder]
+    mod = f"box_lib_{random.randrange(10**9)}"
+    libdir = tmp_path / "site"
+    libdir.mkdir()
+    lib = libdir / f"{mod}.py"
+    lib.write_text(textwrap.dedent(LIB).format(dunder=dunder, arg=arg, ret=ret).replace("(self, )", "(self)"))
+    monkeypatch.syspath_prepend(str(libdir))
+    (tmp_path / "target").mkdir()
+    path, site = write_target(tmp_path / "target" / "box_target.py", TARGET, mod=mod, use=use,
+                              seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
+    try:
+        bad = blocking(path)
+    finally:
+        sys.modules.pop(mod, None)
+    hit = bad[(bad.category == "cpu-side-effect") & bad.file.str.endswith(lib.name)
+              & (bad.line == marked_line(lib, "# LIBSITE"))]
+    assert len(hit) == 1, table(bad)
+    assert hit.iloc[0].caller_file.endswith(path.name) and int(hit.iloc[0].caller_line) == site, \
+        hit[["caller_file", "caller_line"]].to_string()

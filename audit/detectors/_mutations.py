@@ -181,6 +181,20 @@ def subscript_key(filename: str, line: int, attr: str, global_name: bool = False
     return None
 
 
+def stores_element(filename: str, line: int, attr: str, key, global_name: bool = False) -> bool:
+    """Whether a statement on `line` rebinds the element `<x>.attr[key]` itself (`d["hist"] = ...`), not
+    something inside it (`d["hist"][0] = v` writes into the tensor it holds)."""
+    t = tree(filename)
+    for node in ast.walk(t) if t is not None else ():
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.lineno == line:
+            for x in getattr(node, "targets", None) or [node.target]:
+                if isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Constant) and x.slice.value == key and \
+                        ((isinstance(x.value, ast.Name) and x.value.id == attr) if global_name else
+                         (isinstance(x.value, ast.Attribute) and x.value.attr == attr)):
+                    return True
+    return False
+
+
 def _same_object(value) -> bool:
     """An assigned expression that hands back the stored object itself (`x.attr`, `x.attr[k]`,
     `x.attr.get(k)`), not a new one (`x.attr.copy()`, `len(x.attr)`)."""

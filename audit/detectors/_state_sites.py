@@ -1,15 +1,18 @@
 """Where Python state that changed inside a frame torch did not record lives: the suspended frame of a
-generator the step advanced, a hook object torch calls from a module's call. Shared by the
-cpu-side-effect rule (side_effect.py)."""
+generator the step advanced, a hook object torch calls from a module's call, a library function's
+closure; and which candidate lines explain a change. Shared by the cpu-side-effect rule (side_effect.py)."""
 
 from __future__ import annotations
 
 import ast
 import inspect
 import re
+import sys
+import types
 
 from audit.detectors import _mutations
-from audit.scan.user_code import LIBRARY, frame_kind
+from audit.scan import state
+from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
 
 
 def object_at(ctx, path: str):
@@ -78,3 +81,38 @@ def hook_caller(ctx, changed: str, step: int):
         if own:
             return (own[-1][0].co_filename, own[-1][1], own[-1][0].co_name)
     return None
+
+
+def closure_functions(ctx, owner: str) -> list:
+    """The functions whose closure cells the state key `<closure Q>` names: those hung on an object of
+    the target (a library's forward pre-hook in a module's hook dict) and the globals of loaded modules
+    (a library decorator's wrapper), matched by qualified name."""
+    qual = owner[len("<closure "):-1]
+    seen, out = set(), []
+    cands = [fn for _, obj in ctx.trace.objects for fn in state._functions(obj)]
+    cands += [v for name, m in list(sys.modules.items()) if name.split(".")[0] not in sys.stdlib_module_names
+              and getattr(m, "__file__", None) and frame_kind(m.__file__, ctx.trace.roots) != HIDDEN
+              for v in list(vars(m).values()) if isinstance(v, types.FunctionType)]
+    for fn in cands:
+        if fn.__qualname__ == qual and id(fn) not in seen and fn.__closure__:
+            seen.add(id(fn))
+            out.append(fn)
+    return out
+
+
+def state_fps(change) -> str:
+    """The change's before and after, to tell one object reached under two names."""
+    return repr((change.before, change.after))
+
+
+def tensor_slot_line(ctx, change, site, escaped) -> bool:
+    """A site whose line writes an element of the container that changed only in which tensor it holds,
+    and that is not the line rebinding it to another tensor, or is one whose new tensor step-allocation
+    reports as escaping (`d["hist"][0] = v` writes into the tensor; `d["hist"] = torch.roll(...)`)."""
+    glob = change.owner.startswith(("<module ", "<closure ")) and "." not in change.attr
+    attr = change.attr.split(".")[-1]
+    key = _mutations.subscript_key(site[0], site[1], attr, global_name=glob)
+    if key is None or not change.tensor_rebound(key):
+        return False
+    return (ctx.rel(site[0]), site[1]) in escaped or not _mutations.stores_element(site[0], site[1], attr, key, glob)
+

@@ -19,7 +19,8 @@ import sys
 from collections import defaultdict
 
 from audit.detectors import _handoff, _implicit, _mutations, _source, register
-from audit.detectors._state_sites import generator_sites, hook_caller, object_at, whole_state_fp
+from audit.detectors._state_sites import (closure_functions, generator_sites, hook_caller, object_at, state_fps,
+                                          tensor_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
 from audit.scan import state
@@ -124,8 +125,13 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
         mod = sys.modules.get(change.owner[8:-1])
         obj = _global_object(mod, change.attr) if mod is not None and "." in change.attr else None
         return [(getattr(mod, "__file__", None), None, True)], _foreign_class(ctx, obj)
-    if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran
-        return [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})], ""
+    if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran,
+        files = [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
+        for fn in closure_functions(ctx, change.owner):  # or in the closure's own function (a library hook's)
+            code = fn.__code__
+            last = max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno)
+            files.append((code.co_filename, (code.co_firstlineno, last), True))
+        return list(dict.fromkeys(files)), ""
     obj = object_at(ctx, change.owner)
     if isinstance(obj, functools.partial):  # its function mutates an argument the partial froze: a bare name
         fn = inspect.unwrap(obj.func)
@@ -226,7 +232,7 @@ def python_state_changes(ctx):
     setattrs = defaultdict(list)  # "owner\0attr" -> records
     for r in ctx.all_records(("setattr",)):
         setattrs[r.note].append(r)
-    out = []
+    out, unsited, sited = [], [], set()
     escaped = escape_lines(ctx)
     own_files = {ent[0].co_filename for ent in ctx.trace.codes.values() if ent[1] == 2}
     for (owner, attr), hits in changed.items():
@@ -243,14 +249,16 @@ def python_state_changes(ctx):
             sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it
             if not sites:
                 continue
+        sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]
         handed = _handed_over(ctx, c, s) if not sites and not owner.startswith("<") else []
         for file, line, fn, call in handed:  # handed to a library that changes it under its own name
             text, sev = _guarded(_message(c), file, line)
             out.append(ctx.finding("cpu-side-effect", (file, line, fn), "mutate", count, text, severity=sev,
                                    module=owner, caller=call))
         if not sites and not handed:
-            out.append(ctx.finding("cpu-side-effect", ("<python state>", 0, ""), "mutate", count,
-                                   msg + " (no source line found)", module=owner))
+            unsited.append((c, count, msg, owner))
+        else:
+            sited.add(state_fps(c))
         for site in sites:
             text, sev = _guarded(_message(c, site, note), site[0], site[1])
             caller = _caller_of(ctx, site, s)
@@ -260,6 +268,10 @@ def python_state_changes(ctx):
                           or _user_call_of(ctx, site, s, own_files))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
+    for c, count, msg, owner in unsited:  # one object reached two ways (an attribute and a closure cell): once
+        if state_fps(c) not in sited:
+            out.append(ctx.finding("cpu-side-effect", ("<python state>", 0, ""), "mutate", count,
+                                   msg + " (no source line found)", module=owner))
     return out
 
 

@@ -304,6 +304,15 @@ class StateChange:
         """The change is only which tensor objects a container holds (a slot rebound to a new tensor)."""
         return _masked(self.before) == _masked(self.after)
 
+    def tensor_rebound(self, key) -> bool:
+        """The container's element at `key` changed only in which tensor it holds (`d["hist"] = torch.roll(...)`)."""
+        a, b = self.before, self.after
+        if not (_is_container(a) and _is_container(b)):
+            return False
+        va = next((v for k, v in _items(a) if k in (key, repr(key))), None)
+        vb = next((v for k, v in _items(b) if k in (key, repr(key))), None)
+        return va is not None and vb is not None and va != vb and _masked(va) == _masked(vb)
+
     def describe(self, key=None) -> str:
         """What changed, down to the element; `key`: the element a given line writes (`stats["active"]`),
         named first when it is one of those that changed."""

@@ -1,6 +1,7 @@
-"""The Python body of a `torch.library.custom_op` is traced like any other code of the step.
+"""The Python body of a custom op is traced like any other code of the step.
 
-The dispatch mode sees a custom op as one op; torch runs its body below the mode. A hazard inside the
+The dispatch mode sees a custom op as one op; torch runs its body below the mode. Both registrations
+with a Python body count: `torch.library.custom_op` and `torch.library.Library(...).impl(name, fn, key)`. A hazard inside the
 body (a `torch.nonzero` that syncs, a counter in the library's globals) is found at the body's line,
 with the target's call of the op as caller. A body of device ops only stays clean.
 """
@@ -31,6 +32,24 @@ def body(x: torch.Tensor) -> torch.Tensor:
 def _(x):
     return torch.empty_like(x)
 """
+
+LIB_IMPL = """
+import torch
+
+CALLS = {{"n": 0}}
+_lib = torch.library.Library("{ns}", "DEF")
+_lib.define("body(Tensor x) -> Tensor")
+
+
+def body(x):
+    {line}
+    return out
+
+
+_lib.impl("body", body, "{key}")
+"""
+
+REGISTRATIONS = {"custom_op": LIB, "impl_composite": LIB_IMPL, "impl_cpu": LIB_IMPL}
 
 BODIES = {
     "nonzero": ("host-sync", "rows = torch.nonzero(x > 0); out = x * rows.numel()  # LIBSITE"),
@@ -63,15 +82,17 @@ def make(device):
 """
 
 
+@pytest.mark.parametrize("reg", sorted(REGISTRATIONS))
 @pytest.mark.parametrize("kind", sorted(BODIES))
-def test_a_custom_ops_python_body_is_traced(tmp_path, monkeypatch, kind):
+def test_a_custom_ops_python_body_is_traced(tmp_path, monkeypatch, kind, reg):
     category, line = BODIES[kind]
     tag = random.randrange(10**9)
     mod, ns = f"oplib_{tag}", f"rt_ops_{tag}"
     libdir = tmp_path / "site"
     libdir.mkdir()
     lib = libdir / f"{mod}.py"
-    lib.write_text(textwrap.dedent(LIB).format(ns=ns, line=line))
+    key = "CPU" if reg == "impl_cpu" else "CompositeExplicitAutograd"
+    lib.write_text(textwrap.dedent(REGISTRATIONS[reg]).format(ns=ns, line=line, key=key))
     monkeypatch.syspath_prepend(str(libdir))
     (tmp_path / "target").mkdir()
     path, site = write_target(tmp_path / "target" / "op_target.py", TARGET, mod=mod, ns=ns,

@@ -1,34 +1,63 @@
-"""The Python body of a `torch.library.custom_op` the step calls.
+"""The Python body of a custom op the step calls.
 
-The dispatch mode sees a custom op as one op (`mylib.route`): torch runs its Python body below the
+The dispatch mode sees a custom op as one op (`mylib.route`): torch runs its Python kernel below the
 mode, so the ops inside (a `nonzero`, an allocation kept in state) would go unrecorded. The tracer
-runs that body itself, with the mode active, so its ops are recorded at the body's lines, with the
-target's call as caller. Torch's own custom ops (prims, inductor helpers) stay opaque.
+runs that kernel itself, with the mode active, so its ops are recorded at the kernel's lines, with the
+target's call as caller. Two registrations have a Python kernel: `torch.library.custom_op` (found in
+torch's registry of them) and `torch.library.Library(...).impl(name, fn, key)` (found from where the
+dispatcher says the kernel was registered: a .py file). Torch's own ops and C++ kernels stay opaque.
 """
 
 from __future__ import annotations
+
+import functools
+import re
 
 import torch
 
 from audit.scan.user_code import HIDDEN, frame_kind
 
+_KERNEL = re.compile(r"^(\w+)(?:\[alias\])?: registered at (.+\.py):\d+", re.M)
+_BODY_KEYS = ("CompositeExplicitAutograd", "CPU", "CUDA")  # what a redispatch to the device key reaches
+
 
 def python_body(func, args, kwargs, roots: tuple[str, ...] = ()):
-    """The function torch would run for `func` on these arguments, when it is a custom op defined
-    with `torch.library.custom_op` outside torch and the audit; else None."""
+    """A callable that runs the Python kernel torch would run for `func` on these arguments, when one
+    outside torch and the audit is registered for it; else None."""
+    name = getattr(getattr(func, "_schema", None), "name", None)
+    if not name or name.startswith(("aten::", "prims::")):
+        return None
+    opdef = _custom_op_def(name)
+    if opdef is not None:
+        code = getattr(getattr(opdef, "_init_fn", None), "__code__", None)
+        if code is None or frame_kind(code.co_filename, roots) == HIDDEN:
+            return None
+        fns = getattr(opdef, "_backend_fns", None) or {}  # torch's wrappers of the kernels, per device type
+        return fns.get(_device_type(args, kwargs)) or fns.get(None)
+    dev = _device_type(args, kwargs)
+    if dev is None or not _python_kernel(name, roots):
+        return None
+    key = getattr(torch._C.DispatchKey, torch._C._dispatch_key_for_device(dev), None)
+    return functools.partial(func.redispatch, torch._C.DispatchKeySet(key)) if key is not None else None
+
+
+def _custom_op_def(name: str):
     try:
         from torch._library.custom_ops import OPDEFS
     except ImportError:  # an older torch: no custom_op registry
         return None
-    name = getattr(getattr(func, "_schema", None), "name", None)
-    opdef = OPDEFS.get(name) if name else None
-    if opdef is None:
-        return None
-    code = getattr(getattr(opdef, "_init_fn", None), "__code__", None)
-    if code is None or frame_kind(code.co_filename, roots) == HIDDEN:
-        return None
-    fns = getattr(opdef, "_backend_fns", None) or {}  # torch's wrappers of the kernels, per device type
-    return fns.get(_device_type(args, kwargs)) or fns.get(None)
+    return OPDEFS.get(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _python_kernel(name: str, roots: tuple[str, ...]) -> bool:
+    """Whether the dispatcher's kernel of op `name` for a device key was registered from a .py file
+    outside torch and the audit (`Library.impl`)."""
+    try:
+        dump = torch._C._dispatch_dump(name)
+    except RuntimeError:
+        return False
+    return any(k in _BODY_KEYS and frame_kind(f, roots) != HIDDEN for k, f in _KERNEL.findall(dump))
 
 
 def _device_type(args, kwargs) -> str | None:

@@ -143,13 +143,23 @@ def host_data(ctx, step: int) -> set:
     return cache[step]
 
 
+def from_kept(ctx, step: int) -> set:
+    """Storage ids of the tensors the target keeps on the host on purpose and of what torch computed
+    from those alone in one step (`self.seqlens_cpu.max()`, in a library too): host memory on a GPU."""
+    cache = ctx.__dict__.setdefault("_from_kept", {})
+    if step not in cache:
+        cache[step] = host_derived(ctx.steps[step], set(host_tensors(ctx)))
+    return cache[step]
+
+
 def kept_on_host(ctx, r) -> bool:
     """A host event (a read, a torch.save) whose tensor lives in host memory on a GPU as well: a CPU
-    tensor on a CUDA scan, one the target keeps on the host on purpose (host_tensors), or one built on
-    the host in this step (host_data). Reading it waits for no device work."""
+    tensor on a CUDA scan, one the target keeps on the host on purpose (host_tensors) or one computed
+    from those alone (from_kept), or one built on the host in this step (host_data). Reading it waits
+    for no device work."""
     if not r.inputs:
         return False
     m = r.inputs[0]
     if ctx.cuda:
         return m.device.type == "cpu"
-    return m.sid in host_tensors(ctx) or m.sid in host_data(ctx, r.step)
+    return m.sid in from_kept(ctx, r.step) or m.sid in host_data(ctx, r.step)

@@ -81,3 +81,69 @@ def test_a_library_dunder_run_by_syntax_has_the_targets_line_as_caller(tmp_path,
     assert len(hit) == 1, table(bad)
     assert hit.iloc[0].caller_file.endswith(path.name) and int(hit.iloc[0].caller_line) == site, \
         hit[["caller_file", "caller_line"]].to_string()
+
+
+CTX_LIB = """
+_STATE = {"on": False, "n": 0}
+
+
+class Autocast:
+    def __enter__(self):
+        self.prev = _STATE["on"]
+        _STATE["on"] = True
+
+    def __exit__(self, *exc):
+        _STATE["on"] = self.prev
+        _STATE["n"] += 1  # LIBSITE
+"""
+
+CTX_TARGET = """
+import torch
+{imp}
+
+class Target:
+    def __init__(self):
+        g = torch.Generator().manual_seed({seed})
+        self.w = torch.randn({d}, {d}, generator=g) * 0.1
+        self.x = torch.zeros(1, {d})
+        self.out = torch.zeros(1, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+
+    @torch.no_grad()
+    def step(self):
+        with {cls}():  # SITE
+            h = torch.tanh(self.x @ self.w)
+        self.out.copy_(h)
+        return self.out
+
+def make(device):
+    return Target()
+"""
+
+
+@pytest.mark.parametrize("qualified", [False, True])
+def test_an_inline_library_context_managers_exit_has_the_with_line_as_caller(tmp_path, monkeypatch, qualified):
+    """`with Autocast():` makes the object inline: no attribute holds it. Its `__exit__` advancing a module
+    global is found at that statement, with the `with` line as caller; the statements writing the slot it
+    restores (`_STATE["on"]`) are no sites, since that slot did not change."""
+    mod = f"ctx_lib_{random.randrange(10**9)}"
+    libdir = tmp_path / "site"
+    libdir.mkdir()
+    lib = libdir / f"{mod}.py"
+    lib.write_text(textwrap.dedent(CTX_LIB))
+    monkeypatch.syspath_prepend(str(libdir))
+    (tmp_path / "target").mkdir()
+    imp, cls = (f"import {mod}", f"{mod}.Autocast") if qualified else (f"from {mod} import Autocast", "Autocast")
+    path, site = write_target(tmp_path / "target" / "ctx_target.py", CTX_TARGET, imp=imp, cls=cls,
+                              seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
+    try:
+        bad = blocking(path)
+    finally:
+        sys.modules.pop(mod, None)
+    side = bad[bad.category == "cpu-side-effect"]
+    assert len(side) == 1 and side.iloc[0].file.endswith(lib.name) and \
+        int(side.iloc[0].line) == marked_line(lib, "# LIBSITE"), table(bad)
+    assert side.iloc[0].caller_file.endswith(path.name) and int(side.iloc[0].caller_line) == site, \
+        side[["caller_file", "caller_line"]].to_string()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 
+from audit.detectors import _handoff
 from audit.detectors._mutations import tree
 
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -67,3 +68,32 @@ def implicit_uses(filename: str, holder: str, dunder: str, global_name: bool = F
         out += [(n.lineno if hasattr(n, "lineno") else n.iter.lineno, name)
                 for n in ast.walk(func) if _uses(n, is_obj, dunder)]
     return sorted(set(out))
+
+
+def inline_uses(own_files, site, ran: set) -> tuple[str, int, str] | None:
+    """For a site in a dunder of a library class the target makes inline (`with fp8_autocast():` runs its
+    `__enter__` and `__exit__`): the target's line with that syntax on a call of the class, functions
+    that ran in the step first; None when there is none."""
+    file, _, dunder = site
+    if dunder not in DUNDERS:
+        return None
+    hits = []
+    for f in sorted(own_files):
+        t = tree(f)
+        for func in (n for n in ast.walk(t) if isinstance(n, _FUNC)) if t is not None else ():
+            def is_obj(n, f=f) -> bool:
+                return isinstance(n, ast.Call) and _defines(_handoff.resolve(f, n.func), dunder, file)
+
+            name = getattr(func, "name", "<lambda>")
+            hits += [((f, name) not in ran, n.lineno if hasattr(n, "lineno") else n.iter.lineno, f, name)
+                     for n in ast.walk(func) if _uses(n, is_obj, dunder)]
+    if not hits:
+        return None
+    _, line, f, name = min(hits)
+    return (f, line, name)
+
+
+def _defines(obj, dunder: str, file: str) -> bool:
+    """Whether `obj` is a class whose `dunder` is written in `file`."""
+    code = getattr(getattr(obj, dunder, None), "__code__", None) if isinstance(obj, type) else None
+    return code is not None and code.co_filename == file

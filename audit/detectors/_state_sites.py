@@ -116,3 +116,10 @@ def tensor_slot_line(ctx, change, site, escaped) -> bool:
         return False
     return (ctx.rel(site[0]), site[1]) in escaped or not _mutations.stores_element(site[0], site[1], attr, key, glob)
 
+
+def unchanged_slot_line(change, site) -> bool:
+    """A site whose line writes a container element, named by a constant key, that the step left as it
+    was (`_STATE["enabled"] = prev` restored on exit, while `_STATE["iteration"]` advanced)."""
+    glob = change.owner.startswith(("<module ", "<closure ")) and "." not in change.attr
+    key = _mutations.subscript_key(site[0], site[1], change.attr.split(".")[-1], global_name=glob)
+    return key is not None and change.element_unchanged(key)

@@ -20,7 +20,7 @@ from collections import defaultdict
 
 from audit.detectors import _handoff, _implicit, _mutations, _source, register
 from audit.detectors._state_sites import (closure_functions, generator_sites, hook_caller, object_at, state_fps,
-                                          tensor_slot_line, whole_state_fp)
+                                          tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
 from audit.scan import state
@@ -250,6 +250,7 @@ def python_state_changes(ctx):
             if not sites:
                 continue
         sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]
+        sites = [x for x in sites if not unchanged_slot_line(c, x)] or sites
         handed = _handed_over(ctx, c, s) if not sites and not owner.startswith("<") else []
         for file, line, fn, call in handed:  # handed to a library that changes it under its own name
             text, sev = _guarded(_message(c), file, line)
@@ -265,7 +266,8 @@ def python_state_changes(ctx):
             own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
             if caller is None and not own_site:  # library code the step's ops never ran in
                 caller = (hook_caller(ctx, c.owner, s) or _user_call_into(ctx, c, s, own_files, site[2])
-                          or _user_call_of(ctx, site, s, own_files))
+                          or _user_call_of(ctx, site, s, own_files)
+                          or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True)))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
     for c, count, msg, owner in unsited:  # one object reached two ways (an attribute and a closure cell): once

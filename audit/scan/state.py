@@ -306,12 +306,13 @@ class StateChange:
 
     def tensor_rebound(self, key) -> bool:
         """The container's element at `key` changed only in which tensor it holds (`d["hist"] = torch.roll(...)`)."""
-        a, b = self.before, self.after
-        if not (_is_container(a) and _is_container(b)):
-            return False
-        va = next((v for k, v in _items(a) if k in (key, repr(key))), None)
-        vb = next((v for k, v in _items(b) if k in (key, repr(key))), None)
+        va, vb = _element(self.before, key), _element(self.after, key)
         return va is not None and vb is not None and va != vb and _masked(va) == _masked(vb)
+
+    def element_unchanged(self, key) -> bool:
+        """The container's element at `key` is there before and after the step, equal."""
+        va = _element(self.before, key)
+        return va is not None and va == _element(self.after, key)
 
     def describe(self, key=None) -> str:
         """What changed, down to the element; `key`: the element a given line writes (`stats["active"]`),
@@ -347,6 +348,11 @@ def _is_container(fp) -> bool:
 
 def _is_set(fp) -> bool:
     return isinstance(fp, tuple) and len(fp) == 3 and fp[0] in ("set", "frozenset") and isinstance(fp[2], tuple)
+
+
+def _element(fp, key):
+    """The fingerprint of a container's element at `key`, else None."""
+    return next((v for k, v in _items(fp) if k in (key, repr(key))), None) if _is_container(fp) else None
 
 
 def _items(fp):

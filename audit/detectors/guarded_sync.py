@@ -3,7 +3,8 @@
 `if x.is_cuda: torch.cuda.synchronize()` runs nothing on the CPU, so a CPU scan traces no wait,
 yet on the GPU that branch runs inside the captured region and capture fails. For every user
 function the step ran, we read its source and report the synchronizing calls inside an `if`
-that tests the device whose branch ran no op during the scan. The test is read structurally
+that tests the device whose branch ran no op during the scan; in an installed library's functions
+only the side the test itself says a GPU runs (`x.is_cuda`, `dev.type == "cuda"`: _cuda_side). The test is read structurally
 (_scopes.device_test): `x.device != torch.device("cpu")`, `x.is_cuda`, `torch.cuda.*()`, or a flag
 assigned such a test (`self.on_accelerator = device != "cpu"`); a test on ordinary data is not one.
 CUDA scans skip this rule: there the branch either ran (and was traced) or is not taken.
@@ -12,10 +13,29 @@ CUDA scans skip this rule: there the branch either ran (and was traced) or is no
 from __future__ import annotations
 
 import ast
+import inspect
 
-from audit.detectors import _scopes, _source, register
+from audit.detectors import _handoff, _scopes, _source, register
+from audit.detectors._cuda_side import cuda_side
+from audit.scan.user_code import LIBRARY, frame_kind
 
 SYNC_CALLS = {"synchronize", "item", "tolist", "cpu", "numpy", "query"}
+# `int(lens.max())`: a Python number made from a tensor reduction reads it back
+_REDUCTIONS = {"max", "min", "sum", "mean", "amax", "amin", "argmax", "argmin", "any", "all", "norm", "prod",
+               "count_nonzero"}
+
+
+def _sync_call(call) -> str | None:
+    """The synchronizing callee of a call, as written (`torch.cuda.synchronize`, `int`), else None."""
+    if not isinstance(call, ast.Call):
+        return None
+    if isinstance(call.func, ast.Attribute) and call.func.attr in SYNC_CALLS:
+        return ast.unparse(call.func)
+    if isinstance(call.func, ast.Name) and call.func.id in ("int", "float", "bool") and len(call.args) == 1:
+        a = call.args[0]
+        if isinstance(a, ast.Call) and isinstance(a.func, ast.Attribute) and a.func.attr in _REDUCTIONS:
+            return call.func.id
+    return None
 
 
 def _guarded(file: str, test: ast.AST) -> bool:
@@ -25,23 +45,48 @@ def _guarded(file: str, test: ast.AST) -> bool:
 
 
 def _ran(ctx) -> tuple[dict, set]:
-    """The target's own functions (by file and first line) and the (file, line) pairs that
-    dispatched an op. Library code is not read: its device branches are its authors' business."""
+    """The functions the step ran (by file and first line: their name, and for an installed library's a
+    record that ran inside it, for the caller) and the (file, line) pairs that dispatched an op."""
     funcs, lines = {}, set()
     for s in ctx.complete:
         for r in ctx.steps[s]:
             for code, line in r.stack:
                 if ctx.trace.is_own(code):
-                    funcs[(code.co_filename, code.co_firstlineno)] = code.co_name
+                    funcs[(code.co_filename, code.co_firstlineno)] = (code.co_name, None)
+                elif frame_kind(code.co_filename, ctx.trace.roots) == LIBRARY:
+                    funcs.setdefault((code.co_filename, code.co_firstlineno), (code.co_name, r))
                 lines.add((code.co_filename, line))
+    for (file, first), (name, rec) in list(funcs.items()):
+        if rec is None:  # the target's own function: the library functions it calls unconditionally
+            for call, code in _direct_library_calls(ctx, file, first, name):
+                funcs.setdefault((code.co_filename, code.co_firstlineno), (code.co_name, (file, call.lineno, name)))
     return funcs, lines
 
 
-def _untaken(node: ast.If, file: str, lines: set):
-    """The statements of whichever side of `node` ran no op in the scan (and could run under capture)."""
-    for body, safe in zip((node.body, node.orelse), _source.skipped_under_capture(node.test)):
-        if body and not safe and not any((file, n) in lines for st in body
-                            for n in range(st.lineno, (st.end_lineno or st.lineno) + 1)):
+def _direct_library_calls(ctx, file: str, first: int, name: str):
+    """(call, code) for the calls in the top-level statements of an own function that ran (so they ran
+    too) of an installed library's function (`flush_profiler()`, which ran no op and left no frame)."""
+    func = _source.enclosing_function(file, first + 1)
+    if func is None or getattr(func, "name", None) != name:
+        return
+    for st in func.body:
+        if isinstance(st, (ast.If, ast.While, ast.For, ast.Try, ast.Match, ast.Return)):
+            continue  # a branch or loop may not have run it
+        for call in (n for n in ast.walk(st) if isinstance(n, ast.Call)):
+            code = getattr(inspect.unwrap(_handoff.resolve(file, call.func) or (lambda: None)), "__code__", None)
+            if code is not None and frame_kind(code.co_filename, ctx.trace.roots) == LIBRARY:
+                yield call, code
+
+
+def _untaken(node: ast.If, file: str, lines: set, library: bool):
+    """The statements of whichever side of `node` ran no op in the scan (and could run under capture);
+    in library code only the side the test itself says a GPU runs (_cuda_side)."""
+    want = cuda_side(node.test) if library else None
+    if library and want is None:
+        return
+    for side, body, safe in zip(("body", "orelse"), (node.body, node.orelse), _source.skipped_under_capture(node.test)):
+        if body and not safe and (want is None or side == want) and not any(
+                (file, n) in lines for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1)):
             yield from body
 
 
@@ -52,23 +97,24 @@ def syncs_in_untaken_device_branches(ctx):
         return []
     funcs, lines = _ran(ctx)
     out, seen = [], set()
-    for (file, first), name in funcs.items():
+    for (file, first), (name, rec) in funcs.items():
         func = _source.enclosing_function(file, first + 1)
         if func is None or getattr(func, "name", None) != name:
             continue
+        caller = rec if isinstance(rec, tuple) or rec is None else ctx.caller_into(rec, file, name)
         for node in ast.walk(func):
             if not (isinstance(node, ast.If) and _guarded(file, node.test)):
                 continue
-            for st in _untaken(node, file, lines):
+            for st in _untaken(node, file, lines, rec is not None):
                 for call in ast.walk(st):
-                    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                            and call.func.attr in SYNC_CALLS and (file, call.lineno) not in seen):
+                    what = _sync_call(call)
+                    if what and (file, call.lineno) not in seen:
                         seen.add((file, call.lineno))
-                        what = ast.unparse(call.func)
                         out.append(ctx.finding(
                             "host-sync", (file, call.lineno, name), what, 0.0,
                             f"`{what}()` sits in a branch guarded by `{ast.unparse(node.test)}` that this CPU "
                             "scan did not take; on the GPU it waits for the device inside the step "
                             "(found in the source, not traced)",
-                            fix="Remove the wait from the step, or move it outside the captured region."))
+                            fix="Remove the wait from the step, or move it outside the captured region.",
+                            caller=caller))
     return out

@@ -1,0 +1,78 @@
+"""Which side of an `if` a GPU takes, read from the test alone, for library code.
+
+A library's device branches are read only when the test says for sure which side runs on CUDA and
+which on the CPU: `x.is_cuda`, `x.device.type == "cuda"`, `dev.type != "cpu"`, `torch.cuda.is_available()`,
+and `not` / `and` / `or` of those. A test on anything else (an MPS workaround, a flag, data) is left
+alone: the side a CPU scan skipped need not be the one a GPU runs.
+"""
+
+from __future__ import annotations
+
+import ast
+
+_CUDA, _CPU = "cuda", "cpu"
+
+
+def cuda_side(test: ast.AST):
+    """"body" or "orelse": the side of an `if` with this test that runs on CUDA and not on the CPU;
+    None when the test does not settle it."""
+    on_cuda, on_cpu = _eval(test, _CUDA), _eval(test, _CPU)
+    if on_cuda is True and on_cpu is False:
+        return "body"
+    if on_cuda is False and on_cpu is True:
+        return "orelse"
+    return None
+
+
+def _eval(n, dev: str):
+    """The test's truth value on device type `dev`, or None when it depends on more than the device."""
+    if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+        v = _eval(n.operand, dev)
+        return None if v is None else not v
+    if isinstance(n, ast.BoolOp):
+        vals = [_eval(v, dev) for v in n.values]
+        if any(v is None for v in vals):
+            return None
+        return all(vals) if isinstance(n.op, ast.And) else any(vals)
+    if isinstance(n, ast.Attribute) and n.attr == "is_cuda":
+        return dev == _CUDA
+    if isinstance(n, ast.Call) and _dotted(n.func) in ("torch.cuda.is_available", "torch.cuda.is_initialized"):
+        return dev == _CUDA
+    if isinstance(n, ast.Compare) and len(n.ops) == 1:
+        sides = [n.left, n.comparators[0]]
+        name = next((_device_name(s) for s in sides if _device_name(s) is not None), None)
+        if name is None or not any(_device_value(s) for s in sides):
+            return None
+        op = n.ops[0]
+        if isinstance(op, (ast.Eq, ast.Is)):
+            return dev == name
+        if isinstance(op, (ast.NotEq, ast.IsNot)):
+            return dev != name
+    return None
+
+
+def _device_name(n) -> str | None:
+    """"cuda" / "cpu" written as a constant or `torch.device("cuda")`, else None."""
+    if isinstance(n, ast.Call) and _dotted(n.func) == "torch.device" and n.args:
+        n = n.args[0]
+    if isinstance(n, ast.Constant) and isinstance(n.value, str):
+        kind = n.value.split(":")[0]
+        return kind if kind in (_CUDA, _CPU) else None
+    return None
+
+
+def _device_value(n) -> bool:
+    """An expression read off a tensor's or module's device: `x.device`, `x.device.type`, `dev.type`."""
+    return isinstance(n, ast.Attribute) and (n.attr == "device" or
+                                             (n.attr == "type" and isinstance(n.value, ast.Attribute)
+                                              and n.value.attr == "device"))
+
+
+def _dotted(n) -> str:
+    parts = []
+    while isinstance(n, ast.Attribute):
+        parts.append(n.attr)
+        n = n.value
+    if isinstance(n, ast.Name):
+        parts.append(n.id)
+    return ".".join(reversed(parts))

@@ -121,5 +121,7 @@ def unchanged_slot_line(change, site) -> bool:
     """A site whose line writes a container element, named by a constant key, that the step left as it
     was (`_STATE["enabled"] = prev` restored on exit, while `_STATE["iteration"]` advanced)."""
     glob = change.owner.startswith(("<module ", "<closure ")) and "." not in change.attr
-    key = _mutations.subscript_key(site[0], site[1], change.attr.split(".")[-1], global_name=glob)
-    return key is not None and change.element_unchanged(key)
+    attr = change.attr.split(".")[-1]
+    key = _mutations.subscript_key(site[0], site[1], attr, global_name=glob)
+    return key is not None and change.element_unchanged(key) and \
+        _mutations.stores_element(site[0], site[1], attr, key, glob)  # not `del x[0]`, which shifts the rest

@@ -59,3 +59,11 @@ def test_sinkhorn_and_comb_kernels_compile_for_sm90():
     _compile(S._sinkhorn_kernel, dict(x_ptr="*fp32", y_ptr="*fp32", T="i32", iters="i32", eps="fp32"), consts)
     _compile(S._comb_kernel, dict(s_ptr="*fp32", scale_ptr="*fp32", base_ptr="*fp32", y_ptr="*fp32", T="i32", K="i32",
                                   norm_eps="fp32", iters="i32", eps="fp32"), consts)
+
+
+@pytest.mark.parametrize("block,nchunk,tail", [(8192, 1, 0), (8192, 2, 0), (4096, 1, 64), (64, 1, 16)])
+def test_topk_select_kernel_compiles_for_sm90(block, nchunk, tail):
+    from dsv4.kernels import _triton_topk as K
+
+    types = dict(x_ptr="*fp32", v_ptr="*fp32", i_ptr="*i64", n="i32", k="i32")
+    _compile(K._topk_select_kernel, types, dict(BLOCK=block, NCHUNK=nchunk, TAIL=tail, ALL=False, PDL=True))

@@ -28,11 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="Triton not installed (its interpreter runs the kernels)")
 
-# the reference every interpreter case compares against, and the shapes (n = 20000 is above the
-# kernel's in-register BLOCK_MAX = 8192: three chunks re-read per step)
+# the reference every interpreter case compares against, and the shapes (n = 4132: a block of 4096
+# and a tail block of 64; n = 20000 is above the kernel's in-register BLOCK_MAX = 8192: three chunks
+# re-read per step)
 _PRELUDE = """
 from dsv4.kernels import _triton_topk as K
-NS = (6, 32, 100, 4096, 20000)
+NS = (6, 32, 100, 4096, 4132, 20000)
 def ks(n):
     return sorted({k for k in (1, 6, 512, n) if k <= n})
 def want(x, k):
@@ -104,7 +105,7 @@ def test_topk_kernel_extremes_and_layouts():
         x = torch.tensor([[0.0, -0.5, big, -big, float("inf"), 1e-38, -1e-38, 3.0, float("-inf"), 2.0] * 7])
         for k in (1, 3, 10, 70):
             check(x, k, ("extremes", k))
-        for n in (65, 129, 8192, 8193):  # around the rank / in-register / chunk boundaries
+        for n in (65, 129, 5000, 5121, 8192, 8193, 10241):  # around the rank / tail / in-register / chunk boundaries
             x = torch.randn(2, n, generator=g)
             for k in sorted({1, 64, n - 1, n}):
                 check(x, k, (n, k))

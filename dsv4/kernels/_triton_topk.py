@@ -9,7 +9,8 @@ torch.topk in a decode step costs ~1 ms over 122 launches: radixSortKVInPlace (t
   * otherwise radix select: the k-th largest key T, 2 bits per step (<= 16 steps, fewer once
     exactly k keys are >= the bound: ~9 at n = 4096 for random values), the counts of keys >= the
     three candidates packed into 21-bit fields of one int64 sum (n < 2**21). The row stays in
-    registers while n <= BLOCK_MAX; longer rows are re-read chunk by chunk (L1/L2) each step.
+    registers while n <= BLOCK_MAX (a row just past a power of two as that power plus a small tail
+    block: 4,132 keys as 4,096 + 64); longer rows are re-read chunk by chunk (L1/L2) each step.
     Then compaction: every key > T, plus the first k - count(> T) keys == T in index order, each
     placed by a prefix sum. With k == n (the indexer on a short cache) the search is skipped.
 Output: values [R, k] fp32 and indices [R, k] int64 in ascending index order (not sorted by value).
@@ -30,6 +31,7 @@ from dsv4.kernels._pdl import launch_args, pdl_wait
 RANK_MAX = 64  # n up to this: the rank kernel (one [n, n] comparison)
 BLOCK_MAX = 8192  # n up to this: the row stays in registers; above, chunks of this size are re-read
 MAX_N = (1 << 21) - 1  # the packed 21-bit counts
+TAIL_MAX_FRACTION = 4  # a second block of at most a quarter of the first (else one block of the next power)
 
 
 @triton.jit
@@ -63,32 +65,61 @@ def _topk_rank_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, PDL: tl.co
     tl.store(i_ptr + row * k + slot, offs.to(tl.int64), mask=sel)
 
 
+@triton.jit
+def _counts3(key, thr, s):
+    """The counts of keys >= the three candidates thr | j << s (j = 1..3), in 21-bit fields of one int64."""
+    c1 = thr | (tl.full((), 1, tl.uint32) << s)
+    c2 = thr | (tl.full((), 2, tl.uint32) << s)
+    c3 = thr | (tl.full((), 3, tl.uint32) << s)
+    return tl.sum((key >= c1).to(tl.int64) + ((key >= c2).to(tl.int64) << 21) + ((key >= c3).to(tl.int64) << 42),
+                  axis=0)
+
+
+@triton.jit
+def _place(key, o, n, thr, need, written, eq_seen, vr, ir):
+    """Writes one piece's keys > thr and its keys == thr still needed (index order) after `written`
+    outputs and `eq_seen` keys == thr in the pieces before; returns both, updated."""
+    valid = o < n
+    gt = (key > thr) & valid
+    eq = (key == thr) & valid
+    both = gt.to(tl.int32) + (eq.to(tl.int32) << 16)  # a piece <= 8192 < 2**16: two 16-bit fields
+    cs = tl.cumsum(both, axis=0)
+    n_gt = cs & 0xFFFF
+    n_eq = (cs >> 16) + eq_seen
+    sel = gt | (eq & (n_eq <= need))
+    slot = written + n_gt + tl.minimum(n_eq, need) - tl.minimum(eq_seen, need) - 1
+    tl.store(vr + slot, _value(key), mask=sel)
+    tl.store(ir + slot, o.to(tl.int64), mask=sel)
+    tot = tl.sum(both, axis=0)
+    written += (tot & 0xFFFF) + tl.minimum((tot >> 16) + eq_seen, need) - tl.minimum(eq_seen, need)
+    return written, eq_seen + (tot >> 16)
+
+
 @triton.jit(do_not_specialize=["k"])
-def _topk_select_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, NCHUNK: tl.constexpr, ALL: tl.constexpr,
-                        PDL: tl.constexpr):
+def _topk_select_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, NCHUNK: tl.constexpr, TAIL: tl.constexpr,
+                        ALL: tl.constexpr, PDL: tl.constexpr):
     pdl_wait(PDL)
     row = tl.program_id(0).to(tl.int64)
     xr = x_ptr + row * n
     offs = tl.arange(0, BLOCK)
-    key = _keys(xr, offs, n)  # the whole row when NCHUNK == 1
+    key = _keys(xr, offs, n)  # the whole row when NCHUNK == 1 (its first BLOCK when TAIL)
+    if TAIL > 0:
+        toffs = BLOCK + tl.arange(0, TAIL)
+        tkey = _keys(xr, toffs, n)  # the rest of the row: n - BLOCK <= TAIL keys
     thr = tl.zeros((), tl.uint32)  # the k-th largest key, two bits per step from the top
     above = tl.zeros((), tl.int64)  # count(key > the current range), finally count(key > thr)
     at = tl.zeros((), tl.int64) + n  # count(key >= thr)
     if not ALL:
         s = 30
         while s >= 0:
-            c1 = thr | (tl.full((), 1, tl.uint32) << s)
-            c2 = thr | (tl.full((), 2, tl.uint32) << s)
-            c3 = thr | (tl.full((), 3, tl.uint32) << s)
             if NCHUNK == 1:
-                packed = tl.sum((key >= c1).to(tl.int64) + ((key >= c2).to(tl.int64) << 21)
-                                + ((key >= c3).to(tl.int64) << 42), axis=0)
+                packed = _counts3(key, thr, s)
+                if TAIL > 0:
+                    packed += _counts3(tkey, thr, s)
             else:
                 packed = tl.zeros((), tl.int64)
                 for c in range(NCHUNK):
-                    kc = _keys(xr, c * BLOCK + offs, n)
-                    packed += tl.sum((kc >= c1).to(tl.int64) + ((kc >= c2).to(tl.int64) << 21)
-                                     + ((kc >= c3).to(tl.int64) << 42), axis=0)
+                    packed += _counts3(_keys(xr, c * BLOCK + offs, n), thr, s)
             n1 = packed & 0x1FFFFF
             n2 = (packed >> 21) & 0x1FFFFF
             n3 = packed >> 42
@@ -107,29 +138,22 @@ def _topk_select_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, NCHUNK: 
         o = c * BLOCK + offs
         if NCHUNK != 1:
             key = _keys(xr, o, n)
-        valid = o < n
-        gt = (key > thr) & valid
-        eq = (key == thr) & valid
-        both = gt.to(tl.int32) + (eq.to(tl.int32) << 16)  # BLOCK <= 8192 < 2**16: two 16-bit fields
-        cs = tl.cumsum(both, axis=0)
-        n_gt = cs & 0xFFFF
-        n_eq = (cs >> 16) + eq_seen
-        sel = gt | (eq & (n_eq <= need))
-        slot = written + n_gt + tl.minimum(n_eq, need) - tl.minimum(eq_seen, need) - 1
-        tl.store(v_ptr + row * k + slot, _value(key), mask=sel)
-        tl.store(i_ptr + row * k + slot, o.to(tl.int64), mask=sel)
-        if NCHUNK != 1:
-            tot = tl.sum(both, axis=0)
-            written += (tot & 0xFFFF) + tl.minimum((tot >> 16) + eq_seen, need) - tl.minimum(eq_seen, need)
-            eq_seen += tot >> 16
+        written, eq_seen = _place(key, o, n, thr, need, written, eq_seen, v_ptr + row * k, i_ptr + row * k)
+    if TAIL > 0:
+        _place(tkey, toffs, n, thr, need, written, eq_seen, v_ptr + row * k, i_ptr + row * k)
 
 
-def launch_config(n: int, k: int) -> tuple[str, int, int, int]:
-    """(kernel, BLOCK, NCHUNK, num_warps) for a row of n."""
+def launch_config(n: int, k: int) -> tuple[str, int, int, int, int]:
+    """(kernel, BLOCK, NCHUNK, TAIL, num_warps) for a row of n. A row a little longer than a power of
+    two keeps that power as its block and the rest in a second block of at most a quarter of it (TAIL):
+    one block of the next power would double the work of every search step."""
     if n <= RANK_MAX:
-        return "rank", max(16, triton.next_power_of_2(n)), 1, 1
-    block = min(triton.next_power_of_2(n), BLOCK_MAX)
-    return "select", block, triton.cdiv(n, block), max(1, min(16, block // 512))
+        return "rank", max(16, triton.next_power_of_2(n)), 1, 0, 1
+    low = min(triton.next_power_of_2(n) // (1 if triton.next_power_of_2(n) == n else 2), BLOCK_MAX)
+    tail = max(16, triton.next_power_of_2(n - low)) if n > low else 0
+    if tail and tail * TAIL_MAX_FRACTION > low:
+        low, tail = min(triton.next_power_of_2(n), BLOCK_MAX), 0
+    return "select", low, 1 if tail else triton.cdiv(n, low), tail, max(1, min(16, low // 512))
 
 
 def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,11 +169,11 @@ def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     indices = x.new_empty((R, k), dtype=torch.int64)
     if R == 0:
         return values, indices
-    kind, block, nchunk, warps = launch_config(n, k)
+    kind, block, nchunk, tail, warps = launch_config(n, k)
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         if kind == "rank":
             _topk_rank_kernel[(R,)](x, values, indices, n, k, BLOCK=block, num_warps=warps, **launch_args(x))
         else:
-            _topk_select_kernel[(R,)](x, values, indices, n, k, BLOCK=block, NCHUNK=nchunk, ALL=k == n,
+            _topk_select_kernel[(R,)](x, values, indices, n, k, BLOCK=block, NCHUNK=nchunk, TAIL=tail, ALL=k == n,
                                  num_warps=warps, **launch_args(x))
     return values, indices

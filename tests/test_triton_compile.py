@@ -52,10 +52,11 @@ def test_token_kernel_compiles_for_sm90(ratio, overlap, hd, rounding):
     _compile(T._token_kernel, types, consts)
 
 
-def test_sinkhorn_and_comb_kernels_compile_for_sm90():
+@pytest.mark.parametrize("tokens", [1, 16, 200])
+def test_sinkhorn_and_comb_kernels_compile_for_sm90(tokens):
     from dsv4.kernels import _triton_sinkhorn as S
 
-    consts = dict(HC=4, HP=4, BLOCK_T=S.BLOCK_T, PDL=True)
+    consts = dict(HC=4, HP=4, BLOCK_T=S.block_t(tokens), PDL=True)
     _compile(S._sinkhorn_kernel, dict(x_ptr="*fp32", y_ptr="*fp32", T="i32", iters="i32", eps="fp32"), consts)
     _compile(S._comb_kernel, dict(s_ptr="*fp32", scale_ptr="*fp32", base_ptr="*fp32", y_ptr="*fp32", T="i32", K="i32",
                                   norm_eps="fp32", iters="i32", eps="fp32"), consts)

@@ -263,7 +263,8 @@ def bench_cmd(
         if device == "cpu" and any(m != "eager" for m in mode_list):
             console.print("[yellow]no CUDA: graph modes (ab, full, compile) need CUDA; running eager only[/]")
         with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("decode bench", total=len(mode_list) * len(batches) * len(contexts or [0]))
+            rows = len(batches) * len(contexts or [0])  # a full row on CUDA is profiled again after all timing
+            task = bar.add_task("decode bench", total=rows * (len(mode_list) + (device != "cpu" and "full" in mode_list)))
             earlier = read_json(json_path(out, preset)) if append else None
 
             def save(partial):  # after every row: a run cut short keeps what it measured

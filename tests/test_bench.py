@@ -272,3 +272,45 @@ def test_bench_collects_library_warnings_into_the_report_not_the_terminal(tmp_pa
     assert "## Warnings raised during the run" in md and md.count(token) == 1
     assert json.loads((tmp_path / "bench-tiny.json").read_text())["warnings"] == [
         f"UserWarning: {token} (test_bench.py:{noisy_row.__code__.co_firstlineno + 2})"]
+
+
+def test_full_rows_are_profiled_only_after_every_row_is_timed(monkeypatch):
+    """torch.profiler (CUPTI) slows every later graph replay of the process, so the bench times all its
+    rows first and profiles the full rows after. CUDA is stood in for: the rows' timing and profiling
+    are recorded, not run."""
+    import random
+
+    import dsv4
+    from audit.bench import run as bench_run
+    from audit.bench.result import ModeResult
+
+    calls = []
+
+    def fake_time(model, mode, batch, ctx, *a, **k):
+        calls.append(("time", mode, batch, ctx, model.cfg.max_seq_len))
+        return ModeResult(mode, batch, ctx, ms_median=1.0, fused=mode == "full")
+
+    def fake_profile(model, row, rng):
+        calls.append(("profile", row.mode, row.batch, row.context, model.cfg.max_seq_len))
+        row.kernels = [{"kernel": "(all)", "per_step": 1, "us_per_step": 1.0}]
+
+    real_load = dsv4.load
+    monkeypatch.setattr(dsv4, "load", lambda preset, device=None, **kw: real_load("tiny", **kw))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "stand-in")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(bench_run, "copy_bandwidth", lambda dev: 1.0)
+    monkeypatch.setattr(bench_run, "per_layer_profile", lambda model, batch: [])
+    monkeypatch.setattr(bench_run, "run_mode", fake_time)
+    monkeypatch.setattr(bench_run, "profile_row", fake_profile)
+    contexts = sorted(random.sample(range(16, 200), 2))
+    modes = ("eager", "full", "compile")
+    res = bench_run.bench("tiny", modes=modes, steps=2, batches=(1, 2), contexts=contexts, device="cuda",
+                          kernels=False)
+    kinds = [c[0] for c in calls]
+    assert kinds == ["time"] * 12 + ["profile"] * 4, kinds  # every timing, then every profile
+    profiled = {c[1:] for c in calls if c[0] == "profile"}
+    timed = {c[1:] for c in calls if c[0] == "time" and c[1] == "full"}
+    assert profiled == timed  # each full row once, with the cache sized for its own context
+    assert all(r.kernels for r in res.rows if r.mode == "full") and not any(r.kernels for r in res.rows
+                                                                             if r.mode != "full")

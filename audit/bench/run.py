@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from audit.bench.modes import run_mode, summarize
+from audit.bench.modes import profile_row, run_mode, summarize
 from audit.bench.profile import per_layer_profile
 from audit.bench.result import BenchResult, ModeResult
 from audit.errors import AuditError
@@ -151,6 +151,14 @@ def _measure(preset, modes, steps, batches, contexts, dev, dtype, verify_steps, 
                         on_row(res)
                     if progress:
                         progress()
+        for row in [r for r in res.rows if cuda and r.mode == "full" and r.ms_median is not None]:
+            model.cfg.max_seq_len = _capacity(row.context, steps)  # profiled after every timing: see profile_row
+            profile_row(model, row, rng)
+            torch.cuda.empty_cache()
+            if on_row:
+                on_row(res)
+            if progress:
+                progress()
     return res
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import textwrap
 from pathlib import Path
 
@@ -40,6 +41,49 @@ def make(device):
 """
 
 
+def install_library(tmp_path: Path, monkeypatch, source: str, prefix: str = "lib", name: str | None = None):
+    """A one-module third-party library for a planted target: `source` (dedented) as `name` (default
+    `<prefix>_<random>`) in tmp_path/site, put on sys.path, with the target's own folder tmp_path/target
+    made beside it, so the scan tells library and target apart. -> (module name, the library's file)."""
+    mod = name or f"{prefix}_{random.randrange(10**9)}"
+    libdir = tmp_path / "site"
+    libdir.mkdir(exist_ok=True)
+    lib = libdir / f"{mod}.py"
+    lib.write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(libdir))
+    (tmp_path / "target").mkdir(exist_ok=True)
+    return mod, lib
+
+
+def module_target(step: str, imports: str = "", init: str = "", prelude: str = "") -> str:
+    """As matmul_target, for a target built from modules: torch seeded with {seed}, `init` making them (each
+    line 8-space indented), a static input `self.x` and output `self.out` of width {d}, the step under
+    no_grad (the modules' parameters want grad); `prelude` sits between the imports and the class."""
+    return f"""
+import torch
+from torch import nn
+{imports}
+{prelude}
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({{seed}})
+{init}
+        self.x = torch.zeros(1, {{d}})
+        self.out = torch.zeros(1, {{d}})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {{d}}))
+
+    @torch.no_grad()
+    def step(self):
+{step}
+
+def make(device):
+    return Target()
+"""
+
+
 def marked_line(path: Path, marker: str) -> int:
     return next(n for n, t in enumerate(path.read_text().splitlines(), 1) if marker in t)
 
@@ -49,11 +93,18 @@ def table(bad) -> str:
     return bad[["category", "line", "op", "message"]].to_string()
 
 
-def blocking(path: Path):
-    """The blocking findings of a CPU scan of the target at path."""
+def blocking(path: Path, forget: str | None = None):
+    """The blocking findings of a CPU scan of the target at path; `forget`: a planted library module
+    dropped from sys.modules after the scan (each test plants a fresh one)."""
+    import sys
+
     import audit
 
-    return audit.scan(f"{path}:make", device="cpu").blocking()
+    try:
+        return audit.scan(f"{path}:make", device="cpu").blocking()
+    finally:
+        if forget:
+            sys.modules.pop(forget, None)
 
 
 def at(bad, category: str, line: int):

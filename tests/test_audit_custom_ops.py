@@ -9,12 +9,11 @@ with the target's call of the op as caller. A body of device ops only stays clea
 from __future__ import annotations
 
 import random
-import sys
 import textwrap
 
 import pytest
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, install_library, marked_line, matmul_target, table, write_target
 
 LIB = """
 import torch
@@ -57,29 +56,10 @@ BODIES = {
     "clean": (None, "out = torch.where(x > 0, x, x * 0.5)  # LIBSITE"),
 }
 
-TARGET = """
-import torch
-import {mod}  # registers torch.ops.{ns}.body
-
-class Target:
-    def __init__(self):
-        g = torch.Generator().manual_seed({seed})
-        self.w = torch.randn({d}, {d}, generator=g) * 0.1
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    @torch.no_grad()
-    def step(self):
+TARGET = matmul_target(imports="import {mod}  # registers torch.ops.{ns}.body", step="""\
         h = torch.ops.{ns}.body(self.x @ self.w)  # SITE
         self.out.copy_(h)
-        return self.out
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 
 @pytest.mark.parametrize("reg", sorted(REGISTRATIONS))
@@ -88,19 +68,12 @@ def test_a_custom_ops_python_body_is_traced(tmp_path, monkeypatch, kind, reg):
     category, line = BODIES[kind]
     tag = random.randrange(10**9)
     mod, ns = f"oplib_{tag}", f"rt_ops_{tag}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    lib = libdir / f"{mod}.py"
     key = "CPU" if reg == "impl_cpu" else "CompositeExplicitAutograd"
-    lib.write_text(textwrap.dedent(REGISTRATIONS[reg]).format(ns=ns, line=line, key=key))
-    monkeypatch.syspath_prepend(str(libdir))
-    (tmp_path / "target").mkdir()
+    _, lib = install_library(tmp_path, monkeypatch, textwrap.dedent(REGISTRATIONS[reg]).format(ns=ns, line=line, key=key),
+                             name=mod)
     path, site = write_target(tmp_path / "target" / "op_target.py", TARGET, mod=mod, ns=ns,
                               seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     if category is None:
         assert not len(bad), table(bad)
         return

@@ -7,12 +7,11 @@ generator is reported at the target's call (as tests/planted/host_state_hidden.p
 from __future__ import annotations
 
 import random
-import sys
 import textwrap
 
 import pytest
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, install_library, marked_line, table, write_target
 
 GEN = """
 import torch
@@ -59,21 +58,13 @@ def test_a_generators_local_change_is_found_in_the_generator(tmp_path, monkeypat
     mod = f"gen_lib_{random.randrange(10**9)}"
     fields = dict(seed=random.randrange(2**31), d=random.choice([4, 8]))
     if where == "library":
-        libdir = tmp_path / "site"
-        libdir.mkdir()
-        src = libdir / f"{mod}.py"
-        src.write_text(textwrap.dedent(GEN))
-        monkeypatch.syspath_prepend(str(libdir))
-        (tmp_path / "target").mkdir()
+        _, src = install_library(tmp_path, monkeypatch, GEN, name=mod)
         path, call = write_target(tmp_path / "target" / "gen_target.py", TARGET, imp=f"from {mod} import writer",
                                   body="", **fields)
     else:
         path, call = write_target(tmp_path / "gen_target.py", TARGET, imp="", body=textwrap.dedent(GEN), **fields)
         src = path
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     line = marked_line(src, "# GENSITE") if where == "library" else call
     hit = bad[(bad.category == "cpu-side-effect") & bad.file.str.endswith(src.name) & (bad.line == line)]
     assert len(hit) == 1, table(bad)

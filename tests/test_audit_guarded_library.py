@@ -10,12 +10,11 @@ A library function the step calls directly is read even when it ran no torch op.
 from __future__ import annotations
 
 import random
-import sys
 import textwrap
 
 import pytest
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, install_library, marked_line, table, write_target
 
 LIB = """
 import torch
@@ -64,19 +63,10 @@ OTHER_TESTS = ['q.device.type == "mps"', "q.requires_grad"]
 
 
 def _scan(tmp_path, monkeypatch, test):
-    mod = f"guard_lib_{random.randrange(10**9)}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    lib = libdir / f"{mod}.py"
-    lib.write_text(textwrap.dedent(LIB).format(test=test))
-    monkeypatch.syspath_prepend(str(libdir))
-    (tmp_path / "target").mkdir()
+    mod, lib = install_library(tmp_path, monkeypatch, textwrap.dedent(LIB).format(test=test), "guard_lib")
     path, site = write_target(tmp_path / "target" / "guard_target.py", TARGET, mod=mod,
                               seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     return bad[bad.category == "host-sync"], lib, path, site
 
 

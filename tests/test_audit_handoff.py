@@ -8,12 +8,10 @@ the target's call that handed the object over as its caller.
 from __future__ import annotations
 
 import random
-import sys
-import textwrap
 
 import pytest
 
-from site_util import at, blocking, marked_line, matmul_target, table, write_target
+from site_util import at, blocking, install_library, marked_line, matmul_target, table, write_target
 
 LIB = {
     "class": """
@@ -49,30 +47,17 @@ TARGET = matmul_target(
 
 
 def _write(tmp_path, monkeypatch, kind: str, changes: bool):
-    mod = f"handoff_lib_{random.randrange(10**9)}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    (libdir / f"{mod}.py").write_text(textwrap.dedent(LIB[kind]))
-    monkeypatch.syspath_prepend(str(libdir))
+    mod, lib = install_library(tmp_path, monkeypatch, LIB[kind], "handoff_lib")
     call = CALLS[kind][0 if changes else 1].format(mod=mod)
-    (tmp_path / "target").mkdir()
     path, site = write_target(tmp_path / "target" / "handoff_target.py", TARGET, mod=mod, call=call,
                               seed=random.randrange(2**31), d=random.choice([4, 8]))
-    return path, site, libdir / f"{mod}.py", mod
-
-
-def _blocking(path, mod: str):
-    """The scan's blocking findings; the planted library module is forgotten after it (a fresh one per test)."""
-    try:
-        return blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    return path, site, lib, mod
 
 
 @pytest.mark.parametrize("kind", sorted(LIB))
 def test_a_library_change_to_a_handed_object_is_found_at_the_librarys_line(tmp_path, monkeypatch, kind):
     path, site, lib, mod = _write(tmp_path, monkeypatch, kind, changes=True)
-    bad = _blocking(path, mod)
+    bad = blocking(path, forget=mod)
     hit = bad[(bad.category == "cpu-side-effect") & bad.file.str.endswith(lib.name)
               & (bad.line == marked_line(lib, "# LIBSITE"))]
     assert len(hit) == 1, table(bad)
@@ -83,5 +68,5 @@ def test_a_library_change_to_a_handed_object_is_found_at_the_librarys_line(tmp_p
 @pytest.mark.parametrize("kind", sorted(LIB))
 def test_a_library_that_only_reads_it_is_not(tmp_path, monkeypatch, kind):
     path, _, _, mod = _write(tmp_path, monkeypatch, kind, changes=False)
-    bad = _blocking(path, mod)
+    bad = blocking(path, forget=mod)
     assert not len(bad[bad.category == "cpu-side-effect"]), table(bad)

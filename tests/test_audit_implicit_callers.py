@@ -9,12 +9,11 @@ line again.
 from __future__ import annotations
 
 import random
-import sys
 import textwrap
 
 import pytest
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, install_library, marked_line, matmul_target, table, write_target
 
 LIB = """
 class Box:
@@ -33,49 +32,21 @@ USES = {
     "__len__": ("", "2", "len(self.box)"),
 }
 
-TARGET = """
-import torch
-from {mod} import Box
-
-class Target:
-    def __init__(self):
-        g = torch.Generator().manual_seed({seed})
-        self.w = torch.randn({d}, {d}, generator=g) * 0.1
-        self.box = Box(0.5)
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    @torch.no_grad()
-    def step(self):
+TARGET = matmul_target(imports="from {mod} import Box", init="        self.box = Box(0.5)", step="""\
         h = torch.tanh(self.x @ self.w)
         s = {use}  # SITE
         self.out.copy_(h * s)
-        return self.out
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 
 @pytest.mark.parametrize("dunder", sorted(USES))
 def test_a_library_dunder_run_by_syntax_has_the_targets_line_as_caller(tmp_path, monkeypatch, dunder):
     arg, ret, use = USES[dunder]
-    mod = f"box_lib_{random.randrange(10**9)}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    lib = libdir / f"{mod}.py"
-    lib.write_text(textwrap.dedent(LIB).format(dunder=dunder, arg=arg, ret=ret).replace("(self, )", "(self)"))
-    monkeypatch.syspath_prepend(str(libdir))
-    (tmp_path / "target").mkdir()
+    mod, lib = install_library(tmp_path, monkeypatch, textwrap.dedent(LIB).format(dunder=dunder, arg=arg, ret=ret)
+                               .replace("(self, )", "(self)"), "box_lib")
     path, site = write_target(tmp_path / "target" / "box_target.py", TARGET, mod=mod, use=use,
                               seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     hit = bad[(bad.category == "cpu-side-effect") & bad.file.str.endswith(lib.name)
               & (bad.line == marked_line(lib, "# LIBSITE"))]
     assert len(hit) == 1, table(bad)
@@ -97,30 +68,11 @@ class Autocast:
         _STATE["n"] += 1  # LIBSITE
 """
 
-CTX_TARGET = """
-import torch
-{imp}
-
-class Target:
-    def __init__(self):
-        g = torch.Generator().manual_seed({seed})
-        self.w = torch.randn({d}, {d}, generator=g) * 0.1
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    @torch.no_grad()
-    def step(self):
+CTX_TARGET = matmul_target(imports="{imp}", step="""\
         with {cls}():  # SITE
             h = torch.tanh(self.x @ self.w)
         self.out.copy_(h)
-        return self.out
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 
 @pytest.mark.parametrize("qualified", [False, True])
@@ -128,20 +80,11 @@ def test_an_inline_library_context_managers_exit_has_the_with_line_as_caller(tmp
     """`with Autocast():` makes the object inline: no attribute holds it. Its `__exit__` advancing a module
     global is found at that statement, with the `with` line as caller; the statements writing the slot it
     restores (`_STATE["on"]`) are no sites, since that slot did not change."""
-    mod = f"ctx_lib_{random.randrange(10**9)}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    lib = libdir / f"{mod}.py"
-    lib.write_text(textwrap.dedent(CTX_LIB))
-    monkeypatch.syspath_prepend(str(libdir))
-    (tmp_path / "target").mkdir()
+    mod, lib = install_library(tmp_path, monkeypatch, CTX_LIB, "ctx_lib")
     imp, cls = (f"import {mod}", f"{mod}.Autocast") if qualified else (f"from {mod} import Autocast", "Autocast")
     path, site = write_target(tmp_path / "target" / "ctx_target.py", CTX_TARGET, imp=imp, cls=cls,
                               seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     side = bad[bad.category == "cpu-side-effect"]
     assert len(side) == 1 and side.iloc[0].file.endswith(lib.name) and \
         int(side.iloc[0].line) == marked_line(lib, "# LIBSITE"), table(bad)

@@ -11,12 +11,10 @@ neither is a cpu-side-effect line.
 from __future__ import annotations
 
 import random
-import sys
-import textwrap
 
 import pytest
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, install_library, marked_line, module_target, table, write_target
 
 LIB = """
 import functools
@@ -48,37 +46,17 @@ def counted(fn):
     return wrapper
 """
 
-TARGET = """
-import torch
-from torch import nn
-from {mod} import counted, enable_meta
-
+TARGET = module_target(imports="from {mod} import counted, enable_meta", prelude="""
 
 @counted
 def act(h):
     return torch.tanh(h)
-
-
-class Target:
-    def __init__(self):
-        torch.manual_seed({seed})
+""", init="""\
         self.proj = nn.Linear({d}, {d})
-        {init}
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    @torch.no_grad()
-    def step(self):
+        {init}""", step="""\
         h = {call}  # SITE
         self.out.copy_(h)
-        return self.out
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 KINDS = {
     "hook": ("self.meta = enable_meta(self.proj, {n})", "self.proj(self.x)", "pre_hook"),
@@ -89,20 +67,11 @@ KINDS = {
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_library_closures_state_is_found_at_its_statement(tmp_path, monkeypatch, kind):
     init, call, fn = KINDS[kind]
-    mod = f"closure_lib_{random.randrange(10**9)}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    lib = libdir / f"{mod}.py"
-    lib.write_text(textwrap.dedent(LIB))
-    monkeypatch.syspath_prepend(str(libdir))
-    (tmp_path / "target").mkdir()
+    mod, lib = install_library(tmp_path, monkeypatch, LIB, "closure_lib")
     path, site = write_target(tmp_path / "target" / "closure_target.py", TARGET, mod=mod, call=call,
                               init=init.format(n=random.choice([2, 4, 8])),
                               seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     side = bad[bad.category == "cpu-side-effect"]
     want = [n for n, t in enumerate(lib.read_text().splitlines(), 1) if "# LIBSITE" in t]
     hit = side[side.file.str.endswith(lib.name) & side.line.isin(want)]

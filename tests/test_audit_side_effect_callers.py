@@ -14,7 +14,7 @@ import random
 import sys
 import textwrap
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, install_library, marked_line, module_target, table, write_target
 
 HOOK_LIB = """
 class Counter:
@@ -25,32 +25,13 @@ class Counter:
         self.calls += 1  # LIBSITE
 """
 
-HOOK_TARGET = """
-import torch
-from torch import nn
-from {mod} import Counter
-
-class Target:
-    def __init__(self):
-        torch.manual_seed({seed})
+HOOK_TARGET = module_target(imports="from {mod} import Counter", init="""\
         self.proj = nn.Linear({d}, {d})
-        self.proj.{kind}(Counter())
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    @torch.no_grad()
-    def step(self):
+        self.proj.{kind}(Counter())""", step="""\
         h = torch.tanh(self.x)
         h = self.proj(h)  # SITE
         self.out.copy_(h)
-        return self.out
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 
 def _hits(bad, file_name: str, line: int):
@@ -58,22 +39,13 @@ def _hits(bad, file_name: str, line: int):
 
 
 def test_a_library_hook_objects_change_has_the_module_call_as_caller(tmp_path, monkeypatch):
-    mod = f"hook_lib_{random.randrange(10**9)}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    lib = libdir / f"{mod}.py"
-    lib.write_text(textwrap.dedent(HOOK_LIB))
-    monkeypatch.syspath_prepend(str(libdir))
-    (tmp_path / "target").mkdir()
+    mod, lib = install_library(tmp_path, monkeypatch, HOOK_LIB, "hook_lib")
     kind = random.choice(["register_forward_hook", "register_forward_pre_hook"])
     if kind == "register_forward_pre_hook":
         lib.write_text(lib.read_text().replace("args, output", "args"))
     path, site = write_target(tmp_path / "target" / "hook_target.py", HOOK_TARGET, mod=mod, kind=kind,
                               seed=random.randrange(2**31), d=random.choice([4, 8]))
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     hit = _hits(bad, lib.name, marked_line(lib, "# LIBSITE"))
     assert len(hit) == 1, table(bad)
     assert hit.iloc[0].caller_file.endswith(path.name) and int(hit.iloc[0].caller_line) == site, \
@@ -105,28 +77,10 @@ class Block(nn.Module):
         return torch.tanh(self.proj(h))
 """
 
-PKG_TARGET = """
-import torch
-from {pkg}.block import Block
-
-class Target:
-    def __init__(self):
-        torch.manual_seed({seed})
-        self.block = Block({d})
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    @torch.no_grad()
-    def step(self):
+PKG_TARGET = module_target(imports="from {pkg}.block import Block", init="        self.block = Block({d})",
+                           step="""\
         self.out.copy_(self.block(self.x))  # SITE
-        return self.out
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 
 def test_an_own_helpers_global_change_is_its_own_caller(tmp_path):

@@ -11,10 +11,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import inspect
-import sys
 
 from audit.detectors import _mutations
 from audit.detectors._source import tree
+from audit.scan import state
 
 
 def resolve(filename: str, func: ast.expr):
@@ -22,7 +22,7 @@ def resolve(filename: str, func: ast.expr):
     (None when it is neither form, or the module is not loaded)."""
     chain = [func.id] if isinstance(func, ast.Name) else \
         [func.value.id, func.attr] if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
-    mod = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == filename), None)
+    mod = next((m for _, m in state.loaded_modules() if getattr(m, "__file__", None) == filename), None)
     if not chain or mod is None:
         return None
     obj = mod

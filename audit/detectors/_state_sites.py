@@ -90,7 +90,7 @@ def closure_functions(ctx, owner: str) -> list:
     qual = owner[len("<closure "):-1]
     seen, out = set(), []
     cands = [fn for _, obj in ctx.trace.objects for fn in state._functions(obj)]
-    cands += [v for name, m in list(sys.modules.items()) if name.split(".")[0] not in sys.stdlib_module_names
+    cands += [v for name, m in state.loaded_modules() if name.split(".")[0] not in sys.stdlib_module_names
               and getattr(m, "__file__", None) and frame_kind(m.__file__, ctx.trace.roots) != HIDDEN
               for v in list(vars(m).values()) if isinstance(v, types.FunctionType)]
     for fn in cands:

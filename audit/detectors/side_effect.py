@@ -122,7 +122,7 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
     """(file, span, global-name) to search for the change's statements, and the owner's class name
     (`queue.Queue`) when none of its classes is in the user's files (else "")."""
     if change.owner.startswith("<module "):
-        mod = sys.modules.get(change.owner[8:-1])
+        mod = state.module_named(change.owner[8:-1])
         obj = _global_object(mod, change.attr) if mod is not None and "." in change.attr else None
         return [(getattr(mod, "__file__", None), None, True)], _foreign_class(ctx, obj)
     if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran,
@@ -186,7 +186,7 @@ def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str, set]:
     the files of the step's own code and of the object that holds it, from the attribute holding it.
     Calls in functions that ran come first. Also the names of the methods called."""
     module = change.owner.startswith("<module ")
-    holder, files = (_head(change.attr), [getattr(sys.modules.get(change.owner[8:-1]), "__file__", None)]) \
+    holder, files = (_head(change.attr), [getattr(state.module_named(change.owner[8:-1]), "__file__", None)]) \
         if module else _holder(ctx, change.owner)
     if not holder:
         return [], "", set()

@@ -22,6 +22,7 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN
 from audit.scan.fingerprint import fp as fingerprint
+from audit.scan.loaded import loaded_modules, loose_modules, module_named, note_globals  # noqa: F401 - re-exported
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
 
@@ -206,7 +207,7 @@ def _cells(fn) -> list[tuple[str, object]]:
 def user_modules(is_user) -> list[tuple[str, types.ModuleType]]:
     """Imported modules whose source counts as user code (their globals are state too)."""
     out = []
-    for name, mod in list(sys.modules.items()):
+    for name, mod in loaded_modules():
         f = getattr(mod, "__file__", None)
         if f and os.path.isabs(f) and name.split(".")[0] not in _FOREIGN and is_user(f):
             out.append((name, mod))
@@ -217,7 +218,7 @@ def installed_modules(files: set) -> list[tuple[str, types.ModuleType]]:
     """The imported modules whose source is one of `files` (real paths): installed library modules
     whose code a step ran, added to the state modules by the tracer."""
     out = []
-    for name, mod in list(sys.modules.items()):
+    for name, mod in loaded_modules():
         f = getattr(mod, "__file__", None)
         if f and name.split(".")[0] not in _FOREIGN and os.path.realpath(f) in files:
             out.append((name, mod))

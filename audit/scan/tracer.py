@@ -94,6 +94,8 @@ class Tracer:
             if ent is None or ent[0] is not code:
                 ent = cache[id(code)] = (code, frame_kind(code.co_filename, self._roots))
                 self.trace.codes[id(code)] = ent  # keeps the code alive: its id stays unique
+                if ent[1] != HIDDEN:  # a module loaded by path, outside sys.modules: its globals are state
+                    state.note_globals(frame.f_globals)
             if ent[1] != HIDDEN:
                 out.append((code, frame.f_lineno))
             frame = frame.f_back
@@ -282,6 +284,10 @@ class Tracer:
         files = {code.co_filename for r in self._records for code, _ in r.stack
                  if self.trace.codes.get(id(code), (None, HIDDEN))[1] == LIBRARY}
         have = {id(m) for _, m in self._modules_state}
+        for name, mod in state.loose_modules():  # own code loaded by path, first run this step
+            if id(mod) not in have and self.is_user(mod.__file__):
+                have.add(id(mod))
+                self._modules_state.append((name, mod))
         files = {os.path.realpath(f) for f in files if not self.is_user(f)}
         if not files:
             return

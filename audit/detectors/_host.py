@@ -130,6 +130,9 @@ def host_derived(recs, born: set) -> set:
             made |= {m.sid for m in r.outputs}
         if ok and host:
             out |= made
+    for r in recs:  # op by op too: `t.copy_(torch.tensor(vals) * 1)` is one call, whose copy_ has a device input
+        if r.kind == "aten" and r.inputs and r.op != "aten.copy_" and all(m.sid in out for m in r.inputs):
+            out |= {m.sid for m in r.outputs}
     return out
 
 

@@ -16,7 +16,8 @@ from audit.detectors.pageable_copy import FROM_DATA
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
              "from pageable host memory, and capture raises 'Cannot copy between CPU and CUDA tensors ...'")
-COPY_IN = ("host data built in the step is copied into a persistent tensor of the target (`buf.copy_(host)`): "
+COPY_IN = ("host data built in the step is copied into a device tensor (`buf.copy_(host)`, a persistent buffer or "
+           "one the step computed on the device): "
            "on a GPU that is a copy from pageable host memory, and capture raises 'Cannot copy between CPU and "
            "CUDA tensors ...'")
 FIX = ("Build the tensor once outside the step (a persistent device buffer, refilled in prepare() with "
@@ -112,6 +113,19 @@ def host_attrs_to_device(ctx):
             for (_, _, op), g in ctx.per_site(hits).items()]
 
 
+def _device_made(recs, not_device: set) -> set:
+    """Storage ids of the step's tensors computed from a persistent tensor of the target that is not in host
+    memory (a weight, a device buffer), or from such a result: device tensors on a GPU. A library's
+    `t.copy_(torch.tensor(vals))` into one (an all-reduce stub writing back into the layer's output) is a
+    copy from pageable memory as much as one into a persistent buffer."""
+    out = set()
+    for r in recs:
+        if r.kind == "aten" and r.outputs and any(
+                (m.sid in out) or (not made and m.sid not in not_device) for m, made in zip(r.inputs, r.in_step)):
+            out |= {m.sid for m in r.outputs if m.sid not in not_device}
+    return out
+
+
 @register("pageable-copy")
 def host_data_to_device(ctx):
     """CPU scans: `torch.tensor(..., device=D)` and host-born tensors `.to(D)`, D not the CPU."""
@@ -119,11 +133,16 @@ def host_data_to_device(ctx):
         return []
     hits = []
     host = host_tensors(ctx)  # a host tensor taking host data is no copy to the device
+    pageable = None
     for recs in ctx.steps:
         born = host_born(recs) | host_factories(recs)
         on_device = {r.inputs[0].sid for r in recs if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")
                      and r.stack and r.inputs and _source.builds_on_device(*_src(r))}  # already sent: not host data
         born |= host_derived(recs, born - on_device)
+        made = set()
+        if any(r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born for r in recs):
+            pageable = _host_attrs(ctx) if pageable is None else pageable
+            made = _device_made(recs, born | set(host) | set(pageable))
         hits += [(r, INDEX) for r in _host_indices(recs, born) if not _source.builds_on_device(*_src(r))]
         for r in recs:
             if not r.stack:
@@ -136,7 +155,8 @@ def host_data_to_device(ctx):
                     not _source.names_cpu(*_src(r)):
                 hits.append((r, TO_DEVICE))
             elif r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born \
-                    and r.inputs[0].sid not in born and not r.in_step[0] and r.inputs[0].sid not in host:
+                    and r.inputs[0].sid not in born and r.inputs[0].sid not in host \
+                    and (not r.in_step[0] or r.inputs[0].sid in made):
                 hits.append((r, COPY_IN))  # `self.buf.copy_(torch.from_numpy(a))`: into a persistent buffer
     msg = {id(r): m for r, m in hits}
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, msg[id(g[0])], fix=FIX,

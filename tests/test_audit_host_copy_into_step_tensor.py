@@ -1,0 +1,52 @@
+"""pageable-copy on a CPU scan: host data copied into a tensor the step computed on the device.
+
+An all-reduce stub that sums on the host and writes back (`t.copy_(torch.tensor(vals))`) copies from
+pageable memory into the layer's output, a device tensor on a GPU although the step made it: capture
+raises there as for a persistent buffer. What ops compute from the host data alone on the same line
+(`torch.tensor(vals) * 1.0`) is host data too. A host scratch tensor the step fills the same way
+(`torch.zeros(n).copy_(...)`) stays on the host: no copy."""
+
+from __future__ import annotations
+
+import random
+
+from site_util import blocking, table, write_target
+
+TARGET = """
+import torch
+
+
+def {fn}(t):
+    vals = t.tolist()
+    t.copy_(torch.tensor(vals, dtype=t.dtype){suffix})  # SITE
+    return t
+
+
+class Target:
+    def __init__(self, device):
+        g = torch.Generator().manual_seed({seed})
+        self.w = torch.randn({d}, {d}, generator=g).to(device)
+        self.x = torch.zeros(1, {d}, device=device)
+        self.out = torch.zeros(1, {d}, device=device)
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+
+    def step(self):
+        scratch = torch.zeros({d})
+        scratch.copy_(torch.tensor([float(i) for i in range({d})]))  # HOSTONLY
+        self.out.copy_({fn}(self.x @ self.w) + scratch)
+        return self.out
+
+def make(device):
+    return Target(device)
+"""
+
+
+def test_host_data_copied_into_a_step_made_device_tensor_is_pageable_copy(tmp_path):
+    fn = f"reduce_{random.randrange(10**6)}"
+    path, site = write_target(tmp_path / "copy_in_target.py", TARGET, fn=fn, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]), suffix=random.choice(["", " * 1.0", " + 0.0"]))
+    bad = blocking(path)
+    pc = bad[bad.category == "pageable-copy"]
+    assert set(pc.line) == {site}, table(bad)

@@ -220,3 +220,29 @@ def standing_in(tracer, patched):
             yield host
         finally:
             host.tracer = host.default = host.current = None
+
+
+@contextlib.contextmanager
+def cpu_only_checks(tracer):
+    """On a CPU scan, F.one_hot(x, num_classes=n) reads x.min() and x.max() back to check the range;
+    on a GPU it leaves that to a device assert and never syncs. Those reads are not the step's
+    (with num_classes=-1 the max is read on every device, and stays a finding)."""
+    import torch.nn.functional as F
+
+    orig = F.one_hot
+
+    def one_hot(tensor, num_classes=-1):
+        if num_classes == -1:
+            return orig(tensor, num_classes)
+        tracer.cpu_checks += 1
+        try:
+            return orig(tensor, num_classes)
+        finally:
+            tracer.cpu_checks -= 1
+
+    one_hot.__wrapped__ = orig
+    F.one_hot = one_hot
+    try:
+        yield
+    finally:
+        F.one_hot = orig

@@ -31,7 +31,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import hooks, state
+from audit.scan import compiled_frames, cpu_cuda, hooks, state
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -98,9 +98,18 @@ class Tracer:
                     state.note_globals(frame.f_globals)
             if ent[1] != HIDDEN:
                 out.append((code, frame.f_lineno))
+            elif (fx := compiled_frames.fx_site(code, frame.f_lineno)) is not None:  # a GraphModule's forward
+                out.append(self._known(fx))
             frame = frame.f_back
         out.reverse()
         return tuple(out)
+
+    def _known(self, site: tuple) -> tuple:
+        """A (code, line) standing for source that ran without a frame of its own file (compiled_frames)."""
+        code = site[0]
+        if id(code) not in self.trace.codes:
+            self.trace.codes[id(code)] = (code, frame_kind(code.co_filename, self._roots))
+        return site
 
     def _discover(self) -> None:
         """What the step can reach, looked up right before the first audited step (after warmup,
@@ -174,9 +183,12 @@ class Tracer:
                 out_metas.append(m)
                 new.append(fresh)
         mods = self._modstack
+        stack = self.stack(sys._getframe(2))
+        if (site := compiled_frames.script_site(stack, name)) is not None:  # inside a torch.jit.script function
+            stack = stack + (self._known(site),)
         self._records.append(OpRecord(
             self._step, idx, "aten", name, norm, inputs, tuple(out_metas), in_step, tuple(new),
-            mods[-1] if mods else "", self.stack(sys._getframe(2)), func,
+            mods[-1] if mods else "", stack, func,
             self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
             "failed" if failed else "", _host_scalars(tensors, inputs)))
 
@@ -263,7 +275,8 @@ class Tracer:
                     if self.gpu_trace:
                         hooks.install_gpu_trace()
                 if not self.cuda:
-                    stack.enter_context(_cpu_only_checks(self))
+                    stack.enter_context(cpu_cuda.cpu_only_checks(self))
+                stack.enter_context(compiled_frames.script_calls())
                 stack.enter_context(_Mode(self))
                 yield
             self.trace.complete[-1] = True
@@ -327,32 +340,6 @@ class _Mode(TorchDispatchMode):
             raise
         self.tracer.record_op(func, args, kwargs, out)
         return out
-
-
-@contextlib.contextmanager
-def _cpu_only_checks(tracer: Tracer):
-    """On a CPU scan, F.one_hot(x, num_classes=n) reads x.min() and x.max() back to check the range;
-    on a GPU it leaves that to a device assert and never syncs. Those reads are not the step's
-    (with num_classes=-1 the max is read on every device, and stays a finding)."""
-    import torch.nn.functional as F
-
-    orig = F.one_hot
-
-    def one_hot(tensor, num_classes=-1):
-        if num_classes == -1:
-            return orig(tensor, num_classes)
-        tracer.cpu_checks += 1
-        try:
-            return orig(tensor, num_classes)
-        finally:
-            tracer.cpu_checks -= 1
-
-    one_hot.__wrapped__ = orig
-    F.one_hot = one_hot
-    try:
-        yield
-    finally:
-        F.one_hot = orig
 
 
 _OPNAMES: dict = {}

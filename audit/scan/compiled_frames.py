@@ -1,0 +1,184 @@
+"""Source lines for code the step runs that Python frames do not show as its own file.
+
+- A `torch.fx` GraphModule runs generated code (`<eval_with_key>.N from FILE:LINE in forward`). Its
+  frames would be hidden and a hazard traced into the module (`s = x.abs().max().item()`) would land
+  on the step's call of the module. Each generated line is one node; it is matched to the call,
+  operator or attribute of the same kind, at the same rank, in the traced function's source (FILE,
+  the def at LINE), so the site is the line the user wrote.
+- A `torch.jit.script` function runs in the TorchScript interpreter: no Python frame at all, so the
+  ops inside it land on the line that called it. While one runs (its `__call__` is wrapped during the
+  audited steps), each op is matched to the graph node of the same aten name, at the same rank in
+  this call, and the node's source range gives the line (`n = int(live.sum())`).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import linecache
+import re
+import sys
+
+import torch
+
+__all__ = ["fx_site", "script_calls", "script_site"]
+
+_FX = re.compile(r"^<eval_with_key>\.\d+ from (.+):(\d+) in (\w+)$")
+_RANGE = re.compile(r'File "(.+)", line (\d+)')
+_READS = frozenset({"aten::Int", "aten::Float", "aten::Bool", "aten::item", "aten::ScalarImplicit",
+                    "aten::IntImplicit", "aten::FloatImplicit", "aten::tolist"})
+
+
+@functools.lru_cache(maxsize=256)
+def _code(file: str, name: str, first: int):
+    """A code object standing for a function of `file` (its name, first line): what a frame would be."""
+    return compile("pass", file, "exec").replace(co_name=name, co_firstlineno=first)
+
+
+# ------------------------------------------------------------------ torch.fx
+def _key(node):
+    """What kind of expression a node is, for matching generated code to the source it was traced from."""
+    if isinstance(node, ast.Call):
+        f = node.func
+        return ("call", f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None))
+    if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+        return ("op", type(node.op).__name__)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        return ("op", type(node.ops[0]).__name__)
+    if isinstance(node, ast.Subscript):
+        return ("getitem",)
+    if isinstance(node, ast.Attribute):
+        return ("attr", node.attr)
+    return None
+
+
+def _post_order(node, out: list, func_of_call: bool = False) -> list:
+    """The expressions under `node` in evaluation order (operands before what uses them); the callee
+    of a call (`self.lin` in `self.lin(x)`) is part of the call, not an attribute read of its own."""
+    for name, child in ast.iter_fields(node):
+        kids = child if isinstance(child, list) else [child]
+        for k in kids:
+            if isinstance(k, ast.AST) and not isinstance(k, (ast.FunctionDef, ast.ClassDef, ast.Lambda)):
+                _post_order(k, out, isinstance(node, ast.Call) and name == "func")
+    if not func_of_call and (key := _key(node)) is not None:
+        out.append((key, node.lineno))
+    return out
+
+
+@functools.lru_cache(maxsize=128)
+def _traced_exprs(file: str, line: int, name: str) -> tuple:
+    """(key, line) of the expressions of the function `name` defined at `line` of `file`, in order."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == name and fn.lineno == line:
+            out: list = []
+            for stmt in fn.body:
+                _post_order(stmt, out)
+            return tuple(out)
+    return ()
+
+
+@functools.lru_cache(maxsize=128)
+def _generated_keys(filename: str) -> tuple:
+    """Key of each line of a GraphModule's generated forward (None where the line is no node)."""
+    keys = [None]
+    for text in linecache.getlines(filename):
+        stmt = text.split(";")[0].strip()
+        key = None
+        with contextlib.suppress(SyntaxError):
+            node = ast.parse(stmt).body[0] if stmt else None
+            if isinstance(node, ast.Assign):
+                key = _key(node.value)
+        keys.append(key)
+    return tuple(keys)
+
+
+def fx_site(code, lineno: int):
+    """(code, line) in the traced source for a frame of GraphModule-generated code, or None."""
+    m = _FX.match(code.co_filename)
+    if m is None:
+        return None
+    file, first, name = m.group(1), int(m.group(2)), m.group(3)
+    keys = _generated_keys(code.co_filename)
+    key = keys[lineno] if lineno < len(keys) else None
+    line = first
+    if key is not None:
+        rank = sum(1 for k in keys[:lineno] if k == key)
+        same = [ln for k, ln in _traced_exprs(file, first, name) if k == key]
+        line = same[rank] if rank < len(same) else first
+    return _code(file, name, first), line
+
+
+# ------------------------------------------------------------------ torch.jit.script
+@functools.lru_cache(maxsize=64)
+def _script_nodes(fn) -> dict:
+    """aten name -> [(file, line)] of a script function's graph nodes (nested blocks and inlined
+    callees included), in graph order."""
+    out: dict = {}
+
+    def walk(block):
+        for n in block.nodes():
+            m = _RANGE.search(n.sourceRange() or "")
+            if m and n.kind().startswith("aten::"):
+                kind = "aten::_local_scalar_dense" if n.kind() in _READS else n.kind()
+                out.setdefault(kind, []).append((m.group(1), int(m.group(2))))
+            for b in n.blocks():
+                walk(b)
+
+    with contextlib.suppress(Exception):
+        walk(fn.inlined_graph)
+    return out
+
+
+class _Calls:
+    """The script functions running now, innermost last: (function, calling code, ranks so far)."""
+
+    def __init__(self):
+        self.active: list = []
+
+
+CALLS = _Calls()
+
+
+@contextlib.contextmanager
+def script_calls():
+    """Wraps `ScriptFunction.__call__` so the ops of a running script function can be placed."""
+    cls = torch._C.ScriptFunction
+    orig = cls.__call__
+
+    def call(self, *args, **kwargs):
+        CALLS.active.append((self, sys._getframe(1).f_code, {}))
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            CALLS.active.pop()
+
+    cls.__call__ = call
+    try:
+        yield
+    finally:
+        cls.__call__ = orig
+        CALLS.active.clear()
+
+
+def script_site(stack: tuple, op: str):
+    """(code, line) of the script node that ran aten op `op` ("aten.slice"), when the innermost frame of
+    `stack` is the one that called the running script function; else None."""
+    if not CALLS.active or not stack:
+        return None
+    fn, caller, ranks = CALLS.active[-1]
+    if stack[-1][0] is not caller:  # a Python function the script called (@torch.jit.ignore) is running
+        return None
+    kind = "aten::" + op.partition(".")[2]
+    nodes = _script_nodes(fn).get(kind)
+    if not nodes:
+        return None
+    rank = ranks.get(kind, 0)
+    ranks[kind] = rank + 1
+    file, line = nodes[min(rank, len(nodes) - 1)]
+    orig = getattr(getattr(fn, "_torchdynamo_inline", None), "__code__", None)  # the Python function scripted
+    return (orig if orig is not None and orig.co_filename == file else _code(file, fn.name, line)), line

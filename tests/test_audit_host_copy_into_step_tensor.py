@@ -50,3 +50,43 @@ def test_host_data_copied_into_a_step_made_device_tensor_is_pageable_copy(tmp_pa
     bad = blocking(path)
     pc = bad[bad.category == "pageable-copy"]
     assert set(pc.line) == {site}, table(bad)
+
+
+PACKED = """
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+class Target:
+    def __init__(self, device):
+        torch.manual_seed({seed})
+        self.gru = nn.GRU({d}, {d}, batch_first=True).to(device)
+        self.x = torch.zeros({b}, 4, {d}, device=device)
+        self.lens = torch.full(({b},), 4, dtype=torch.long, device="cpu")
+        self.out = torch.zeros({b}, {d}, device=device)
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn({b}, 4, {d}))
+
+    @torch.no_grad()
+    def step(self):
+        packed = pack_padded_sequence(self.x, self.lens, batch_first=True, enforce_sorted=False)
+        y, _ = self.gru(packed)
+        y, _ = pad_packed_sequence(y, batch_first=True, total_length=4)  # SITE
+        self.out.copy_(y[:, -1])
+        return self.out
+
+def make(device):
+    return Target(device)
+"""
+
+
+def test_indices_sent_to_the_device_are_no_longer_host_data(tmp_path):
+    """pack_padded_sequence sorts the host lengths and sends the order with `.to(input.device)`: on a CPU
+    scan that keeps the storage, yet what is computed from it afterwards (the unsorted order) is device
+    data, and pad_packed_sequence reading it back (`.cpu()`) is a host-sync."""
+    path, site = write_target(tmp_path / "packed_target.py", PACKED, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]), b=random.choice([2, 3]))
+    bad = blocking(path)
+    assert site in set(bad[bad.category == "host-sync"].line), table(bad)

@@ -130,8 +130,12 @@ def host_derived(recs, born: set) -> set:
             made |= {m.sid for m in r.outputs}
         if ok and host:
             out |= made
-    for r in recs:  # op by op too: `t.copy_(torch.tensor(vals) * 1)` is one call, whose copy_ has a device input
-        if r.kind == "aten" and r.inputs and r.op != "aten.copy_" and all(m.sid in out for m in r.inputs):
+    # op by op too: `t.copy_(torch.tensor(vals) * 1)` is one call, whose copy_ has a device input; not through
+    # what `.to(D)` sent (on a CPU scan the same storage goes on as the "device" copy)
+    sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
+    for r in recs:
+        if r.kind == "aten" and r.inputs and r.op != "aten.copy_" and all(m.sid in out and m.sid not in sent
+                                                                          for m in r.inputs):
             out |= {m.sid for m in r.outputs}
     return out
 

@@ -182,6 +182,19 @@ def loop_guards(filename: str, line: int) -> set[int]:
             and any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n))}
 
 
+def body_guard(filename: str, line: int) -> int | None:
+    """The first `if` inside the innermost loop holding `line` that holds `line` or skips the rest of
+    the iteration before it (`if not p.enabled: continue`); None without a loop or such an `if`. The
+    loop body's line ran in both steps, so the trip count did not decide: a guard in the body did."""
+    func = enclosing_function(filename, line)
+    loop = _loop_of(func, line) if func is not None and not isinstance(func, ast.Module) else None
+    if loop is None:
+        return None
+    cands = [n.lineno for n in ast.walk(loop) if isinstance(n, ast.If) and n.lineno < line
+             and (_span(n, line) or any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n)))]
+    return min(cands, default=None)
+
+
 _EXITS = (ast.Return, ast.Raise, ast.Break, ast.Continue)
 
 

@@ -84,12 +84,27 @@ def _parted_before(p, q):
     return None
 
 
-def locate(ctx, p, a, b, q=None):
+def _skipped_in_loop(x, nxt):
+    """One step ran extra ops `x` where the other went on with `nxt` from the same loop-body line (a
+    processor loop whose `if p.enabled:` skipped one): the guard in that loop's body, from the deepest
+    frame the two share at the same line; None when no such guard exists."""
+    if x is None or nxt is None:
+        return None
+    shared = list(itertools.takewhile(lambda f: f[0][0] is f[1][0] and f[0][1] == f[1][1], zip(x.stack, nxt.stack)))
+    for (code, line), _ in reversed(shared):
+        if (guard := _source.body_guard(code.co_filename, line)):
+            return _at(code, guard)
+    return None
+
+
+def locate(ctx, p, a, b, q=None, nxt=None):
     """(file, line, function) of the statement where two executions part ways.
 
     p: the last op both ran (the anchor; q: the same op in the other step); a, b: the first ops that
-    differ (None: nothing more ran)."""
+    differ (None: nothing more ran); nxt: where one side went on when the other ran extra ops."""
     if (found := _parted_before(p, q)):
+        return found
+    if (a is None) != (b is None) and (found := _skipped_in_loop(a or b, nxt)):
         return found
     if a is None or b is None or not _same_path(a, b):  # the same path: another module ran (below)
         for x in (a, b):
@@ -167,7 +182,9 @@ def op_sequence_divergence(ctx):
                 # attribute the extra ops to the loop/branch around them
                 a, b = (a, None) if tag == "delete" else (None, b)
             first = sorted({x.op for x in (ra[i1:i2][:1] + rb[j1:j2][:1])})  # sorted: stable across runs
-            where = _mode_switched(locate(ctx, p, a, b, q), a or b)
+            nxt = (rb[j1] if j1 < len(rb) else None) if tag == "delete" else \
+                (ra[i1] if i1 < len(ra) else None) if tag == "insert" else None
+            where = _mode_switched(locate(ctx, p, a, b, q, nxt), a or b)
             hits[where].append((what, " vs ".join(first), (a or b).module, a or b))
     _fold_loops_into_guards(hits)
     out = []

@@ -97,3 +97,25 @@ def _defines(obj, dunder: str, file: str) -> bool:
     """Whether `obj` is a class whose `dunder` is written in `file`."""
     code = getattr(getattr(obj, dunder, None), "__code__", None) if isinstance(obj, type) else None
     return code is not None and code.co_filename == file
+
+
+def class_call(cls, site, own_files, ran: set) -> tuple[str, int, str] | None:
+    """For a site in a metaclass's `__call__` (counting instances on the class): the target's line that
+    instantiates the class (`proc = MinP(0.05)` runs it, not `proc(logits)`), functions that ran in the step
+    first; None when the site is not in the class's metaclass, or there is no such line."""
+    file, _, fn = site
+    meta = type(cls) if isinstance(cls, type) else None
+    if meta is None or meta is type or fn != "__call__" or not _defines(meta, fn, file):
+        return None
+    hits = []
+    for f in sorted(own_files):
+        t = tree(f)
+        for func in (n for n in ast.walk(t) if isinstance(n, _FUNC)) if t is not None else ():
+            name = getattr(func, "name", "<lambda>")
+            hits += [((f, name) not in ran, n.lineno, f, name) for n in ast.walk(func) if isinstance(n, ast.Call)
+                     and getattr(n.func, "id", getattr(n.func, "attr", None)) == cls.__name__
+                     and _handoff.resolve(f, n.func) is cls]
+    if not hits:
+        return None
+    _, line, f, name = min(hits)
+    return (f, line, name)

@@ -125,3 +125,17 @@ def unchanged_slot_line(change, site) -> bool:
     key = _mutations.subscript_key(site[0], site[1], attr, global_name=glob)
     return key is not None and change.element_unchanged(key) and \
         _mutations.stores_element(site[0], site[1], attr, key, glob)  # not `del x[0]`, which shifts the rest
+
+
+def caller_of(ctx, site, step: int):
+    """The target's own line that led into the function of a source site, through a record of the
+    step that ran inside that function (None: the function is the target's own, or never seen)."""
+    file, line, fn = site
+    for r in ctx.steps[step]:  # the function holding the line: two `__call__` of one file are two functions
+        if any(code.co_filename == file and code.co_name == fn and _holds(code, line) for code, _ in r.stack):
+            return ctx.caller_into(r, file, fn)
+    return None
+
+
+def _holds(code, line: int) -> bool:
+    return code.co_firstlineno <= line <= max((ln for *_, ln in code.co_lines() if ln), default=line)

@@ -19,11 +19,11 @@ import sys
 from collections import defaultdict
 
 from audit.detectors import _handoff, _implicit, _mutations, _source, register
-from audit.detectors._state_sites import (closure_functions, generator_sites, hook_caller, object_at, state_fps,
-                                          tensor_slot_line, unchanged_slot_line, whole_state_fp)
+from audit.detectors._state_sites import (caller_of, closure_functions, generator_sites, hook_caller, object_at,
+                                          state_fps, tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
-from audit.scan import state
+from audit.scan import class_state, state
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
@@ -132,6 +132,9 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
             last = max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno)
             files.append((code.co_filename, (code.co_firstlineno, last), True))
         return list(dict.fromkeys(files)), ""
+    if change.owner.startswith("<class "):  # `cls.instances += 1`: in the class, its bases or its metaclass
+        cls = class_state.CLASSES.get(change.owner)
+        return _class_files(cls.__mro__[:-1] + type(cls).__mro__[:-2] if cls is not None else ()), ""
     obj = object_at(ctx, change.owner)
     if isinstance(obj, functools.partial):  # its function mutates an argument the partial froze: a bare name
         fn = inspect.unwrap(obj.func)
@@ -140,14 +143,19 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
             return [(inspect.getsourcefile(fn), (start, start + len(lines)), True)], ""
         except (OSError, TypeError):
             return [], ""
+    return _class_files(type(obj).__mro__ if obj is not None else ()), _foreign_class(ctx, obj)
+
+
+def _class_files(classes) -> list:
+    """(file, span, False) of each class that has source."""
     files = []
-    for cls in type(obj).__mro__ if obj is not None else ():
+    for cls in classes:
         try:
             lines, start = inspect.getsourcelines(cls)
             files.append((inspect.getsourcefile(cls), (start, start + len(lines)), False))
         except (OSError, TypeError):
             continue
-    return files, _foreign_class(ctx, obj)
+    return files
 
 
 def _head(attr: str) -> str:
@@ -262,10 +270,12 @@ def python_state_changes(ctx):
             sited.add(state_fps(c))
         for site in sites:
             text, sev = _guarded(_message(c, site, note), site[0], site[1])
-            caller = _caller_of(ctx, site, s)
+            caller = caller_of(ctx, site, s)
             own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
             if caller is None and not own_site:  # library code the step's ops never ran in
-                caller = (hook_caller(ctx, c.owner, s) or _user_call_into(ctx, c, s, own_files, site[2])
+                caller = (hook_caller(ctx, c.owner, s) or _implicit.class_call(
+                    class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
+                          or _user_call_into(ctx, c, s, own_files, site[2])
                           or _user_call_of(ctx, site, s, own_files)
                           or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True)))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
@@ -349,16 +359,6 @@ def _user_call_of(ctx, site, step: int, own_files: set):
         return None
     _, line, f, name = min(hits)
     return (f, line, name)
-
-
-def _caller_of(ctx, site, step: int):
-    """The target's own line that led into the function of a source site, through a record of the
-    step that ran inside that function (None: the function is the target's own, or never seen)."""
-    file, _, fn = site
-    for r in ctx.steps[step]:
-        if any(code.co_filename == file and code.co_name == fn for code, _ in r.stack):
-            return ctx.caller_into(r, file, fn)
-    return None
 
 
 @register("cpu-side-effect")

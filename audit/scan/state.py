@@ -246,8 +246,10 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
                 snap[(f"<module {name}>", k)] = fingerprint(v.get("<unset>"))
             elif _is_user_object(v):  # a global metrics / config object: its attributes
                 snap.update(((f"<module {name}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
-    for cls in _user_classes(objects):
-        snap.update(_class_state(cls))
+    from audit.scan import class_state  # it reads this module's helpers
+
+    for cls in class_state.user_classes(objects, modules):
+        snap.update(class_state.class_state(cls))
     return snap
 
 
@@ -262,35 +264,6 @@ def _member_objects(v) -> list[tuple[str, object]]:
         return []
     return [(f"[{key!r}].{a}", fp) for key, x in pairs if _is_user_object(x) and not isinstance(x, nn.Module)
             for a, fp in _attrs(x)]
-
-
-def _user_classes(objects) -> list[type]:
-    """The user-defined classes (and user bases) of the reachable objects, once each."""
-    seen: dict[int, type] = {}
-    for _, obj in objects:
-        for cls in type(obj).__mro__:
-            if (getattr(cls, "__module__", "") or "").split(".")[0] not in _FOREIGN:
-                seen.setdefault(id(cls), cls)
-    return list(seen.values())
-
-
-def _class_state(cls: type) -> dict:
-    """Class attributes (`Decoder.total_steps += 1`), the attributes of user objects kept on the class
-    (a descriptor's own counters), and the closure cells of the class's methods
-    (`nonlocal count` in a class defined inside a factory): state a step can change."""
-    out = {}
-    for k, v in list(vars(cls).items()):
-        if k.startswith("__"):
-            continue
-        if isinstance(v, PLAIN):
-            out[(f"<class {cls.__qualname__}>", k)] = fingerprint(v)
-        elif _is_user_object(v) and not isinstance(v, nn.Module):  # a descriptor counting its hits
-            out.update(((f"<class {cls.__qualname__}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
-        fn = v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
-        if isinstance(fn, types.FunctionType):
-            for name, fp in _cells(fn):
-                out[(f"<closure {fn.__qualname__}>", name)] = fp
-    return out
 
 
 @dataclass

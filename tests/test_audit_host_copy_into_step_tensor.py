@@ -90,3 +90,42 @@ def test_indices_sent_to_the_device_are_no_longer_host_data(tmp_path):
                               d=random.choice([4, 8]), b=random.choice([2, 3]))
     bad = blocking(path)
     assert site in set(bad[bad.category == "host-sync"].line), table(bad)
+
+
+UPLOAD_VIEW = """
+import torch
+
+
+class Target:
+    def __init__(self, device):
+        torch.manual_seed({seed})
+        self.w = torch.randn({d}, {d}).to(device)
+        self.lens_cpu = torch.full(({b},), 3, dtype=torch.long, device="cpu")
+        self.lens = torch.zeros({b} + 2, dtype=torch.long, device=device)
+        self.x = torch.zeros({b}, {d}, device=device)
+        self.out = torch.zeros({b}, {d}, device=device)
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn({b}, {d}))
+        self.lens_cpu.fill_(2 + i % 3)
+
+    @torch.no_grad()
+    def step(self):
+        self.lens{view}.copy_(self.lens_cpu, non_blocking=True)  # SITE
+        self.out.copy_((self.x @ self.w) * self.lens[:{b}, None])
+        return self.out
+
+def make(device):
+    return Target(device)
+"""
+
+
+def test_a_host_attribute_uploaded_into_a_view_of_a_device_buffer_is_pageable_copy(tmp_path):
+    """The destination is a view the step makes (`self.lens[:b]`) of a persistent device buffer: its
+    storage is the buffer's, so the upload from pageable host memory is the same hazard."""
+    b = random.choice([2, 3])
+    view = random.choice([f"[:{b}]", f".narrow(0, 0, {b})", f"[0:{b}]"])
+    path, site = write_target(tmp_path / "upload_target.py", UPLOAD_VIEW, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]), b=b, view=view)
+    bad = blocking(path)
+    assert site in set(bad[bad.category == "pageable-copy"].line), table(bad)

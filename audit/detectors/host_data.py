@@ -80,9 +80,10 @@ def _device_attrs(ctx) -> set[int]:
 
 def _copied_in(r, derived: dict, device: set) -> bool:
     """`self.cur.copy_(self.bank[i])`: host rows copied into a persistent tensor the target's class makes on
-    the device (on a GPU, a copy from pageable memory)."""
+    the device (on a GPU, a copy from pageable memory), or into a view of one made in the step
+    (`self._lens[:n].copy_(seq_lens_cpu, non_blocking=True)` in a wrapper's plan()): the storage decides."""
     return (r.kind == "aten" and r.op == "aten.copy_" and bool(r.stack) and len(r.inputs) > 1
-            and r.inputs[1].sid in derived and r.inputs[0].sid in device and not r.in_step[0])
+            and r.inputs[1].sid in derived and r.inputs[0].sid in device)
 
 
 @register("pageable-copy")

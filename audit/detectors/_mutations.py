@@ -8,6 +8,7 @@ line a person has to change. Parsing is shared with _source (cached per file).
 from __future__ import annotations
 
 import ast
+import re
 
 from audit.detectors import _scopes
 from audit.detectors._source import _FUNC, HOST_FACTORIES, _on_cpu, tree
@@ -36,12 +37,40 @@ def _setattr_names(call: ast.Call, attr: str) -> bool:
                for i in (0, 1))
 
 
+def _names_attr(node, attr: str) -> bool:
+    """Whether an attribute-name expression can name `attr`: the string itself, an f-string whose fixed
+    parts fit (`f"n_{phase}"` names `n_decode`), or a name computed otherwise (request options applied by
+    name: `setattr(self.opts, name, value)`)."""
+    if isinstance(node, ast.Constant):
+        return node.value == attr
+    if isinstance(node, ast.JoinedStr):
+        pat = "".join(re.escape(str(v.value)) if isinstance(v, ast.Constant) else ".*" for v in node.values)
+        return re.fullmatch(pat, attr) is not None
+    return True
+
+
+def _instance_dict(n) -> bool:
+    """`x.__dict__` or `vars(x)`: an object's attributes as a dict (`self.__dict__["n"] = v` sets one)."""
+    return (isinstance(n, ast.Attribute) and n.attr == "__dict__") or (
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "vars" and len(n.args) == 1)
+
+
+def _dict_update(call: ast.Call, attr: str) -> bool:
+    """`x.__dict__.update(...)` / `vars(x).update(...)` that may set `attr`."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr in ("update", "setdefault", "__setitem__") and _instance_dict(f.value)):
+        return False
+    if f.attr != "update" and call.args:
+        return _names_attr(call.args[0], attr)
+    return bool(call.args) or any(k.arg in (attr, None) for k in call.keywords)
+
+
 def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = None,
                    global_name: bool = False) -> list[tuple[int, str]]:
     """(line, function) of statements that mutate `<x>.attr` (or global `attr`) in a file or a span.
 
     Catches `x.attr = / += ...`, `x.attr[k][j] = ...`, `x.attr.append(...)` and friends, `del x.attr`,
-    `setattr(x, "attr", ...)`, `next(x.attr)`, `heapq.heappush(x.attr, ...)` and the other in-place
+    `setattr(x, "attr", ...)` (or a computed name that can be "attr"), `x.__dict__["attr"] = ...`, `next(x.attr)`, `heapq.heappush(x.attr, ...)` and the other in-place
     functions of IN_PLACE_FUNCS, a mutating method passed uncalled (`stack.callback(x.attr.append, v)`),
     and the same through an alias of the attribute's value:
     a local bound from it (`req = self.requests[rid]; req["recent"][i] = t`) or the parameter of a
@@ -63,6 +92,8 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
             for x in node.targets if isinstance(x, ast.Name)}
 
         def target(n) -> bool:
+            if not global_name and isinstance(n, ast.Subscript) and _instance_dict(n.value):
+                return _names_attr(n.slice, attr)  # `self.__dict__["n_steps"] = ...`
             sub = isinstance(n, ast.Subscript)
             while isinstance(n, ast.Subscript):
                 n = n.value
@@ -88,11 +119,13 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
                 hit = _setattr_names(node, attr)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 v = node.func.value
-                hit = node.func.attr in MUTATORS and (target(v) or (isinstance(v, ast.Name) and v.id in aliases))
+                hit = node.func.attr in MUTATORS and (target(v) or (isinstance(v, ast.Name) and v.id in aliases)) \
+                    or not global_name and _dict_update(node, attr)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next":
                 hit = bool(node.args) and target(node.args[0])  # advancing an iterator / itertools.count
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
-                hit = len(node.args) > 1 and isinstance(node.args[1], ast.Constant) and node.args[1].value == attr
+                hit = len(node.args) > 1 and (_names_attr(node.args[1], attr) if not global_name else
+                                              isinstance(node.args[1], ast.Constant) and node.args[1].value == attr)
             if not hit and isinstance(node, ast.Call):
                 hit = any(_bound_mutator(a, target, aliases) for a in node.args + [k.value for k in node.keywords])
             if hit:

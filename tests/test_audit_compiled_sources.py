@@ -100,3 +100,51 @@ def test_jit_script_read_lands_inside_the_script_function(tmp_path):
     read = bad[bad.category == "host-sync"]
     assert set(read.line) == {marked_line(path, "# READ")}, table(bad)
     assert set(read.caller_line) == {marked_line(path, "# READ")}, table(bad)
+
+
+SCRIPTED_MODULE = """
+import torch
+from torch import nn
+
+
+class Window(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear({d}, {d})
+
+    def forward(self, k, live):
+        h = self.lin(k) * {k}
+        n = int(live.sum())  # READ
+        return h[:n].mean(0, keepdim=True)
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.window = torch.jit.script(Window())
+        self.k = torch.randn(8, {d})
+        self.live = torch.zeros(8, dtype=torch.long)
+        self.out = torch.zeros(1, {d})
+
+    def prepare(self, i):
+        self.live[: 1 + i % 8].fill_(1)
+
+    @torch.no_grad()
+    def step(self):
+        self.out.copy_(self.window(self.k, self.live))  # SITE
+        return self.out
+
+def make(device):
+    return Target()
+"""
+
+
+def test_a_scripted_module_scans_and_its_read_lands_in_forward(tmp_path):
+    """A RecursiveScriptModule's parameter tables iterate only through keys() (the state snapshot used to
+    raise on them and end the scan), and its forward runs through nn.Module's hidden frames."""
+    path, _ = write_target(tmp_path / "scripted_target.py", SCRIPTED_MODULE, seed=random.randrange(2**31),
+                           d=random.choice([4, 8]), k=random.choice([2.0, 0.5, 3.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        bad = blocking(path)
+    assert set(bad[bad.category == "host-sync"].line) == {marked_line(path, "# READ")}, table(bad)

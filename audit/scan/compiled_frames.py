@@ -5,8 +5,8 @@
   on the step's call of the module. Each generated line is one node; it is matched to the call,
   operator or attribute of the same kind, at the same rank, in the traced function's source (FILE,
   the def at LINE), so the site is the line the user wrote.
-- A `torch.jit.script` function runs in the TorchScript interpreter: no Python frame at all, so the
-  ops inside it land on the line that called it. While one runs (its `__call__` is wrapped during the
+- A `torch.jit.script` function (or a scripted module's method) runs in the TorchScript interpreter: no
+  Python frame at all, so the ops inside it land on the line that called it. While one runs (its `__call__` is wrapped during the
   audited steps), each op is matched to the graph node of the same aten name, at the same rank in
   this call, and the node's source range gives the line (`n = int(live.sum())`).
 """
@@ -114,7 +114,6 @@ def fx_site(code, lineno: int):
 
 
 # ------------------------------------------------------------------ torch.jit.script
-@functools.lru_cache(maxsize=64)
 def _script_nodes(fn) -> dict:
     """aten name -> [(file, line)] of a script function's graph nodes (nested blocks and inlined
     callees included), in graph order."""
@@ -135,7 +134,8 @@ def _script_nodes(fn) -> dict:
 
 
 class _Calls:
-    """The script functions running now, innermost last: (function, calling code, ranks so far)."""
+    """The script functions and methods running now, innermost last: [function, the code of the innermost
+    visible frame that called it, ranks so far, its nodes (read on first use)]."""
 
     def __init__(self):
         self.active: list = []
@@ -145,36 +145,45 @@ CALLS = _Calls()
 
 
 @contextlib.contextmanager
-def script_calls():
-    """Wraps `ScriptFunction.__call__` so the ops of a running script function can be placed."""
-    cls = torch._C.ScriptFunction
-    orig = cls.__call__
+def script_calls(innermost):
+    """Wraps `ScriptFunction.__call__` and `ScriptMethod.__call__` (a scripted module's forward, called
+    through nn.Module's hidden frames) so the ops of a running script can be placed. innermost(frame): the
+    code of the innermost frame a finding may name, from `frame` outwards."""
+    classes = (torch._C.ScriptFunction, torch._C.ScriptMethod)
+    origs = [cls.__call__ for cls in classes]
 
-    def call(self, *args, **kwargs):
-        CALLS.active.append((self, sys._getframe(1).f_code, {}))
-        try:
-            return orig(self, *args, **kwargs)
-        finally:
-            CALLS.active.pop()
+    def wrap(orig):
+        def call(self, *args, **kwargs):
+            CALLS.active.append([self, innermost(sys._getframe(1)), {}, None])
+            try:
+                return orig(self, *args, **kwargs)
+            finally:
+                CALLS.active.pop()
+        return call
 
-    cls.__call__ = call
+    for cls, orig in zip(classes, origs):
+        cls.__call__ = wrap(orig)
     try:
         yield
     finally:
-        cls.__call__ = orig
+        for cls, orig in zip(classes, origs):
+            cls.__call__ = orig
         CALLS.active.clear()
 
 
 def script_site(stack: tuple, op: str):
     """(code, line) of the script node that ran aten op `op` ("aten.slice"), when the innermost frame of
-    `stack` is the one that called the running script function; else None."""
+    `stack` is the one that called the running script; else None."""
     if not CALLS.active or not stack:
         return None
-    fn, caller, ranks = CALLS.active[-1]
+    entry = CALLS.active[-1]
+    fn, caller, ranks = entry[0], entry[1], entry[2]
     if stack[-1][0] is not caller:  # a Python function the script called (@torch.jit.ignore) is running
         return None
+    if entry[3] is None:
+        entry[3] = _script_nodes(fn)
     kind = "aten::" + op.partition(".")[2]
-    nodes = _script_nodes(fn).get(kind)
+    nodes = entry[3].get(kind)
     if not nodes:
         return None
     rank = ranks.get(kind, 0)

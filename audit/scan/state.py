@@ -152,11 +152,20 @@ def storage_id(t: torch.Tensor) -> int:
 
 
 # ---------------------------------------------------------------------- snapshots
+def _keys(d) -> tuple:
+    """The names in a module's parameter / buffer / submodule table; a TorchScript module's tables are
+    C++ wrappers that iterate only through keys() (`tuple(d)` raises there)."""
+    try:
+        return tuple(d.keys())
+    except Exception:  # noqa: BLE001 - a table we cannot list
+        return ("<unreadable>",)
+
+
 def _attrs(obj):
     if isinstance(obj, nn.Module):
-        yield "_parameters", ("keys", tuple(obj._parameters))
-        yield "_buffers", ("keys", tuple(obj._buffers))
-        yield "_modules", ("keys", tuple(obj._modules))
+        yield "_parameters", ("keys", _keys(obj._parameters))
+        yield "_buffers", ("keys", _keys(obj._buffers))
+        yield "_modules", ("keys", _keys(obj._modules))
     for k, v in _instance_items(obj):
         if k in _SKIP_ATTRS or "hooks" in k or isinstance(v, (nn.Module, types.FunctionType, types.MethodType)):
             continue

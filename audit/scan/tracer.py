@@ -276,7 +276,7 @@ class Tracer:
                         hooks.install_gpu_trace()
                 if not self.cuda:
                     stack.enter_context(cpu_cuda.cpu_only_checks(self))
-                stack.enter_context(compiled_frames.script_calls())
+                stack.enter_context(compiled_frames.script_calls(lambda f: (self.stack(f) or ((None, 0),))[-1][0]))
                 stack.enter_context(_Mode(self))
                 yield
             self.trace.complete[-1] = True

@@ -32,9 +32,13 @@ def host_tensors(ctx) -> dict[int, str]:
         return cached
     out = {}
     for sid, label, name, obj, t in cpu_attrs(ctx):
+        spans = class_spans(type(obj))
+        if any(_mutations.host_factory_attr(f, name, span) == "pinned" for f, span in spans):
+            out[sid] = label  # a pinned staging buffer, of any size: host memory by design
+            continue
         if t.dim() > 1 or t.numel() > 64:
             continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
-        if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in class_spans(type(obj))):
+        if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in spans):
             out[sid] = label
     ctx._host_tensors = out
     return out
@@ -64,7 +68,11 @@ def from_device(ctx, r, host: dict[int, str]) -> bool:
     if r.op != "aten.copy_" or len(r.inputs) < 2:
         return False
     src = r.inputs[1]
-    return src.device.type != "cpu" if ctx.cuda else src.sid not in host
+    if ctx.cuda:
+        return src.device.type != "cpu"
+    # on a CPU scan: not kept on the host, nor built from host data in the step (`torch.tensor(pending)`
+    # refilling a pinned staging buffer is host work, not a read of the device)
+    return src.sid not in host and src.sid not in host_data(ctx, r.step) and src.sid not in from_kept(ctx, r.step)
 
 
 def advanced(ctx, host: dict[int, str]) -> dict[int, str]:

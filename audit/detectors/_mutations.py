@@ -311,7 +311,10 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
             call = node.value
         else:
             continue
-        if _host_factory(filename, call):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "pin_memory" \
+                and _host_computed(filename, call.func.value):  # `torch.zeros(n).pin_memory()`
+            kinds.add("pinned")
+        elif _host_factory(filename, call):
             pinned = any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)
             kinds.add("pinned" if pinned else "pageable")
         elif _host_computed(filename, call) and any(_host_factory(filename, n) for n in ast.walk(call)):

@@ -15,6 +15,7 @@ import itertools
 import sys
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from audit.scan import stream_hooks
 
@@ -246,3 +247,28 @@ def cpu_only_checks(tracer):
         yield
     finally:
         F.one_hot = orig
+
+
+class _PinnedStandIn(TorchFunctionMode):
+    """`pin_memory=True` and `.pin_memory()` without the mode: page-locked memory needs an accelerator's
+    driver, and a CPU-only torch raises. With it they make ordinary host memory."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.pin_memory:
+            return args[0]
+        if kwargs.get("pin_memory"):
+            kwargs = {**kwargs, "pin_memory": False}
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def pinned_stand_in():
+    """Around make() and prepare() on a CPU-only torch: serving code stages through pinned buffers made in
+    __init__ (`torch.zeros(n, pin_memory=True)`); the CPU scan builds them in ordinary memory. The source
+    still says pinned, and the copy rules read the source (a pinned buffer is no pageable-copy)."""
+    if torch.cuda.is_available():
+        yield
+        return
+    with _PinnedStandIn():
+        yield

@@ -95,7 +95,8 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
 def _build(target, device: str, path: str, tp: int, options: dict | None = None):
     """resolve(), except that a factory needing CUDA on a machine without it is told where to go."""
     try:
-        return resolve(target, device, path, tp=tp, options=options)
+        with cpu_cuda.pinned_stand_in():
+            return resolve(target, device, path, tp=tp, options=options)
     except AuditError as e:
         if not torch.cuda.is_available() and cpu_cuda.needs_gpu(str(e)):
             raise AuditError(f"{e}: this target needs CUDA to be built; scan it on a machine with a GPU "
@@ -109,7 +110,8 @@ def _run_steps(obj, tracer: Tracer, label: str, warmup: int, total: int, progres
         audited = i >= warmup
         stage = "prepare"
         try:
-            obj.prepare(i)
+            with cpu_cuda.pinned_stand_in():
+                obj.prepare(i)
             stage = "step"
             if audited:
                 with tracer.step(i - warmup):

@@ -20,6 +20,7 @@ import importlib
 import math
 import os
 import sys
+import threading
 import time
 import warnings
 
@@ -31,7 +32,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import compiled_frames, cpu_cuda, hooks, state
+from audit.scan import compiled_frames, cpu_cuda, hooks, state, threads
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -67,6 +68,7 @@ class Tracer:
         self._names: dict = {}
         self._paths: dict = {}
         self._modules_state: list = []
+        self._thread: int | None = None  # the thread that runs the audited step
         # per-step
         self._records: list = []
         self._produced: set = set()
@@ -102,6 +104,11 @@ class Tracer:
                 out.append(self._known(fx))
             frame = frame.f_back
         out.reverse()
+        if frame is None and self._thread is not None and threading.get_ident() != self._thread:
+            # work the step handed to another thread (an output thread's detokenize(), waited on with
+            # `.result()`): the step's own stack, where it waits, leads into it
+            main = sys._current_frames().get(self._thread)
+            return (self.stack(main) if main is not None else ()) + tuple(out)
         return tuple(out)
 
     def _known(self, site: tuple) -> tuple:
@@ -257,6 +264,7 @@ class Tracer:
         before = state.snapshot(self.trace.objects, self._modules_state)
         self.trace.held.append({self._meta(t).sid for _, t in state.tensor_attrs(self.trace.objects)})
         self._step, self._records, self._produced, self._modstack = k, [], set(), []
+        self._thread = threading.get_ident()
         self.trace.steps.append(self._records)
         self.trace.complete.append(False)
         t0 = time.perf_counter()
@@ -278,13 +286,14 @@ class Tracer:
                     stack.enter_context(cpu_cuda.cpu_only_checks(self))
                 stack.enter_context(compiled_frames.script_calls(lambda f: (self.stack(f) or ((None, 0),))[-1][0]))
                 stack.enter_context(_Mode(self))
+                stack.enter_context(threads.traced_threads(lambda: _Mode(self)))
                 yield
             self.trace.complete[-1] = True
         finally:
             if gc_was:
                 gc.enable()
             self.trace.seconds += time.perf_counter() - t0
-            self._step = -1
+            self._step, self._thread = -1, None
             self._wlog = None
             self.trace.changes.append(state.diff(before, state.snapshot(self.trace.objects, self._modules_state)))
             self._add_ran_library_modules()

@@ -1,0 +1,106 @@
+"""A host read in work the step hands to another thread (an output thread detokenizing the sampled ids,
+waited on with `.result()` or `join()`): the worker's stack never reaches the step, so the finding had its
+own library line as caller. The step's thread, waiting at that moment, is what leads into it: its line
+is the caller."""
+
+from __future__ import annotations
+
+import random
+import sys
+import textwrap
+
+from site_util import blocking, marked_line, table, write_target
+
+LIB = """
+def {fn}(ids):
+    return [f"<{{t}}>" for t in ids.view(-1).tolist()]  # LIBSITE
+"""
+
+TARGET = """
+import concurrent.futures
+import threading
+
+import torch
+from {mod} import {fn}
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.w = torch.randn({d}, {d})
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.x = torch.zeros(1, {d})
+        self.tok = torch.zeros(1, dtype=torch.long)
+        self.text = []
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+
+    @torch.no_grad()
+    def step(self):
+        self.tok.copy_((self.x @ self.w).argmax(-1))
+        {wait}  # SITE
+        return self.tok
+
+def make(device):
+    return Target()
+"""
+
+WAITS = ["self.text = self.pool.submit({fn}, self.tok).result()",
+         "t = threading.Thread(target={fn}, args=(self.tok,)); t.start(); t.join()"]
+
+
+def test_a_read_on_a_worker_thread_has_the_waiting_step_line_as_caller(tmp_path, monkeypatch):
+    tag = random.randrange(10**9)
+    mod, fn = f"out_lib_{tag}", f"detok_{tag}"
+    libdir = tmp_path / "site"
+    libdir.mkdir()
+    lib = libdir / f"{mod}.py"
+    lib.write_text(textwrap.dedent(LIB).format(fn=fn))
+    monkeypatch.syspath_prepend(str(libdir))
+    (tmp_path / "target").mkdir()
+    wait = random.choice(WAITS).format(fn=fn)
+    path, site = write_target(tmp_path / "target" / "thread_target.py", TARGET.replace("{wait}", wait), mod=mod,
+                              fn=fn, seed=random.randrange(2**31), d=random.choice([4, 8]))
+    try:
+        bad = blocking(path)
+    finally:
+        sys.modules.pop(mod, None)
+    hit = bad[(bad.category == "host-sync") & bad.file.str.endswith(lib.name)
+              & (bad.line == marked_line(lib, "# LIBSITE"))]
+    assert len(hit) == 1, table(bad)
+    assert hit.iloc[0].caller_file.endswith(path.name) and int(hit.iloc[0].caller_line) == site, \
+        (wait, hit[["caller_file", "caller_line"]].to_string())
+
+
+OPS_LIB = """
+import torch
+
+
+def {fn}(ids, stop):
+    return torch.nonzero(ids.view(-1) == stop)  # LIBSITE
+"""
+
+
+def test_ops_on_a_worker_thread_are_traced(tmp_path, monkeypatch):
+    """A dispatch mode is per thread: a `torch.nonzero` the output thread runs was not traced at all."""
+    tag = random.randrange(10**9)
+    mod, fn = f"ops_lib_{tag}", f"stops_{tag}"
+    libdir = tmp_path / "site"
+    libdir.mkdir()
+    lib = libdir / f"{mod}.py"
+    lib.write_text(textwrap.dedent(OPS_LIB).format(fn=fn))
+    monkeypatch.syspath_prepend(str(libdir))
+    (tmp_path / "target").mkdir()
+    wait = random.choice([f"self.text = self.pool.submit({fn}, self.tok, 2).result()",
+                          f"t = threading.Thread(target={fn}, args=(self.tok, 2)); t.start(); t.join()"])
+    path, site = write_target(tmp_path / "target" / "thread_ops_target.py", TARGET.replace("{wait}", wait), mod=mod,
+                              fn=fn, seed=random.randrange(2**31), d=random.choice([4, 8]))
+    try:
+        bad = blocking(path)
+    finally:
+        sys.modules.pop(mod, None)
+    hit = bad[(bad.category == "host-sync") & bad.file.str.endswith(lib.name)
+              & (bad.line == marked_line(lib, "# LIBSITE"))]
+    assert len(hit) == 1, (wait, table(bad))
+    assert int(hit.iloc[0].caller_line) == site, (wait, table(bad))

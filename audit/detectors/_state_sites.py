@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import re
 import sys
 import types
@@ -139,3 +140,26 @@ def caller_of(ctx, site, step: int):
 
 def _holds(code, line: int) -> bool:
     return code.co_firstlineno <= line <= max((ln for *_, ln in code.co_lines() if ln), default=line)
+
+
+def generated_sites(ctx, change, own_files: set, ran: set) -> list:
+    """(file, line, function) for state in the namespace a function was exec'd into (`<globals Q>`): its
+    statements when its source can be read, else the target's calls of it (`self.epi(h)`), found by the
+    names that hold it (an attribute of an object of the target, a module global), functions that ran first."""
+    fns = list(state.GENERATED.get(change.owner, {}).values())
+    code = fns[0].__code__ if fns else None
+    if code is not None and linecache.getlines(code.co_filename):
+        last = max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno)
+        return [(code.co_filename, line, f) for line, f in _mutations.mutation_sites(
+            code.co_filename, change.attr.split(".")[0].split("[")[0], (code.co_firstlineno, last), global_name=True)]
+    held = {id(fn) for fn in fns}
+    names = {k for _, obj in ctx.trace.objects for k, v in list(getattr(obj, "__dict__", {}).items()) if id(v) in held}
+    names |= {k for _, m in state.loaded_modules() if getattr(m, "__file__", None) in own_files
+              for k, v in list(vars(m).items()) if id(v) in held}
+    hits = []
+    for f in sorted(own_files):
+        t = _mutations.tree(f)
+        for func in (n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
+            hits += [((f, func.name) not in ran, n.lineno, f, func.name) for n in ast.walk(func)
+                     if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in names]
+    return [(f, line, name) for _, line, f, name in sorted(hits)[:3]]

@@ -19,8 +19,8 @@ import sys
 from collections import defaultdict
 
 from audit.detectors import _handoff, _implicit, _mutations, _source, register
-from audit.detectors._state_sites import (caller_of, closure_functions, generator_sites, hook_caller, object_at,
-                                          state_fps, tensor_slot_line, unchanged_slot_line, whole_state_fp)
+from audit.detectors._state_sites import (caller_of, closure_functions, generated_sites, generator_sites, hook_caller,
+                                          object_at, state_fps, tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
 from audit.scan import class_state, state
@@ -45,6 +45,9 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     user's call into it (`self.out.put_nowait(t)`); statements of the stdlib and torch never."""
     if gen := generator_sites(ctx, change):
         return gen, ""
+    if change.owner.startswith("<globals "):  # a function exec'd into a plain namespace
+        own = {f for f, _ in _executed(ctx, step, own_only=True)}
+        return generated_sites(ctx, change, own, _executed(ctx, step)), ""
     files, foreign = _owner_files(ctx, change, step)
     ran = _executed(ctx, step)
     if not change.owner.startswith(("<module ", "<closure ")):  # `self.meta.tokens += 1` lives in the caller's code

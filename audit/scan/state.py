@@ -193,10 +193,18 @@ def _functions(obj):
             yield from (x for x in (v.values() if isinstance(v, dict) else v) if isinstance(x, types.FunctionType))
 
 
+GENERATED: dict[str, dict] = {}  # `<globals Q>` -> {id: function} exec'd into a plain namespace
+
+
 def _function_state(fn) -> dict:
-    """A function's state a step can change: its closure cells (`nonlocal n`) and its attributes."""
+    """A function's state a step can change: its closure cells (`nonlocal n`), its attributes, and the globals
+    of a function exec'd into a plain namespace (no module: `exec(src, ns)`, `ns["COUNT"]["n"] += 1`)."""
     out = {(f"<closure {fn.__qualname__}>", name, id(fn)): fp for name, fp in _cells(fn)}  # lambdas share a qualname
     out.update(((f"<function {fn.__qualname__}>", k), fp) for k, fp in _plain_dict(fn))
+    if "__name__" not in fn.__globals__:
+        GENERATED.setdefault(f"<globals {fn.__qualname__}>", {})[id(fn)] = fn  # one helper made twice: two namespaces
+        out.update(((f"<globals {fn.__qualname__}>", k, id(fn)), fingerprint(v)) for k, v in list(fn.__globals__.items())
+                   if not k.startswith("__") and isinstance(v, PLAIN))
     return out
 
 

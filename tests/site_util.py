@@ -55,10 +55,11 @@ def install_library(tmp_path: Path, monkeypatch, source: str, prefix: str = "lib
     return mod, lib
 
 
-def module_target(step: str, imports: str = "", init: str = "", prelude: str = "") -> str:
+def module_target(step: str, imports: str = "", init: str = "", prelude: str = "", prepare: str = "") -> str:
     """As matmul_target, for a target built from modules: torch seeded with {seed}, `init` making them (each
     line 8-space indented), a static input `self.x` and output `self.out` of width {d}, the step under
-    no_grad (the modules' parameters want grad); `prelude` sits between the imports and the class."""
+    no_grad (the modules' parameters want grad); `prelude` sits between the imports and the class,
+    `prepare` adds lines to prepare()."""
     return f"""
 import torch
 from torch import nn
@@ -74,6 +75,7 @@ class Target:
 
     def prepare(self, i):
         self.x.copy_(torch.randn(1, {{d}}))
+{prepare}
 
     @torch.no_grad()
     def step(self):
@@ -105,6 +107,16 @@ def blocking(path: Path, forget: str | None = None):
     finally:
         if forget:
             sys.modules.pop(forget, None)
+
+
+def library_hit(bad, category: str, lib: Path, target: Path, caller: int, marker: str = "# LIBSITE"):
+    """Asserts one `category` finding at the library's marked line, with the target's line `caller` as its
+    caller; returns it."""
+    hit = bad[(bad.category == category) & bad.file.str.endswith(lib.name) & (bad.line == marked_line(lib, marker))]
+    assert len(hit) == 1, table(bad)
+    assert hit.iloc[0].caller_file.endswith(target.name) and int(hit.iloc[0].caller_line) == caller, \
+        hit[["caller_file", "caller_line"]].to_string()
+    return hit
 
 
 def at(bad, category: str, line: int):

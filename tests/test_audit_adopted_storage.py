@@ -11,7 +11,7 @@ import random
 import pytest
 
 import audit
-from site_util import at, blocking, table, write_target
+from site_util import at, table, write_target
 
 FORMS = {
     "deepcopy": "self.saved = copy.deepcopy(self.h)",

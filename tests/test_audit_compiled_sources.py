@@ -12,14 +12,9 @@ from __future__ import annotations
 import random
 import warnings
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, marked_line, module_target, table, write_target
 
-FX_TARGET = """
-import torch
-import torch.fx
-from torch import nn
-
-
+FX_TARGET = module_target(imports="import torch.fx", prelude="""
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
@@ -30,28 +25,38 @@ class Block(nn.Module):
         h = self.lin(x) * {k}
         b = h.sum().item()  # SECOND
         return h / (a + b)
+""", init="        self.block = torch.fx.symbolic_trace(Block())", step="""\
+        self.out.copy_(self.block(self.x))  # SITE
+        return self.out""")
 
+
+def _window_target(prelude: str, call: str, init: str = "") -> str:
+    """`prelude`, then a target whose step reads a window of `self.k` as long as the live slots are
+    many, through `call` (a script function or a scripted module)."""
+    return prelude + f"""
 
 class Target:
     def __init__(self):
-        torch.manual_seed({seed})
-        self.block = torch.fx.symbolic_trace(Block())
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
+        torch.manual_seed({{seed}})
+{init}
+        self.k = torch.randn(8, {{d}})
+        self.live = torch.zeros(8, dtype=torch.long)
+        self.out = torch.zeros(1, {{d}})
 
     def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
+        self.live[: 1 + i % 8].fill_(1)
 
     @torch.no_grad()
     def step(self):
-        self.out.copy_(self.block(self.x))  # SITE
+        self.out.copy_({call}(self.k, self.live))  # SITE
         return self.out
 
 def make(device):
     return Target()
 """
 
-JIT_TARGET = """
+
+JIT_TARGET = _window_target("""
 import torch
 
 
@@ -60,26 +65,7 @@ def {fn}(k, live):
     h = k * {k}
     n = int(live.sum())  # READ
     return h[:n].mean(0, keepdim=True)
-
-
-class Target:
-    def __init__(self):
-        torch.manual_seed({seed})
-        self.k = torch.randn(8, {d})
-        self.live = torch.zeros(8, dtype=torch.long)
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.live[: 1 + i % 8].fill_(1)
-
-    @torch.no_grad()
-    def step(self):
-        self.out.copy_({fn}(self.k, self.live))  # SITE
-        return self.out
-
-def make(device):
-    return Target()
-"""
+""", "{fn}")
 
 
 def test_fx_graphmodule_reads_land_on_the_traced_lines(tmp_path):
@@ -102,7 +88,7 @@ def test_jit_script_read_lands_inside_the_script_function(tmp_path):
     assert set(read.caller_line) == {marked_line(path, "# READ")}, table(bad)
 
 
-SCRIPTED_MODULE = """
+SCRIPTED_MODULE = _window_target("""
 import torch
 from torch import nn
 
@@ -117,26 +103,7 @@ class Window(nn.Module):
         n = int(live.sum())  # READ
         return h[:n].mean(0, keepdim=True)
 
-
-class Target:
-    def __init__(self):
-        torch.manual_seed({seed})
-        self.window = torch.jit.script(Window())
-        self.k = torch.randn(8, {d})
-        self.live = torch.zeros(8, dtype=torch.long)
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.live[: 1 + i % 8].fill_(1)
-
-    @torch.no_grad()
-    def step(self):
-        self.out.copy_(self.window(self.k, self.live))  # SITE
-        return self.out
-
-def make(device):
-    return Target()
-"""
+""", "self.window", init="        self.window = torch.jit.script(Window())")
 
 
 def test_a_scripted_module_scans_and_its_read_lands_in_forward(tmp_path):

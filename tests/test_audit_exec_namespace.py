@@ -8,10 +8,9 @@ of the function, found by the name that holds it (an attribute of the target, or
 from __future__ import annotations
 
 import random
-import sys
 import textwrap
 
-from site_util import blocking, table, write_target
+from site_util import blocking, install_library, module_target, table, write_target
 
 LIB = """
 import torch
@@ -24,49 +23,21 @@ def make_epilogue():
     return ns["epilogue"]
 """
 
-TARGET = """
-import torch
-from {mod} import make_epilogue
-
-EPI = make_epilogue()
-
-
-class Target:
-    def __init__(self):
-        torch.manual_seed({seed})
+TARGET = module_target(imports="from {mod} import make_epilogue", prelude="EPI = make_epilogue()", init="""\
         self.epi = make_epilogue()
-        self.w = torch.randn({d}, {d})
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    @torch.no_grad()
-    def step(self):
+        self.w = torch.randn({d}, {d})""", step="""\
         h = {call}(self.x @ self.w)  # SITE
         self.out.copy_(h)
-        return self.out
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 
 def test_a_counter_in_an_exec_namespace_is_found_at_the_call(tmp_path, monkeypatch):
     tag = random.randrange(10**9)
     mod = f"gen_lib_{tag}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    (libdir / f"{mod}.py").write_text(textwrap.dedent(LIB).format(glob=f"CALLS_{tag}", tag=tag))
-    monkeypatch.syspath_prepend(str(libdir))
-    (tmp_path / "target").mkdir()
+    install_library(tmp_path, monkeypatch, textwrap.dedent(LIB).format(glob=f"CALLS_{tag}", tag=tag), name=mod)
     call = random.choice(["self.epi", "EPI"])
     path, site = write_target(tmp_path / "target" / "gen_target.py", TARGET, mod=mod, call=call,
                               seed=random.randrange(2**31), d=random.choice([4, 8]))
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     hit = bad[bad.category == "cpu-side-effect"]
     assert set(hit.line) == {site} and set(hit.file.map(lambda f: f.endswith(path.name))) == {True}, (call, table(bad))

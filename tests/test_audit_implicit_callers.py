@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from site_util import blocking, install_library, marked_line, matmul_target, table, write_target
+from site_util import blocking, install_library, library_hit, marked_line, matmul_target, table, write_target
 
 LIB = """
 class Box:
@@ -47,11 +47,7 @@ def test_a_library_dunder_run_by_syntax_has_the_targets_line_as_caller(tmp_path,
     path, site = write_target(tmp_path / "target" / "box_target.py", TARGET, mod=mod, use=use,
                               seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
     bad = blocking(path, forget=mod)
-    hit = bad[(bad.category == "cpu-side-effect") & bad.file.str.endswith(lib.name)
-              & (bad.line == marked_line(lib, "# LIBSITE"))]
-    assert len(hit) == 1, table(bad)
-    assert hit.iloc[0].caller_file.endswith(path.name) and int(hit.iloc[0].caller_line) == site, \
-        hit[["caller_file", "caller_line"]].to_string()
+    library_hit(bad, "cpu-side-effect", lib, path, site)
 
 
 CTX_LIB = """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import textwrap
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, marked_line, module_target, table, write_target
 
 HELPER = """
 import torch
@@ -19,35 +19,13 @@ def {fn}(h):
     return torch.tanh(h)
 """
 
-TARGET = """
-import importlib.util
-from pathlib import Path
-
-import torch
-
+TARGET = module_target(imports="import importlib.util\nfrom pathlib import Path", prelude="""
 _spec = importlib.util.spec_from_file_location("{mod}", Path(__file__).parent / "{helper}.py")
 helper = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(helper)
-
-
-class Target:
-    def __init__(self):
-        torch.manual_seed({seed})
-        self.w = torch.randn({d}, {d})
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    @torch.no_grad()
-    def step(self):
+""", init="        self.w = torch.randn({d}, {d})", step="""\
         self.out.copy_(helper.{fn}(self.x @ self.w))  # SITE
-        return self.out
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 
 def test_a_helper_loaded_by_path_has_its_global_change_found(tmp_path):

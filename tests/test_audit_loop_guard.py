@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, table, write_target
 
 TARGET = """
 import torch

@@ -7,40 +7,20 @@ from __future__ import annotations
 
 import random
 
-from site_util import blocking, table, write_target
+from site_util import blocking, module_target, table, write_target
 
-TARGET = """
-import torch
-
-
+TARGET = module_target(prelude="""
 class Opts:
     def __init__(self):
         self.{attr} = 0
-
-
-class Target:
-    def __init__(self):
-        torch.manual_seed({seed})
+""", init="""\
         self.opts = Opts()
         self.w = torch.randn({d}, {d})
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-        self.req = {{"{attr}": 0}}
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-        self.req = {{"{attr}": i}}
-
-    @torch.no_grad()
-    def step(self):
+        self.req = {{"{attr}": 0}}""", prepare='        self.req = {{"{attr}": i}}', step="""\
         for name, value in self.req.items():
             {write}  # SITE
         self.out.copy_(self.x @ self.w)
-        return self.out
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 WRITES = [
     "setattr(self.opts, name, value)",

@@ -6,10 +6,9 @@ is the caller."""
 from __future__ import annotations
 
 import random
-import sys
 import textwrap
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, install_library, marked_line, table, write_target
 
 LIB = """
 def {fn}(ids):
@@ -53,19 +52,11 @@ WAITS = ["self.text = self.pool.submit({fn}, self.tok).result()",
 def test_a_read_on_a_worker_thread_has_the_waiting_step_line_as_caller(tmp_path, monkeypatch):
     tag = random.randrange(10**9)
     mod, fn = f"out_lib_{tag}", f"detok_{tag}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    lib = libdir / f"{mod}.py"
-    lib.write_text(textwrap.dedent(LIB).format(fn=fn))
-    monkeypatch.syspath_prepend(str(libdir))
-    (tmp_path / "target").mkdir()
+    _, lib = install_library(tmp_path, monkeypatch, textwrap.dedent(LIB).format(fn=fn), name=mod)
     wait = random.choice(WAITS).format(fn=fn)
     path, site = write_target(tmp_path / "target" / "thread_target.py", TARGET.replace("{wait}", wait), mod=mod,
                               fn=fn, seed=random.randrange(2**31), d=random.choice([4, 8]))
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     hit = bad[(bad.category == "host-sync") & bad.file.str.endswith(lib.name)
               & (bad.line == marked_line(lib, "# LIBSITE"))]
     assert len(hit) == 1, table(bad)
@@ -86,20 +77,12 @@ def test_ops_on_a_worker_thread_are_traced(tmp_path, monkeypatch):
     """A dispatch mode is per thread: a `torch.nonzero` the output thread runs was not traced at all."""
     tag = random.randrange(10**9)
     mod, fn = f"ops_lib_{tag}", f"stops_{tag}"
-    libdir = tmp_path / "site"
-    libdir.mkdir()
-    lib = libdir / f"{mod}.py"
-    lib.write_text(textwrap.dedent(OPS_LIB).format(fn=fn))
-    monkeypatch.syspath_prepend(str(libdir))
-    (tmp_path / "target").mkdir()
+    _, lib = install_library(tmp_path, monkeypatch, textwrap.dedent(OPS_LIB).format(fn=fn), name=mod)
     wait = random.choice([f"self.text = self.pool.submit({fn}, self.tok, 2).result()",
                           f"t = threading.Thread(target={fn}, args=(self.tok, 2)); t.start(); t.join()"])
     path, site = write_target(tmp_path / "target" / "thread_ops_target.py", TARGET.replace("{wait}", wait), mod=mod,
                               fn=fn, seed=random.randrange(2**31), d=random.choice([4, 8]))
-    try:
-        bad = blocking(path)
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     hit = bad[(bad.category == "host-sync") & bad.file.str.endswith(lib.name)
               & (bad.line == marked_line(lib, "# LIBSITE"))]
     assert len(hit) == 1, (wait, table(bad))

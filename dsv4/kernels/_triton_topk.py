@@ -76,9 +76,10 @@ def _counts3(key, thr, s):
 
 
 @triton.jit
-def _place(key, o, n, thr, need, written, eq_seen, vr, ir):
+def _place(key, o, n, thr, need, written, eq_seen, vr, ir, MORE: tl.constexpr):
     """Writes one piece's keys > thr and its keys == thr still needed (index order) after `written`
-    outputs and `eq_seen` keys == thr in the pieces before; returns both, updated."""
+    outputs and `eq_seen` keys == thr in the pieces before; returns both, updated when MORE pieces
+    may follow (else unchanged: a block-wide sum saved)."""
     valid = o < n
     gt = (key > thr) & valid
     eq = (key == thr) & valid
@@ -90,9 +91,11 @@ def _place(key, o, n, thr, need, written, eq_seen, vr, ir):
     slot = written + n_gt + tl.minimum(n_eq, need) - tl.minimum(eq_seen, need) - 1
     tl.store(vr + slot, _value(key), mask=sel)
     tl.store(ir + slot, o.to(tl.int64), mask=sel)
-    tot = tl.sum(both, axis=0)
-    written += (tot & 0xFFFF) + tl.minimum((tot >> 16) + eq_seen, need) - tl.minimum(eq_seen, need)
-    return written, eq_seen + (tot >> 16)
+    if MORE:
+        tot = tl.sum(both, axis=0)
+        written += (tot & 0xFFFF) + tl.minimum((tot >> 16) + eq_seen, need) - tl.minimum(eq_seen, need)
+        eq_seen += tot >> 16
+    return written, eq_seen
 
 
 @triton.jit(do_not_specialize=["k"])
@@ -138,9 +141,10 @@ def _topk_select_kernel(x_ptr, v_ptr, i_ptr, n, k, BLOCK: tl.constexpr, NCHUNK: 
         o = c * BLOCK + offs
         if NCHUNK != 1:
             key = _keys(xr, o, n)
-        written, eq_seen = _place(key, o, n, thr, need, written, eq_seen, v_ptr + row * k, i_ptr + row * k)
+        written, eq_seen = _place(key, o, n, thr, need, written, eq_seen, v_ptr + row * k, i_ptr + row * k,
+                                  NCHUNK != 1 or TAIL > 0)
     if TAIL > 0:
-        _place(tkey, toffs, n, thr, need, written, eq_seen, v_ptr + row * k, i_ptr + row * k)
+        _place(tkey, toffs, n, thr, need, written, eq_seen, v_ptr + row * k, i_ptr + row * k, False)
 
 
 def launch_config(n: int, k: int) -> tuple[str, int, int, int, int]:

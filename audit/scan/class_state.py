@@ -53,3 +53,12 @@ def class_state(cls: type) -> dict:
             for name, fp in state._cells(fn):
                 out[(f"<closure {fn.__qualname__}>", name)] = fp
     return out
+
+
+def snapshot(objects, modules) -> dict:
+    """state.snapshot of the objects and modules, plus the state of their classes and of the classes
+    the modules define."""
+    snap = state.snapshot(objects, modules)
+    for cls in user_classes(objects, modules):
+        snap.update(class_state(cls))
+    return snap

@@ -6,9 +6,10 @@
   operator or attribute of the same kind, at the same rank, in the traced function's source (FILE,
   the def at LINE), so the site is the line the user wrote.
 - A `torch.jit.script` function (or a scripted module's method) runs in the TorchScript interpreter: no
-  Python frame at all, so the ops inside it land on the line that called it. While one runs (its `__call__` is wrapped during the
-  audited steps), each op is matched to the graph node of the same aten name, at the same rank in
-  this call, and the node's source range gives the line (`n = int(live.sum())`).
+  Python frame at all, so the ops inside it would land on the line that called it. While one runs
+  (its `__call__` is wrapped during the audited steps), each op is matched to the graph node of the
+  same aten name, at the same rank in this call, and the node's source range gives the line
+  (`n = int(live.sum())`).
 """
 
 from __future__ import annotations

@@ -243,7 +243,8 @@ def installed_modules(files: set) -> list[tuple[str, types.ModuleType]]:
 
 
 def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.ModuleType]]) -> dict:
-    """(owner path, attribute) -> fingerprint, for reachable objects and user-module globals."""
+    """(owner path, attribute) -> fingerprint, for reachable objects and user-module globals (their
+    classes' state: class_state.snapshot)."""
     snap = {}
     for path, obj in objects:
         for k, fp in _attrs(obj):
@@ -263,10 +264,6 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
                 snap[(f"<module {name}>", k)] = fingerprint(v.get("<unset>"))
             elif _is_user_object(v):  # a global metrics / config object: its attributes
                 snap.update(((f"<module {name}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
-    from audit.scan import class_state  # it reads this module's helpers
-
-    for cls in class_state.user_classes(objects, modules):
-        snap.update(class_state.class_state(cls))
     return snap
 
 

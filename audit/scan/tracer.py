@@ -32,7 +32,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import compiled_frames, cpu_cuda, hooks, state, threads
+from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, state, threads
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -261,7 +261,7 @@ class Tracer:
         """Audits everything run inside: dispatch mode, host-read patches, module hooks, setattr."""
         if not self.trace.objects:
             self._discover()
-        before = state.snapshot(self.trace.objects, self._modules_state)
+        before = class_state.snapshot(self.trace.objects, self._modules_state)
         self.trace.held.append({self._meta(t).sid for _, t in state.tensor_attrs(self.trace.objects)})
         self._step, self._records, self._produced, self._modstack = k, [], set(), []
         self._thread = threading.get_ident()
@@ -295,7 +295,7 @@ class Tracer:
             self.trace.seconds += time.perf_counter() - t0
             self._step, self._thread = -1, None
             self._wlog = None
-            self.trace.changes.append(state.diff(before, state.snapshot(self.trace.objects, self._modules_state)))
+            self.trace.changes.append(state.diff(before, class_state.snapshot(self.trace.objects, self._modules_state)))
             self._add_ran_library_modules()
 
     def _add_ran_library_modules(self) -> None:

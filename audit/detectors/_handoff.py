@@ -14,7 +14,7 @@ import inspect
 
 from audit.detectors import _mutations
 from audit.detectors._source import tree
-from audit.scan import state
+from audit.scan import loaded
 
 
 def resolve(filename: str, func: ast.expr):
@@ -22,7 +22,7 @@ def resolve(filename: str, func: ast.expr):
     (None when it is neither form, or the module is not loaded)."""
     chain = [func.id] if isinstance(func, ast.Name) else \
         [func.value.id, func.attr] if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
-    mod = next((m for _, m in state.loaded_modules() if getattr(m, "__file__", None) == filename), None)
+    mod = next((m for _, m in loaded.loaded_modules() if getattr(m, "__file__", None) == filename), None)
     if not chain or mod is None:
         return None
     obj = mod

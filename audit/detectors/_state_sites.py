@@ -12,8 +12,13 @@ import sys
 import types
 
 from audit.detectors import _mutations
-from audit.scan import state
+from audit.scan import loaded, state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
+
+
+def code_span(code) -> tuple[int, int]:
+    """(first, last) source line of a code object."""
+    return code.co_firstlineno, max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno)
 
 
 def object_at(ctx, path: str):
@@ -38,7 +43,7 @@ def generator_sites(ctx, change) -> list:
     before, after = (dict(_GEN_LOCAL.findall(str(v[1]).partition(": ")[2])) if whole_state_fp(v) else {}
                      for v in (change.before, change.after))
     code = gen.gi_code
-    span = (code.co_firstlineno, max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno))
+    span = code_span(code)
     names = [k for k in dict.fromkeys([*before, *after]) if before.get(k) != after.get(k)]
     first = _first_yield(code)
     return [(code.co_filename, line, fn) for k in names
@@ -91,7 +96,7 @@ def closure_functions(ctx, owner: str) -> list:
     qual = owner[len("<closure "):-1]
     seen, out = set(), []
     cands = [fn for _, obj in ctx.trace.objects for fn in state._functions(obj)]
-    cands += [v for name, m in state.loaded_modules() if name.split(".")[0] not in sys.stdlib_module_names
+    cands += [v for name, m in loaded.loaded_modules() if name.split(".")[0] not in sys.stdlib_module_names
               and getattr(m, "__file__", None) and frame_kind(m.__file__, ctx.trace.roots) != HIDDEN
               for v in list(vars(m).values()) if isinstance(v, types.FunctionType)]
     for fn in cands:
@@ -139,7 +144,8 @@ def caller_of(ctx, site, step: int):
 
 
 def _holds(code, line: int) -> bool:
-    return code.co_firstlineno <= line <= max((ln for *_, ln in code.co_lines() if ln), default=line)
+    first, last = code_span(code)
+    return first <= line <= last
 
 
 def generated_sites(ctx, change, own_files: set, ran: set) -> list:
@@ -149,12 +155,11 @@ def generated_sites(ctx, change, own_files: set, ran: set) -> list:
     fns = list(state.GENERATED.get(change.owner, {}).values())
     code = fns[0].__code__ if fns else None
     if code is not None and linecache.getlines(code.co_filename):
-        last = max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno)
         return [(code.co_filename, line, f) for line, f in _mutations.mutation_sites(
-            code.co_filename, change.attr.split(".")[0].split("[")[0], (code.co_firstlineno, last), global_name=True)]
+            code.co_filename, change.attr.split(".")[0].split("[")[0], code_span(code), global_name=True)]
     held = {id(fn) for fn in fns}
     names = {k for _, obj in ctx.trace.objects for k, v in list(getattr(obj, "__dict__", {}).items()) if id(v) in held}
-    names |= {k for _, m in state.loaded_modules() if getattr(m, "__file__", None) in own_files
+    names |= {k for _, m in loaded.loaded_modules() if getattr(m, "__file__", None) in own_files
               for k, v in list(vars(m).items()) if id(v) in held}
     hits = []
     for f in sorted(own_files):

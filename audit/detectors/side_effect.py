@@ -19,11 +19,12 @@ import sys
 from collections import defaultdict
 
 from audit.detectors import _handoff, _implicit, _mutations, _source, register
-from audit.detectors._state_sites import (caller_of, closure_functions, generated_sites, generator_sites, hook_caller,
-                                          object_at, state_fps, tensor_slot_line, unchanged_slot_line, whole_state_fp)
+from audit.detectors._state_sites import (caller_of, closure_functions, code_span, generated_sites, generator_sites,
+                                          hook_caller, object_at, state_fps, tensor_slot_line, unchanged_slot_line,
+                                          whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines
-from audit.scan import class_state, state
+from audit.scan import class_state, loaded, state
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
@@ -116,8 +117,7 @@ def _library_spans(ctx, step: int) -> list:
         for code, _ in r.stack:
             if ctx.trace.is_own(code) or frame_kind(code.co_filename, ctx.trace.roots) != LIBRARY:
                 continue
-            last = max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno)
-            spans[(code.co_filename, code.co_firstlineno)] = (code.co_filename, (code.co_firstlineno, last), False)
+            spans[(code.co_filename, code.co_firstlineno)] = (code.co_filename, code_span(code), False)
     return [spans[k] for k in sorted(spans)]
 
 
@@ -125,15 +125,13 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
     """(file, span, global-name) to search for the change's statements, and the owner's class name
     (`queue.Queue`) when none of its classes is in the user's files (else "")."""
     if change.owner.startswith("<module "):
-        mod = state.module_named(change.owner[8:-1])
+        mod = loaded.module_named(change.owner[8:-1])
         obj = _global_object(mod, change.attr) if mod is not None and "." in change.attr else None
         return [(getattr(mod, "__file__", None), None, True)], _foreign_class(ctx, obj)
     if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran,
         files = [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
         for fn in closure_functions(ctx, change.owner):  # or in the closure's own function (a library hook's)
-            code = fn.__code__
-            last = max((ln for *_, ln in code.co_lines() if ln), default=code.co_firstlineno)
-            files.append((code.co_filename, (code.co_firstlineno, last), True))
+            files.append((fn.__code__.co_filename, code_span(fn.__code__), True))
         return list(dict.fromkeys(files)), ""
     if change.owner.startswith("<class "):  # `cls.instances += 1`: in the class, its bases or its metaclass
         cls = class_state.CLASSES.get(change.owner)
@@ -197,7 +195,7 @@ def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str, set]:
     the files of the step's own code and of the object that holds it, from the attribute holding it.
     Calls in functions that ran come first. Also the names of the methods called."""
     module = change.owner.startswith("<module ")
-    holder, files = (_head(change.attr), [getattr(state.module_named(change.owner[8:-1]), "__file__", None)]) \
+    holder, files = (_head(change.attr), [getattr(loaded.module_named(change.owner[8:-1]), "__file__", None)]) \
         if module else _holder(ctx, change.owner)
     if not holder:
         return [], "", set()

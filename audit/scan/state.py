@@ -22,7 +22,7 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN
 from audit.scan.fingerprint import fp as fingerprint
-from audit.scan.loaded import loaded_modules, loose_modules, module_named, note_globals  # noqa: F401 - re-exported
+from audit.scan.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
 

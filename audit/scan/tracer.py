@@ -32,7 +32,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, state, threads
+from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, loaded, state, threads
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -97,7 +97,7 @@ class Tracer:
                 ent = cache[id(code)] = (code, frame_kind(code.co_filename, self._roots))
                 self.trace.codes[id(code)] = ent  # keeps the code alive: its id stays unique
                 if ent[1] != HIDDEN:  # a module loaded by path, outside sys.modules: its globals are state
-                    state.note_globals(frame.f_globals)
+                    loaded.note_globals(frame.f_globals)
             if ent[1] != HIDDEN:
                 out.append((code, frame.f_lineno))
             elif (fx := compiled_frames.fx_site(code, frame.f_lineno)) is not None:  # a GraphModule's forward
@@ -306,7 +306,7 @@ class Tracer:
         files = {code.co_filename for r in self._records for code, _ in r.stack
                  if self.trace.codes.get(id(code), (None, HIDDEN))[1] == LIBRARY}
         have = {id(m) for _, m in self._modules_state}
-        for name, mod in state.loose_modules():  # own code loaded by path, first run this step
+        for name, mod in loaded.loose_modules():  # own code loaded by path, first run this step
             if id(mod) not in have and self.is_user(mod.__file__):
                 have.add(id(mod))
                 self._modules_state.append((name, mod))

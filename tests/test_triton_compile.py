@@ -36,6 +36,24 @@ def test_entry_kernel_compiles_for_sm90(hd, rounding, out):
     _compile(E._entry_kernel, types, dict(M=4, PDL=True, **E.finish_args(hd, 64, rounding)))
 
 
+@pytest.mark.parametrize("rounding", ["kv", "none"])
+def test_attention_entry_kernel_compiles_for_sm90(rounding):
+    from dsv4.kernels import _triton_entry as E, _triton_qkv as Q
+
+    types = dict(q_ptr="*bf16", kv_ptr="*bf16", w_ptr="*bf16", cos_ptr="*fp32", sin_ptr="*fp32", pos_ptr="*i64",
+                 qo_ptr="*bf16", win_ptr="*bf16", D="i32", W="i32", inv_d="fp32", q_eps="fp32", kv_eps="fp32",
+                 sqb="i32", skb="i32", sob="i32", soh="i32", swb="i32", sws="i32")
+    _compile(Q._qkv_kernel, types, dict(H=64, PDL=True, **E.finish_args(512, 64, rounding)))
+
+
+@pytest.mark.parametrize("block", [32, 256])
+def test_gate_kernel_compiles_for_sm90(block):
+    from dsv4.kernels import _triton_gate as G
+
+    types = dict(l_ptr="*fp32", b_ptr="*fp32", w_ptr="*fp32", i_ptr="*i64", E="i32", k="i32", route_scale="fp32")
+    _compile(G._gate_kernel, types, dict(BLOCK=block, PDL=True))
+
+
 @pytest.mark.parametrize("ratio,overlap,hd,rounding", [(4, True, 512, "kv"), (4, True, 128, "index"),
                                                       (128, False, 512, "kv")])
 def test_token_kernel_compiles_for_sm90(ratio, overlap, hd, rounding):

@@ -56,13 +56,26 @@ class StaticAttention:
             self.topk = min(attn.indexer.topk, n) if attn.indexer is not None else 0
 
     def project(self, x: torch.Tensor, pos: torch.Tensor):
+        """attn.project; where one launch finishes q and the window key (`one_launch_entry`), the projections
+        alone: `attend` finishes them."""
+        if self.one_launch_entry(x):
+            return self.attn.project_linear(x)
         return self.attn.project(x, pos.view(1))
+
+    def one_launch_entry(self, x: torch.Tensor) -> bool:
+        return kernels.attention_entry_applies(x, self.attn.cache.window, x.shape[0])
 
     def attend(self, x: torch.Tensor, q: torch.Tensor, kv: torch.Tensor, qr: torch.Tensor,
                pos: torch.Tensor) -> torch.Tensor:
         """Cache updates + sparse attention -> o [B,1,H,D], rotated back by the inverse RoPE."""
         a, cache, W = self.attn, self.attn.cache, self.cfg.window_size
-        write_slot(cache.window, (pos % W).view(1), kv[:, 0])
+        cos, sin = rope_angles(pos.view(1), a.freqs)  # the query position's; the kernels may rotate o back too
+        if self.one_launch_entry(x):  # q and kv as projected: finished here, the key written into its slot
+            q = kernels.attention_entry(q[:, 0], kv[:, 0], a.kv_norm.weight, cos[0], sin[0], pos, cache.window,
+                                        self.cfg.norm_eps, a.kv_norm.eps,
+                                        "kv" if self.cfg.simulate_quant else "none")[:, None]
+        else:
+            write_slot(cache.window, (pos % W).view(1), kv[:, 0])
         masks = [(self.window_slots <= pos).expand(x.shape[0], 1, W)]
         comp = sel = None
         if a.ratio:
@@ -73,7 +86,6 @@ class StaticAttention:
                 sel, comp_mask = self.select(x, qr, pos, visible)
             masks.append(comp_mask)
         mask = torch.cat(masks, 2)
-        cos, sin = rope_angles(pos.view(1), a.freqs)  # the kernels may rotate o back in their last launch
         o = kernels.sparse_attention(q, cache.window, mask, a.attn_sink, a.scale, self.cfg.act_dtype,
                                      unrope=(cos[0], sin[0]), comp=comp, sel=sel)
         if o is not None:

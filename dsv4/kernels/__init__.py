@@ -26,7 +26,7 @@ import torch
 
 __all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel",
            "bf16_dense_gemv", "hc_mix_sums", "hc_comb", "sparse_attention", "sinkhorn", "compress_entry",
-           "compress_token", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "pdl"]
+           "compress_token", "attention_entry", "moe_gate", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "pdl"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
 MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM
@@ -104,7 +104,8 @@ def fp8_gemv(x, weight, scale, out=None):
 # passed its GPU tests but has not been timed: off until it is.
 LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {
     "MIXES": (None, 8), "ATTN": (None, None), "ATTN_ROPE": (None, None), "ENTRY": (None, None),
-    "COMB": (None, 8), "TOKEN": (None, None)}
+    "COMB": (None, 8), "TOKEN": (None, None), "QKV": (None, None),
+    "GATE": (None, None)}
 
 
 def _off(name: str, rows: int) -> bool:
@@ -297,6 +298,36 @@ def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor
     cos, sin = rope_angles((pos // ratio) * ratio, freqs)  # the block's position
     ops.compress_token(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps, rounding)
     return True
+
+
+def attention_entry(q: torch.Tensor, kv: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                    pos: torch.Tensor, window: torch.Tensor, q_eps: float, kv_eps: float, rounding: str) -> torch.Tensor:
+    """ops/attention.attention_entry_ref in one launch (dsv4/kernels/_triton_qkv.py): q [B, H * D] -> [B, H, D],
+    the key finished into the window slot. Call it where `attention_entry_applies` said so."""
+    from dsv4.kernels import ops
+
+    return ops.attention_entry(q, kv, weight, cos, sin, pos, window, q_eps, kv_eps, rounding)
+
+
+def attention_entry_applies(x: torch.Tensor, window: torch.Tensor, rows: int) -> bool:
+    """Whether decode finishes its q and window key in one launch (attention_entry): bf16 on CUDA at a
+    step of `rows` rows, on by LAYER_KERNEL_ROWS; DSV4_TRITON_QKV=0 keeps the torch ops."""
+    return (_applies(x) and x.dtype == torch.bfloat16 and window.dtype == torch.bfloat16
+            and not _off("QKV", rows))
+
+
+def moe_gate(logits: torch.Tensor, bias: torch.Tensor, k: int, route_scale: float) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A learned gate's (weights, indices) from its fp32 logits [..., E] in one launch (dsv4/kernels/_triton_gate.py;
+    picks in index order), or None to use the torch ops. On by LAYER_KERNEL_ROWS; DSV4_TRITON_GATE=0 for torch."""
+    if not _applies(logits) or logits.dtype != torch.float32 or logits.dim() < 1:
+        return None
+    flat = logits.reshape(-1, logits.shape[-1])
+    if _off("GATE", flat.shape[0]):
+        return None
+    from dsv4.kernels import ops
+
+    w, idx = ops.moe_gate(flat, bias.float(), k, route_scale)
+    return w.view(*logits.shape[:-1], k), idx.view(*logits.shape[:-1], k)
 
 
 def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor] | None:

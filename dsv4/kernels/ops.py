@@ -17,9 +17,10 @@ from torch import Tensor
 from torch.library import custom_op
 
 from dsv4.ops import gemv as twins
+from dsv4.ops.gate import topk_index_order
 
 __all__ = ["triton_gemm", "settings", "rounds_in_kernel", "expert_rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "hc_mix_sums", "sparse_attention", "sinkhorn",
-           "topk"]
+           "topk", "moe_gate", "attention_entry"]
 
 _TRITON: list[bool] = []
 
@@ -190,6 +191,27 @@ def compress_token(kv_new: Tensor, z_new: Tensor, both: Tensor, pos: Tensor, out
     compress_token_ref(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps, rounding)
 
 
+@custom_op("dsv4::attention_entry", mutates_args=("window",))
+def attention_entry(q: Tensor, kv: Tensor, weight: Tensor, cos: Tensor, sin: Tensor, pos: Tensor, window: Tensor,
+                    q_eps: float, kv_eps: float, rounding: str) -> Tensor:
+    """The attention's q [B, H * D] finished (per-head RMS, RoPE) -> [B, H, D], and its key kv [B, D] finished
+    (norm, RoPE, rounding) into window[:, pos % W] (dsv4/ops/attention.attention_entry_ref); one Triton
+    launch on CUDA."""
+    if q.is_cuda and _triton():
+        from dsv4.kernels import _triton_qkv
+
+        if _triton_qkv.applies(q, kv, window, 2 * cos.numel(), rounding):
+            return _triton_qkv.attention_entry(q, kv, weight, cos, sin, pos, window, q_eps, kv_eps, rounding)
+    from dsv4.ops.attention import attention_entry_ref
+
+    return attention_entry_ref(q, kv, weight, cos, sin, pos, window, q_eps, kv_eps, rounding)
+
+
+@attention_entry.register_fake
+def _(q, kv, weight, cos, sin, pos, window, q_eps, kv_eps, rounding):
+    return q.new_empty(q.shape[0], q.shape[1] // kv.shape[1], kv.shape[1])
+
+
 @custom_op("dsv4::hc_mix_sums", mutates_args=())
 def hc_mix_sums(x: Tensor, fn: Tensor) -> Tensor:
     """mHC mixes before the RMS scale: x [T, K] (the flattened streams) -> fp32 [T, J + 1] holding
@@ -243,7 +265,7 @@ def topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
         from dsv4.kernels import _triton_topk
 
         return _triton_topk.topk(x, k)
-    return _topk_ref(x, k)
+    return topk_index_order(x, k)
 
 
 @topk.register_fake
@@ -251,10 +273,23 @@ def _(x, k):
     return x.new_empty((x.shape[0], k), dtype=torch.float32), x.new_empty((x.shape[0], k), dtype=torch.int64)
 
 
-def _topk_ref(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The kernel's semantics in torch: a stable descending sort keeps the lowest indices among ties."""
-    idx = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :k].sort(dim=-1).values
-    return x.gather(-1, idx), idx
+@custom_op("dsv4::moe_gate", mutates_args=())
+def moe_gate(logits: Tensor, bias: Tensor, k: int, route_scale: float) -> tuple[Tensor, Tensor]:
+    """A learned MoE gate's routing from its fp32 logits [N, E] -> (weights [N, k] fp32, indices [N, k] int64),
+    picks in index order (dsv4/ops/gate.moe_gate_ref); one Triton launch on CUDA."""
+    if logits.is_cuda and _triton():
+        from dsv4.kernels import _triton_gate
+
+        if _triton_gate.applies(logits, bias, k):
+            return _triton_gate.moe_gate(logits, bias, k, route_scale)
+    from dsv4.ops.gate import moe_gate_ref
+
+    return moe_gate_ref(logits, bias, k, route_scale)
+
+
+@moe_gate.register_fake
+def _(logits, bias, k, route_scale):
+    return logits.new_empty((logits.shape[0], k)), logits.new_empty((logits.shape[0], k), dtype=torch.int64)
 
 
 # rows from which the Triton tensor-core GEMMs replace the CuTe GEMVs, per kind (H200, flash shapes,

@@ -22,8 +22,7 @@ from dsv4.layers.indexer import Indexer
 from dsv4.layers.linear import Linear, no_reduce, rows_forward
 from dsv4.layers.norm import RMSNorm
 from dsv4.layers.rope import apply_rope, rope_angles, rope_frequencies
-from dsv4.ops.attention import sparse_attention_ref
-from dsv4.ops.kvquant import round_kv
+from dsv4.ops.attention import finish_qkv, sparse_attention_ref
 
 PREFILL_CHUNK = 256  # queries per attention chunk: bounds the [B, chunk, H, keys] logits
 
@@ -66,16 +65,17 @@ class Attention(nn.Module):
     # ------------------------------------------------------------ shared pieces
     def project(self, x: torch.Tensor, pos: torch.Tensor):
         """Queries [B,T,H,D] (per-head RMS, roped), window KV [B,T,D] (roped, rounded), q latent."""
+        q, kv, qr = self.project_linear(x)
+        cos, sin = rope_angles(pos, self.freqs)
+        q, kv = finish_qkv(q.unflatten(-1, (self.n_heads, self.head_dim)), kv, self.kv_norm.weight, cos, sin,
+                           self.cfg.norm_eps, self.kv_norm.eps, "kv" if self.cfg.simulate_quant else "none")
+        return q, kv, qr
+
+    def project_linear(self, x: torch.Tensor):
+        """The projections alone: q [B,T,H*D] before its RMS and RoPE, kv [B,T,D] before its norm, q latent."""
         qa, kv = rows_forward(self, ("wq_a", "wkv"), x)  # one GEMV when the decoder stacked them
         qr = self.q_norm(qa)
-        q = self.wq_b(qr).unflatten(-1, (self.n_heads, self.head_dim))
-        q = q * torch.rsqrt(q.square().mean(-1, keepdim=True) + self.cfg.norm_eps)  # in q's dtype, as released
-        cos, sin = rope_angles(pos, self.freqs)
-        q = apply_rope(q, cos.unsqueeze(-2), sin.unsqueeze(-2))
-        kv = apply_rope(self.kv_norm(kv), cos, sin)
-        if self.cfg.simulate_quant:
-            kv = round_kv(kv, self.cfg.rope_head_dim)
-        return q, kv, qr
+        return self.wq_b(qr), kv, qr
 
     def output(self, o: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Inverse RoPE at the query position, block-diagonal wo_a per group, then wo_b."""

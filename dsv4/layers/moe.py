@@ -17,6 +17,7 @@ from torch import nn
 from dsv4 import kernels
 from dsv4.config import ModelConfig
 from dsv4.layers.linear import Linear, no_reduce, rows_forward
+from dsv4.ops.gate import gate_scores, normalized
 
 
 class Gate(nn.Module):
@@ -36,15 +37,18 @@ class Gate(nn.Module):
         logits = kernels.bf16_dense_gemv(x.float(), self.weight)
         if logits is None:
             logits = x.float() @ self.weight.float().t()
-        scores = torch.sqrt(F.softplus(logits))
+        if not self.hash:
+            routed = kernels.moe_gate(logits, self.bias, self.topk, self.route_scale)  # one launch, or None
+            if routed is not None:
+                return routed
+        scores = gate_scores(logits)
         if self.hash:
             idx = self.tid2eid[ids]
         else:
             biased = scores + self.bias.float()
             top = kernels.topk(biased, self.topk)  # one Triton launch (index order), or None: torch.topk
             idx = top[1] if top is not None else biased.topk(self.topk, dim=-1).indices
-        w = scores.gather(-1, idx)
-        return w / w.sum(-1, keepdim=True) * self.route_scale, idx
+        return normalized(scores, idx, self.route_scale), idx
 
 
 class Expert(nn.Module):

@@ -32,3 +32,33 @@ def window_then_entries(window: torch.Tensor, comp: torch.Tensor | None, sel: to
     if sel is not None:
         comp = comp.gather(1, sel.unsqueeze(-1).expand(-1, -1, comp.shape[-1]))
     return torch.cat((window, comp), 1)
+
+
+def finish_qkv(q: torch.Tensor, kv: torch.Tensor, kv_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+               q_eps: float, kv_eps: float, rounding: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The projections' outputs finished: q [..., H, D] scaled by its per-head RMS in q's dtype (as released:
+    each op rounds), kv [..., D] RMS-normed with kv_weight in fp32, both RoPE'd (cos, sin broadcast over
+    the leading dims of kv; over the heads for q), kv rounded as round_kv ("kv") or not ("none")."""
+    from dsv4.layers.norm import rms
+    from dsv4.layers.rope import apply_rope
+    from dsv4.ops.kvquant import round_kv
+
+    q = q * torch.rsqrt(q.square().mean(-1, keepdim=True) + q_eps)
+    q = apply_rope(q, cos.unsqueeze(-2), sin.unsqueeze(-2))
+    kv = apply_rope((rms(kv, kv_eps) * kv_weight.float()).to(kv.dtype), cos, sin)
+    if rounding == "kv":
+        kv = round_kv(kv, 2 * cos.shape[-1])
+    return q, kv
+
+
+def attention_entry_ref(q: torch.Tensor, kv: torch.Tensor, kv_weight: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, pos: torch.Tensor, window: torch.Tensor, q_eps: float, kv_eps: float,
+                        rounding: str) -> torch.Tensor:
+    """Decode's finish_qkv with the window write: q [B, H * D] -> [B, H, D]; kv [B, D] finished into
+    window[:, pos % W] (cos, sin [rd / 2] of the query position): the twin of the one-launch kernel
+    (dsv4/kernels/_triton_qkv.py)."""
+    from dsv4.cache import write_slot
+
+    q, kv = finish_qkv(q.unflatten(-1, (-1, kv.shape[-1])), kv, kv_weight, cos, sin, q_eps, kv_eps, rounding)
+    write_slot(window, (pos % window.shape[1]).view(1), kv)
+    return q

@@ -306,7 +306,7 @@ def test_full_rows_are_profiled_only_after_every_row_is_timed(monkeypatch):
     contexts = sorted(random.sample(range(16, 200), 2))
     modes = ("eager", "full", "compile")
     res = bench_run.bench("tiny", modes=modes, steps=2, batches=(1, 2), contexts=contexts, device="cuda",
-                          kernels=False)
+                          kernels=False, isolate=False)  # in one process (tests/test_bench_isolate.py: one per group)
     kinds = [c[0] for c in calls]
     assert kinds == ["time"] * 12 + ["profile"] * 4, kinds  # every timing, then every profile
     profiled = {c[1:] for c in calls if c[0] == "profile"}

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("ratio,overlap,hd,rounding", [(4, True, 512, "kv"), (4, True, 128, "index"),
                                                       (128, False, 512, "kv")])
 def test_compress_token_kernel_follows_its_twin_and_replays(ratio, overlap, hd, rounding, rng):
-    """Step after step over two blocks: one launch per step; the state buffer bit for bit the twin's
+    """Step after step over two blocks, the gate logits raw with the ape rows added inside: one launch per step; the state buffer bit for bit the twin's
     (slot writes and the block shift are copies); the cache written only at a block's end and within
     one rounding step of the twin's; a captured step replayed at later positions equals the eager kernel
     (the block-end branch is read from the position on the device at replay)."""
@@ -34,10 +34,11 @@ def test_compress_token_kernel_follows_its_twin_and_replays(ratio, overlap, hd, 
     cos, sin = ang.cos(), ang.sin()
     news = [(torch.randn(B, C, generator=rng).cuda() * 2, torch.randn(B, C, generator=rng).cuda() * 3)
             for _ in range(2 * ratio)]
+    ape = torch.randn(ratio, C, generator=rng).cuda()  # the gate logits come raw, the kernel adds ape[pos % m]
     for p, (kvn, zn) in enumerate(news):
         pos, before = torch.tensor(p, device="cuda"), b.clone()
-        compress_token_ref(kvn, zn, sa.both, pos, a, w, cos, sin, ratio, overlap, 1e-6, rounding)
-        K.compress_token(kvn, zn, both, pos, b, w, cos, sin, ratio, overlap, 1e-6, rounding)
+        compress_token_ref(kvn, zn, sa.both, pos, a, w, cos, sin, ratio, overlap, 1e-6, rounding, ape)
+        K.compress_token(kvn, zn, both, pos, b, w, cos, sin, ratio, overlap, 1e-6, rounding, ape)
         assert torch.equal(sa.both, both), p
         assert torch.equal(b, before) == ((p + 1) % ratio != 0), p
         close_entries(a, b, rounding, p)
@@ -52,11 +53,11 @@ def test_compress_token_kernel_follows_its_twin_and_replays(ratio, overlap, hd, 
     e_state, e_out = sa.both.clone(), a.clone()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        K.compress_token(kvs, zs, g_state, pos, g_out, w, cos, sin, ratio, overlap, 1e-6, rounding)
+        K.compress_token(kvs, zs, g_state, pos, g_out, w, cos, sin, ratio, overlap, 1e-6, rounding, ape)
     for p in range(ratio - 2, ratio + 2):  # through a block's end
         pos.fill_(p)
         kvs.copy_(news[p][0])
         zs.copy_(news[p][1])
         g.replay()
-        K.compress_token(kvs, zs, e_state, pos, e_out, w, cos, sin, ratio, overlap, 1e-6, rounding)
+        K.compress_token(kvs, zs, e_state, pos, e_out, w, cos, sin, ratio, overlap, 1e-6, rounding, ape)
         assert torch.equal(g_state, e_state) and torch.equal(g_out, e_out), p

@@ -46,6 +46,13 @@ def test_attention_entry_kernel_compiles_for_sm90(rounding):
     _compile(Q._qkv_kernel, types, dict(H=64, PDL=True, **E.finish_args(512, 64, rounding)))
 
 
+def test_index_query_kernel_compiles_for_sm90():
+    from dsv4.kernels import _triton_qkv as Q
+
+    types = dict(q_ptr="*fp32", cos_ptr="*fp32", sin_ptr="*fp32", o_ptr="*bf16", sqb="i32", sob="i32", soh="i32")
+    _compile(Q._index_q_kernel, types, dict(D=128, RD=64, LOG=7, IB=32, HSCALE=128 ** -0.5, PDL=True))
+
+
 @pytest.mark.parametrize("block", [32, 256])
 def test_gate_kernel_compiles_for_sm90(block):
     from dsv4.kernels import _triton_gate as G
@@ -61,11 +68,11 @@ def test_token_kernel_compiles_for_sm90(ratio, overlap, hd, rounding):
 
     from dsv4.kernels import _triton_entry as E, _triton_token as T
 
-    types = dict(kvn_ptr="*fp32", zn_ptr="*fp32", st_ptr="*fp32", pos_ptr="*i64", pool_ptr="*fp32", w_ptr="*bf16",
-                 cos_ptr="*fp32", sin_ptr="*fp32", out_ptr="*bf16", HD="i32", C="i32", eps="fp32", skn="i32",
-                 szn="i32", sb="i32", ss="i32", sob="i32", sos="i32")
+    types = dict(kvn_ptr="*fp32", zn_ptr="*fp32", ape_ptr="*fp32", st_ptr="*fp32", pos_ptr="*i64", pool_ptr="*fp32",
+                 w_ptr="*bf16", cos_ptr="*fp32", sin_ptr="*fp32", out_ptr="*bf16", HD="i32", C="i32", eps="fp32",
+                 skn="i32", szn="i32", sape="i32", sb="i32", ss="i32", sob="i32", sos="i32")
     rows, C = (2 * ratio, 2 * hd) if overlap else (ratio, hd)
-    consts = dict(M=ratio, R=rows, OVERLAP=overlap, CB=triton.next_power_of_2(C),
+    consts = dict(M=ratio, R=rows, OVERLAP=overlap, APE=True, CB=triton.next_power_of_2(C),
                   BC=min(triton.next_power_of_2(hd), max(16, T.TILE // rows)), PDL=True, **E.finish_args(hd, 64, rounding))
     _compile(T._token_kernel, types, consts)
 

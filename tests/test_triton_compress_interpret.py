@@ -96,7 +96,8 @@ def test_compress_token_kernel_is_the_twin_over_blocks():
     token's slot, the overlapping block's shift) bit for bit the twin's, and the cache written only at each
     block's end, equal to the twin's up to rare one-step rounding moves (the pooling's and the norm's fp32
     sum orders); overlapping ratio 4 with the KV and the index roundings, non-overlapping ratios 16 and 8
-    (the last with a float32 cache, as the float32 mode has)."""
+    (the last with a float32 cache, as the float32 mode has); the gate logits given raw with the ape rows
+    to add (all but the last case)."""
     _interpret('''
         from dsv4.cache import CompressorState
         from dsv4.kernels import _triton_token as K
@@ -116,9 +117,13 @@ def test_compress_token_kernel_is_the_twin_over_blocks():
                 zn = torch.randn(B, C, generator=g) * 3
                 ang = torch.rand(rd // 2, generator=g) * 30
                 pos, before = torch.tensor(p), b.clone()
-                compress_token_ref(kvn, zn, sa.both, pos, a, w, ang.cos(), ang.sin(), ratio, overlap, 1e-6, rounding)
-                K.compress_token(kvn, zn, both, pos, b, w, ang.cos(), ang.sin(), ratio, overlap, 1e-6, rounding)
+                ape = None if rounding == "none" else torch.randn(ratio, C, generator=g)  # the projection's raw z
+                compress_token_ref(kvn, zn, sa.both, pos, a, w, ang.cos(), ang.sin(), ratio, overlap, 1e-6, rounding, ape)
+                K.compress_token(kvn, zn, both, pos, b, w, ang.cos(), ang.sin(), ratio, overlap, 1e-6, rounding, ape)
                 assert torch.equal(sa.both, both), (ratio, rounding, p)
+                if ape is not None:  # the slot holds the logits with the ape row of the token's place
+                    slot = p % ratio + (ratio if overlap else 0)
+                    assert torch.equal(both[:, slot, 1], zn + ape[p % ratio]) or (overlap and (p + 1) % ratio == 0)
                 assert torch.equal(b, before) == ((p + 1) % ratio != 0), p  # written only when the block completes
                 close_entries(a, b, rounding, (ratio, rounding, p))
                 b = a.clone()

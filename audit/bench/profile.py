@@ -99,7 +99,7 @@ FAMILIES = (
     (r"^_bf16_gemv", "bf16 GEMV (Triton)"),
     (r"cutlass_fp8|^_fp8_gemm_kernel", "FP8 weights (CuTe GEMV, Triton GEMM)"),
     (r"cutlass_(nv)?fp4|^_experts_kernel|^_group_kernel", "FP4 experts (CuTe, Triton)"),
-    (r"^_(sinkhorn|comb|mix_sums|sparse_attention|topk_\w+|entry|token|qkv|gate)_kernel|^_split_(stats|out|sum)$",
+    (r"^_(sinkhorn|comb|mix_sums|sparse_attention|topk_\w+|entry|token|qkv|index_q|gate)_kernel|^_split_(stats|out|sum)$",
      "layer kernels (Triton: mHC, attention, top-k)"),
     (r"[Tt]op[Kk]|[Ss]ort", "top-k / sort"),
     (r"gemm|gemv|xmma|splitK|dot_kernel|cublas", "cuBLAS/CUTLASS GEMM"),

@@ -90,11 +90,13 @@ def weight_bytes_per_step(model, batch: int) -> int:
 def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,), contexts=None,
           device: str = "cuda", n_layers: int | None = None, dtype: str = "bfloat16", verify_steps: int = 8,
           seed: int = 0, progress=None, kernels: bool | None = None, fuse: bool = True,
-          on_row=None) -> BenchResult:
+          on_row=None, isolate: bool | None = None, layer_profile: bool = True) -> BenchResult:
     """Every (batch, context, mode) row; `kernels` None = on where CUDA is (the dsv4 switch otherwise);
     `contexts` None = 1024, or the longest the preset holds when that is less. `on_row(result)` is
     called after each row (the CLI saves the JSON there, so a run cut short keeps what it measured);
-    a row that raises is recorded with the error as its note and the run goes on."""
+    a row that raises is recorded with the error as its note and the run goes on. `isolate` None = each
+    (batch, context) group in a process of its own where CUDA is and there is more than one group
+    (audit/bench/isolate.py); `layer_profile`: the eager per-layer table (the first group's batch)."""
     import dsv4
 
     limit = dsv4.preset(preset).max_position_embeddings
@@ -115,14 +117,21 @@ def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,)
     if runtime["max_seq_len"] > limit:
         raise AuditError(f"context {max(contexts)} + {steps} steps does not fit {preset}'s "
                          f"{limit} positions; the longest context it takes is {limit - _capacity(0, steps)}")
+    groups = [(b, c) for c in contexts for b in batches]
+    if isolate or (isolate is None and cuda and len(groups) > 1):
+        from audit.bench.isolate import run_groups
+
+        return run_groups(groups, modes, dict(preset=preset, modes=modes, steps=steps, device=device, n_layers=n_layers,
+                                              dtype=dtype, verify_steps=verify_steps, seed=seed, kernels=kernels,
+                                              fuse=fuse), progress, on_row)
     with warnings.catch_warnings(record=True) as caught:  # library warnings go to the report, not the terminal
         warnings.simplefilter("default")
         return _measure(preset, modes, steps, batches, contexts, dev, dtype, verify_steps, seed, progress, kernels,
-                        fuse, on_row, runtime, caught)
+                        fuse, on_row, runtime, caught, layer_profile)
 
 
 def _measure(preset, modes, steps, batches, contexts, dev, dtype, verify_steps, seed, progress, kernels, fuse,
-             on_row, runtime, caught) -> BenchResult:
+             on_row, runtime, caught, layer_profile=True) -> BenchResult:
     import dsv4
 
     cuda = dev.type == "cuda"
@@ -136,7 +145,7 @@ def _measure(preset, modes, steps, batches, contexts, dev, dtype, verify_steps, 
         res.bytes_by_kind[str(b)] = weight_bytes_by_kind(model, b)
         res.weight_bytes[str(b)] = sum(res.bytes_by_kind[str(b)].values())
     with _kernels(use_kernels):
-        if cuda:
+        if cuda and layer_profile:
             res.per_layer = per_layer_profile(model, batches[0])
         for ctx in contexts:
             model.cfg.max_seq_len = _capacity(ctx, steps)  # each context gets a decoder sized for it

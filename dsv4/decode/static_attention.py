@@ -29,10 +29,11 @@ def compressor_step(comp: Compressor, x: torch.Tensor, pos: torch.Tensor, state:
     All of it is one launch on the GPU (DSV4_TRITON_TOKEN); else the entry's finish and write are one
     (DSV4_TRITON_ENTRY) after the state update and pooling in torch ops."""
     m = comp.ratio
-    kv, z = comp.project(x, pos.view(1))
+    kv, z = comp.project_raw(x)
     if kernels.compress_token(kv[:, 0], z[:, 0], state.both, pos, out, m, comp.overlap, comp.norm.weight,
-                              comp.norm.eps, comp.freqs, comp.rounding):
-        return  # the whole step in one launch
+                              comp.norm.eps, comp.freqs, comp.rounding, ape=comp.ape):
+        return  # the whole step in one launch, the ape added inside
+    z = z + comp.ape[pos.view(1) % m]  # what comp.project adds
     pooled = compress_step_both(kv[:, 0], z[:, 0], state.both, pos, m, comp.overlap)
     if kernels.compress_entry(pooled, pos, out, m, comp.norm.weight, comp.norm.eps, comp.freqs, comp.rounding):
         return  # finished and written in one launch
@@ -59,7 +60,7 @@ class StaticAttention:
         """attn.project; where one launch finishes q and the window key (`one_launch_entry`), the projections
         alone: `attend` finishes them."""
         if self.one_launch_entry(x):
-            return self.attn.project_linear(x)
+            return self.attn.project_linear(x, torch.float32)  # the kernel rounds q and kv as Linear would
         return self.attn.project(x, pos.view(1))
 
     def one_launch_entry(self, x: torch.Tensor) -> bool:

@@ -26,7 +26,7 @@ import torch
 
 __all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel",
            "bf16_dense_gemv", "hc_mix_sums", "hc_comb", "sparse_attention", "sinkhorn", "compress_entry",
-           "compress_token", "attention_entry", "moe_gate", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "pdl"]
+           "compress_token", "attention_entry", "index_query", "moe_gate", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "pdl"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
 MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM
@@ -105,7 +105,7 @@ def fp8_gemv(x, weight, scale, out=None):
 LAYER_KERNEL_ROWS: dict[str, tuple[int | None, int | None]] = {
     "MIXES": (None, 8), "ATTN": (None, None), "ATTN_ROPE": (None, None), "ENTRY": (None, None),
     "COMB": (None, 8), "TOKEN": (None, None), "QKV": (None, None),
-    "GATE": (None, None)}
+    "GATE": (None, None), "INDEXQ": (None, None)}
 
 
 def _off(name: str, rows: int) -> bool:
@@ -284,10 +284,11 @@ def compress_entry(pooled: torch.Tensor, pos: torch.Tensor, out: torch.Tensor, r
 
 def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor, pos: torch.Tensor,
                    out: torch.Tensor, ratio: int, overlap: bool, weight: torch.Tensor, eps: float,
-                   freqs: torch.Tensor, rounding: str) -> bool:
+                   freqs: torch.Tensor, rounding: str, ape: torch.Tensor | None = None) -> bool:
     """A compressor's whole graph-ready step in one launch (dsv4/kernels/_triton_token.py: the slot write,
     and where the block completes the pooling, shift, finish and cache write): True when it ran, False
-    to use the torch step and the entry kernel. On by LAYER_KERNEL_ROWS; DSV4_TRITON_TOKEN=0 for the others."""
+    to use the torch step and the entry kernel. With `ape` ([m, c*hd]) z_new is the projection's output and the
+    kernel adds ape's row pos % m. On by LAYER_KERNEL_ROWS; DSV4_TRITON_TOKEN=0 for the others."""
     if not _applies(out) or _off("TOKEN", out.shape[0]):
         return False
     from dsv4.kernels import _triton_token, ops
@@ -296,7 +297,7 @@ def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor
     if not _triton_token.applies(both, out, ratio, overlap, 2 * freqs.numel(), rounding):
         return False
     cos, sin = rope_angles((pos // ratio) * ratio, freqs)  # the block's position
-    ops.compress_token(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps, rounding)
+    ops.compress_token(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps, rounding, ape)
     return True
 
 
@@ -314,6 +315,20 @@ def attention_entry_applies(x: torch.Tensor, window: torch.Tensor, rows: int) ->
     step of `rows` rows, on by LAYER_KERNEL_ROWS; DSV4_TRITON_QKV=0 keeps the torch ops."""
     return (_applies(x) and x.dtype == torch.bfloat16 and window.dtype == torch.bfloat16
             and not _off("QKV", rows))
+
+
+def index_query(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """ops/attention.index_query_ref in one launch (dsv4/kernels/_triton_qkv.py): the indexer's decode queries from
+    the projection's fp32 output [B, H * hd] -> [B, H, hd]. Call it where `index_query_applies` said so."""
+    from dsv4.kernels import ops
+
+    return ops.index_query(q, cos, sin, head_dim, dtype)
+
+
+def index_query_applies(x: torch.Tensor, rows: int) -> bool:
+    """Whether the indexer's decode queries (RoPE and FP4 rounding) take one launch: bf16 on CUDA, on by
+    LAYER_KERNEL_ROWS; DSV4_TRITON_INDEXQ=0 keeps the torch ops."""
+    return _applies(x) and x.dtype == torch.bfloat16 and not _off("INDEXQ", rows)
 
 
 def moe_gate(logits: torch.Tensor, bias: torch.Tensor, k: int, route_scale: float) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -7,7 +7,8 @@ and the finish as the entry kernel (_triton_entry.py): ~4 launches per compresso
 pools every step although the entry is written only when the token completes its block (1 step in 4,
 or 1 in 128). Here one program per batch row:
 
-1. stores the token's kv and gate logits into its slot (always);
+1. stores the token's kv and gate logits (plus the ape row of its place in the block, when given: the
+   projection's output is passed as it comes) into its slot (always);
 2. when (pos + 1) % m == 0 (a uniform branch: the other steps end here): after a CTA barrier (the slot
    row is read back), pools per channel tile (softmax of the gate logits over the block's rows, times
    kv; ratio 4 reads the previous block's rows through channels [0, hd) and this block's through
@@ -33,9 +34,10 @@ TILE = 4096  # state elements per pooling tile (rows x channels) of each of kv a
 
 
 @triton.jit
-def _token_kernel(kvn_ptr, zn_ptr, st_ptr, pos_ptr, pool_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr,
-                  HD, C, eps, skn, szn, sb, ss, sob, sos,
-                  M: tl.constexpr, R: tl.constexpr, OVERLAP: tl.constexpr, CB: tl.constexpr, BC: tl.constexpr,
+def _token_kernel(kvn_ptr, zn_ptr, ape_ptr, st_ptr, pos_ptr, pool_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr,
+                  HD, C, eps, skn, szn, sape, sb, ss, sob, sos,
+                  M: tl.constexpr, R: tl.constexpr, OVERLAP: tl.constexpr, APE: tl.constexpr, CB: tl.constexpr,
+                  BC: tl.constexpr,
                   RD: tl.constexpr, ROUND: tl.constexpr, BLOCK: tl.constexpr, LOG: tl.constexpr, KB: tl.constexpr,
                   IB: tl.constexpr, HSCALE: tl.constexpr, PDL: tl.constexpr):
     pdl_wait(PDL)
@@ -48,7 +50,10 @@ def _token_kernel(kvn_ptr, zn_ptr, st_ptr, pos_ptr, pool_ptr, w_ptr, cos_ptr, si
     cc = tl.arange(0, CB)
     okc = cc < C
     tl.store(row + slot * ss + cc, tl.load(kvn_ptr + b * skn + cc, mask=okc), mask=okc)
-    tl.store(row + slot * ss + C + cc, tl.load(zn_ptr + b * szn + cc, mask=okc), mask=okc)
+    z_new = tl.load(zn_ptr + b * szn + cc, mask=okc)
+    if APE:  # the gate logits' absolute-position term of the token's row in its block
+        z_new += tl.load(ape_ptr + (pos % M) * sape + cc, mask=okc)
+    tl.store(row + slot * ss + C + cc, z_new, mask=okc)
     if (pos + 1) % M == 0:
         tl.debug_barrier()  # the slot row is read back by other threads
         r = tl.arange(0, R)
@@ -89,13 +94,13 @@ def applies(both: torch.Tensor, out: torch.Tensor, ratio: int, overlap: bool, ro
 
 def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor, pos: torch.Tensor,
                    out: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ratio: int,
-                   overlap: bool, eps: float, rounding: str) -> None:
+                   overlap: bool, eps: float, rounding: str, ape: torch.Tensor | None = None) -> None:
     """compress_token_ref in one launch on the current stream (state and cache written in place); cos, sin:
-    the RoPE angles of the block's position, [rd / 2] fp32."""
+    the RoPE angles of the block's position, [rd / 2] fp32; ape [m, c*hd] fp32 added to z_new's row pos % m."""
     rd = 2 * cos.numel()
     B, slots, _, C = both.shape
     if (not applies(both, out, ratio, overlap, rd, rounding) or sin.numel() != cos.numel()
-            or kv_new.shape != (B, C) or z_new.shape != (B, C)):
+            or kv_new.shape != (B, C) or z_new.shape != (B, C) or (ape is not None and ape.shape != (ratio, C))):
         raise ValueError(f"compress_token: state {tuple(both.shape)} {both.dtype}, new {tuple(kv_new.shape)}, "
                          f"out {tuple(out.shape)}, rd {rd}, rounding {rounding!r}")
     kv_new, z_new = (t if t.stride(-1) == 1 else t.contiguous() for t in (kv_new.float(), z_new.float()))
@@ -103,8 +108,8 @@ def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor
     scratch = torch.empty(B, hd, dtype=torch.float32, device=both.device)  # the pooled rows
     bc = min(triton.next_power_of_2(hd), max(16, TILE // slots))
     with torch.cuda.device(both.device) if both.is_cuda else contextlib.nullcontext():
-        _token_kernel[(B,)](kv_new, z_new, both, pos, scratch, weight.contiguous(), cos.float().contiguous(),
-                            sin.float().contiguous(), out, hd, C, eps, kv_new.stride(0), z_new.stride(0),
-                            both.stride(0), both.stride(1), out.stride(0), out.stride(1), M=ratio, R=slots,
-                            OVERLAP=overlap, CB=triton.next_power_of_2(C), BC=bc, **finish_args(hd, rd, rounding),
+        _token_kernel[(B,)](kv_new, z_new, z_new if ape is None else ape.float().contiguous(), both, pos, scratch,
+                            weight.contiguous(), cos.float().contiguous(), sin.float().contiguous(), out, hd, C, eps,
+                            kv_new.stride(0), z_new.stride(0), 0 if ape is None else C, both.stride(0), both.stride(1),
+                            out.stride(0), out.stride(1), M=ratio, R=slots, OVERLAP=overlap, APE=ape is not None, CB=triton.next_power_of_2(C), BC=bc, **finish_args(hd, rd, rounding),
                             num_warps=4, **launch_args(both))

@@ -20,7 +20,7 @@ from dsv4.ops import gemv as twins
 from dsv4.ops.gate import topk_index_order
 
 __all__ = ["triton_gemm", "settings", "rounds_in_kernel", "expert_rounds_in_kernel", "fp8_gemv", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "bf16_gemv", "hc_mix_sums", "sparse_attention", "sinkhorn",
-           "topk", "moe_gate", "attention_entry"]
+           "topk", "moe_gate", "attention_entry", "index_query"]
 
 _TRITON: list[bool] = []
 
@@ -177,18 +177,19 @@ def compress_entry(pooled: Tensor, weight: Tensor, cos: Tensor, sin: Tensor, pos
 
 @custom_op("dsv4::compress_token", mutates_args=("both", "out"))
 def compress_token(kv_new: Tensor, z_new: Tensor, both: Tensor, pos: Tensor, out: Tensor, weight: Tensor, cos: Tensor,
-                   sin: Tensor, ratio: int, overlap: bool, eps: float, rounding: str) -> None:
-    """A compressor's whole decode step (the token's slot; at a block's end the pooling, the shift, the
-    entry's finish and cache write: dsv4/ops/compress.compress_token_ref); one Triton launch on CUDA."""
+                   sin: Tensor, ratio: int, overlap: bool, eps: float, rounding: str, ape: Tensor | None = None) -> None:
+    """A compressor's whole decode step (the token's slot, its gate logits plus ape[pos % ratio] when given; at a
+    block's end the pooling, the shift, the entry's finish and cache write: dsv4/ops/compress.compress_token_ref);
+    one Triton launch on CUDA."""
     if both.is_cuda and _triton():
         from dsv4.kernels import _triton_token
 
         if _triton_token.applies(both, out, ratio, overlap, 2 * cos.numel(), rounding):
             return _triton_token.compress_token(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps,
-                                                rounding)
+                                                rounding, ape)
     from dsv4.ops.compress import compress_token_ref
 
-    compress_token_ref(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps, rounding)
+    compress_token_ref(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps, rounding, ape)
 
 
 @custom_op("dsv4::attention_entry", mutates_args=("window",))
@@ -209,7 +210,26 @@ def attention_entry(q: Tensor, kv: Tensor, weight: Tensor, cos: Tensor, sin: Ten
 
 @attention_entry.register_fake
 def _(q, kv, weight, cos, sin, pos, window, q_eps, kv_eps, rounding):
-    return q.new_empty(q.shape[0], q.shape[1] // kv.shape[1], kv.shape[1])
+    return q.new_empty(q.shape[0], q.shape[1] // kv.shape[1], kv.shape[1], dtype=window.dtype)
+
+
+@custom_op("dsv4::index_query", mutates_args=())
+def index_query(q: Tensor, cos: Tensor, sin: Tensor, head_dim: int, dtype: torch.dtype) -> Tensor:
+    """The indexer's queries from the projection's output q [B, H * hd] -> [B, H, hd] in dtype, RoPE'd and
+    rounded (dsv4/ops/attention.index_query_ref); one Triton launch on CUDA."""
+    if q.is_cuda and _triton() and dtype == torch.bfloat16:
+        from dsv4.kernels import _triton_qkv
+
+        if _triton_qkv.index_query_applies(q, head_dim, 2 * cos.numel()):
+            return _triton_qkv.index_query(q, cos, sin, head_dim, dtype)
+    from dsv4.ops.attention import index_query_ref
+
+    return index_query_ref(q, cos, sin, head_dim, dtype)
+
+
+@index_query.register_fake
+def _(q, cos, sin, head_dim, dtype):
+    return q.new_empty(q.shape[0], q.shape[1] // head_dim, head_dim, dtype=dtype)
 
 
 @custom_op("dsv4::hc_mix_sums", mutates_args=())

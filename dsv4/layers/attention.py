@@ -71,11 +71,12 @@ class Attention(nn.Module):
                            self.cfg.norm_eps, self.kv_norm.eps, "kv" if self.cfg.simulate_quant else "none")
         return q, kv, qr
 
-    def project_linear(self, x: torch.Tensor):
-        """The projections alone: q [B,T,H*D] before its RMS and RoPE, kv [B,T,D] before its norm, q latent."""
-        qa, kv = rows_forward(self, ("wq_a", "wkv"), x)  # one GEMV when the decoder stacked them
-        qr = self.q_norm(qa)
-        return self.wq_b(qr), kv, qr
+    def project_linear(self, x: torch.Tensor, out_dtype: torch.dtype | None = None):
+        """The projections alone: q [B,T,H*D] before its RMS and RoPE, kv [B,T,D] before its norm (both in
+        out_dtype, the model dtype by default: fp32 leaves their rounding to the consumer), q latent."""
+        qa, kv = rows_forward(self, ("wq_a", "wkv"), x, out_dtype)  # one GEMV when the decoder stacked them
+        qr = self.q_norm(qa.to(self.cfg.act_dtype))
+        return self.wq_b(qr, out_dtype), kv, qr
 
     def output(self, o: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Inverse RoPE at the query position, block-diagonal wo_a per group, then wo_b."""

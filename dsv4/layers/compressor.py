@@ -40,8 +40,12 @@ class Compressor(nn.Module):
 
     def project(self, x: torch.Tensor, pos) -> tuple[torch.Tensor, torch.Tensor]:
         """kv and gate logits (with the absolute-position ape) of tokens at positions `pos`."""
-        kv, z = rows_forward(self, ("wkv", "wgate"), x, torch.float32)  # one GEMV when stacked
+        kv, z = self.project_raw(x)
         return kv, z + self.ape[pos % self.ratio]
+
+    def project_raw(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """kv and gate logits without the ape (fp32): one GEMV when stacked."""
+        return rows_forward(self, ("wkv", "wgate"), x, torch.float32)
 
     def pool(self, kv: torch.Tensor, z: torch.Tensor, first_block) -> torch.Tensor:
         """[B, n, rows, c*hd] blocks (rows = 2m for ratio 4, else m) -> [B, n, hd] finished entries (entry index first_block + i).

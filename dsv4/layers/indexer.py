@@ -10,11 +10,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from dsv4 import kernels
 from dsv4.config import ModelConfig
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.linear import Linear
-from dsv4.layers.rope import apply_rope, rope_angles
-from dsv4.ops.kvquant import round_index
+from dsv4.layers.rope import rope_angles
+from dsv4.ops.attention import finish_index_q
 
 
 class Indexer(nn.Module):
@@ -29,11 +30,12 @@ class Indexer(nn.Module):
 
     def queries(self, x: torch.Tensor, qr: torch.Tensor, pos) -> tuple[torch.Tensor, torch.Tensor]:
         """q [B,T,heads,head_dim] (roped, rounded) and head weights w [B,T,heads] fp32."""
-        q = self.wq_b(qr).unflatten(-1, (self.n_heads, self.head_dim))
         cos, sin = rope_angles(pos, self.freqs)
-        q = apply_rope(q, cos.unsqueeze(-2), sin.unsqueeze(-2))
-        if self.simulate_quant:
-            q = round_index(q)
+        if self.simulate_quant and qr.dim() == 3 and qr.shape[1] == 1 and kernels.index_query_applies(qr, qr.shape[0]):
+            q = kernels.index_query(self.wq_b(qr, torch.float32)[:, 0], cos[0], sin[0], self.head_dim, qr.dtype)[:, None]
+        else:  # the rounding of the kernel's path is the same
+            q = finish_index_q(self.wq_b(qr).unflatten(-1, (self.n_heads, self.head_dim)), cos, sin,
+                               self.simulate_quant)
         w = self.weights_proj(x, out_dtype=torch.float32) * (self.head_dim * self.n_heads) ** -0.5
         return q, w
 

@@ -54,11 +54,30 @@ def finish_qkv(q: torch.Tensor, kv: torch.Tensor, kv_weight: torch.Tensor, cos: 
 def attention_entry_ref(q: torch.Tensor, kv: torch.Tensor, kv_weight: torch.Tensor, cos: torch.Tensor,
                         sin: torch.Tensor, pos: torch.Tensor, window: torch.Tensor, q_eps: float, kv_eps: float,
                         rounding: str) -> torch.Tensor:
-    """Decode's finish_qkv with the window write: q [B, H * D] -> [B, H, D]; kv [B, D] finished into
+    """Decode's finish_qkv with the window write: q [B, H * D] (fp32 or the window's dtype) -> [B, H, D] in the
+    window's dtype; kv [B, D] finished into
     window[:, pos % W] (cos, sin [rd / 2] of the query position): the twin of the one-launch kernel
     (dsv4/kernels/_triton_qkv.py)."""
     from dsv4.cache import write_slot
 
+    q, kv = q.to(window.dtype), kv.to(window.dtype)  # the projections' outputs as Linear rounds them
     q, kv = finish_qkv(q.unflatten(-1, (-1, kv.shape[-1])), kv, kv_weight, cos, sin, q_eps, kv_eps, rounding)
     write_slot(window, (pos % window.shape[1]).view(1), kv)
     return q
+
+
+def finish_index_q(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rounding: bool) -> torch.Tensor:
+    """The indexer's queries [..., H, hd] RoPE'd (cos, sin broadcast over the heads), then round_index where
+    the model simulates the released rounding."""
+    from dsv4.layers.rope import apply_rope
+    from dsv4.ops.kvquant import round_index
+
+    q = apply_rope(q, cos.unsqueeze(-2), sin.unsqueeze(-2))
+    return round_index(q) if rounding else q
+
+
+def index_query_ref(q: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, head_dim: int,
+                    dtype: torch.dtype) -> torch.Tensor:
+    """Decode's indexer queries from the projection's output q [B, H * hd] (rounded to dtype first, as Linear
+    does) -> [B, H, hd], RoPE'd and rounded: the twin of dsv4/kernels/_triton_qkv.index_query."""
+    return finish_index_q(q.to(dtype).unflatten(-1, (-1, head_dim)), cos, sin, True)

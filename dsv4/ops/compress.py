@@ -60,9 +60,12 @@ def compress_entry_ref(pooled: torch.Tensor, weight: torch.Tensor, cos: torch.Te
 
 def compress_token_ref(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor, pos: torch.Tensor,
                        out: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ratio: int,
-                       overlap: bool, eps: float, rounding: str) -> None:
-    """A compressor's whole decode step on its one state buffer: the token into its slot, the pooling and
+                       overlap: bool, eps: float, rounding: str, ape: torch.Tensor | None = None) -> None:
+    """A compressor's whole decode step on its one state buffer: the token into its slot (z_new plus ape's row
+    pos % ratio when given: Compressor.project's absolute-position term), the pooling and
     the shift (compress_step_both), the entry finished and written where the block completes
     (compress_entry_ref): the twin of the one-launch kernel (dsv4/kernels/_triton_token.py)."""
+    if ape is not None:
+        z_new = z_new + ape[(pos % ratio).view(1)][0]
     pooled = compress_step_both(kv_new, z_new, both, pos, ratio, overlap)
     compress_entry_ref(pooled, weight, cos, sin, pos, out, ratio, eps, rounding)

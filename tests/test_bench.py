@@ -246,6 +246,7 @@ def test_roofline_puts_each_weight_family_against_the_copy_ceiling(tmp_path, rng
     assert "## Roofline" in md and "- (no weights)" in md and f"{f8['pct']:.0f}%" in md
     paths = write_reports(res, tmp_path)
     assert any(p.suffix == ".png" for p in paths) and "## Roofline" in paths[0].read_text()
+    assert "| kernels per layer (all / layers) | 3.0 |" in paths[0].read_text()  # 6 kernels over 2 layers
 
 
 def test_bench_collects_library_warnings_into_the_report_not_the_terminal(tmp_path, monkeypatch, rng):

@@ -190,7 +190,9 @@ def _time_by_family(res: BenchResult) -> list[str]:
            "| kernel family | " + " | ".join(f"B{r.batch} ctx {r.context}" for r in rows) + " |",
            "|" + "---|" * (len(rows) + 1),
            "| **all kernels** | " + " | ".join(f"**{r.kernels[0]['us_per_step']:.0f}** ({r.kernels[0]['per_step']:.0f})"
-                                             for r in rows) + " |"]
+                                             for r in rows) + " |",
+           "| kernels per layer (all / layers) | " + " | ".join(f"{r.kernels[0]['per_step'] / res.n_layers:.1f}"
+                                                              for r in rows) + " |"]
     for n in names:
         out.append(f"| {n} | " + " | ".join(f"{f[n]['us_per_step']:.0f} ({f[n]['per_step']:.0f})" if n in f else "-"
                                             for f in fams) + " |")

@@ -20,9 +20,9 @@ def test_attention_entry_kernel_is_the_twin():
     """Per-head RMS and RoPE of every query head, the key's norm, RoPE and KV rounding written into window
     slot pos % W and nowhere else: within a rounding step of the twin, over positions that wrap the window,
     heads at scales 2^-8..2^8, with and without the rounding, a head width that is not a power of two, and
-    a key that is a strided view (the stacked projection's slice), inputs in bf16 or as the projections' fp32. The queries are held to eager bf16 ops
-    as CUDA runs them (each op in fp32, rounded once: `cuda_q`); torch's CPU bf16 rsqrt rounds through a
-    bf16 square root instead, so the twin on the CPU is held to two bf16 steps only."""
+    a key that is a strided view (the stacked projection's slice), inputs in bf16 or as the projections' fp32.
+    The queries are held to eager bf16 ops as CUDA runs them (each op in fp32, rounded once: `cuda_q`); torch's CPU bf16 rsqrt rounds through a
+    bf16 square root instead, so the twin on the CPU is held to 2^-5 of each head's largest value only."""
     _run('''
         from dsv4.kernels import _triton_qkv as K
         from dsv4.layers.rope import apply_rope
@@ -50,7 +50,7 @@ def test_attention_entry_kernel_is_the_twin():
                 qb = K.attention_entry(q, kv, w, ang.cos(), ang.sin(), pos, b, 1e-6, 1e-6, rounding)
                 assert qb.shape == (B, H, D) and qb.dtype == torch.bfloat16
                 close_entries(cuda_q(q.bfloat16(), H, D, ang.cos(), ang.sin()), qb.flatten(1)[:, None], "none", ("q", D, p))
-                assert ((qa.float() - qb.float()).abs() <= qa.float().abs().amax(-1, keepdim=True) * 2 ** -6).all()
+                assert ((qa.float() - qb.float()).abs() <= qa.float().abs().amax(-1, keepdim=True) * 2 ** -5).all()
                 slot = p % 5
                 close_entries(a[:, slot:slot + 1], b[:, slot:slot + 1], rounding, ("kv", D, rounding, p))
                 others = [s for s in range(5) if s != slot]

@@ -4,7 +4,7 @@
   is a device->host copy plus a sync. We wrap the Tensor methods so a CPU scan lists them.
 - Saving or pickling device tensors (`torch.save`, `pickle.dumps(t)`, which saves the storage): the storage
   is copied to the host, never dispatched.
-- CUDA waits: `torch.cuda.synchronize`, `Event.synchronize/query`, `Stream.synchronize/query`.
+- CUDA waits: `torch.cuda.synchronize`, `Event.synchronize/query/elapsed_time`, `Stream.synchronize/query`.
   Sync-debug mode misses the first two (docs/hazards.md), so patching is the only reliable signal.
   On a machine without CUDA they would raise: there audit.scan.cpu_cuda stands in for them, in
   warmup too (`unaudited`), so a step written for the GPU still runs on a CPU scan.
@@ -194,6 +194,9 @@ def _sync_targets(cuda: bool):
     stand-ins answer them), the Stream/Event methods always (a stand-in never reaches them)."""
     out = [(torch.cuda.Event, "synchronize", "Event.synchronize"),
            (torch.cuda.Event, "query", "Event.query"),
+           # cudaEventElapsedTime reads both events' timestamps on the host: it fails unless the device
+           # has reached them (so the step waited, or raced), and events recorded in a capture have none
+           (torch.cuda.Event, "elapsed_time", "Event.elapsed_time"),
            (torch.cuda.Stream, "synchronize", "Stream.synchronize"),
            (torch.cuda.Stream, "query", "Stream.query")]
     if cuda:

@@ -30,7 +30,7 @@ def test_gate_kernel_is_the_twin():
                 wa, ia = moe_gate_ref(logits, bias, k, 1.5)
                 wb, ib = K.moe_gate(logits, bias, k, 1.5)
                 assert torch.equal(ia, ib), (N, E, k, trial, ia, ib)
-                assert torch.allclose(wa, wb, rtol=3e-7, atol=0), (wa - wb).abs().max()
+                assert torch.allclose(wa, wb, rtol=1e-6, atol=0), (wa - wb).abs().max()  # a few fp32 ulp
                 assert torch.allclose(wb.sum(-1), torch.full((N,), 1.5), rtol=1e-6)
     ''')
 

@@ -20,15 +20,17 @@ from audit.bench.result import BenchResult, ModeResult
 POLL_S = 5.0
 
 
-def run_groups(groups: list[tuple[int, int]], modes, kwargs: dict, progress=None, on_row=None) -> BenchResult | None:
-    """bench(**kwargs) once per (batch, context) of groups, each in a spawned process; the results merged in
-    order (BenchResult.merged). `progress` and `on_row` see every worker's ticks and rows as they come."""
+def run_groups(bench, groups: list[tuple[int, int]], modes, kwargs: dict, progress=None,
+               on_row=None) -> BenchResult | None:
+    """bench(**kwargs) once per (batch, context) of groups, each in a spawned process (`bench`, a module-level
+    function, travels by name); the results merged in order (BenchResult.merged). `progress` and `on_row` see
+    every worker's ticks and rows as they come."""
     ctx = multiprocessing.get_context("spawn")
     done: BenchResult | None = None
     for i, (batch, context) in enumerate(groups):
         q = ctx.Queue()
         args = {**kwargs, "batches": (batch,), "contexts": [context], "isolate": False, "layer_profile": i == 0}
-        worker = ctx.Process(target=_worker, args=(q, args), daemon=True)
+        worker = ctx.Process(target=_worker, args=(q, bench, args), daemon=True)
         worker.start()
         result = _collect(q, worker, done, progress, on_row)
         worker.join()
@@ -68,8 +70,7 @@ def _failed(before: BenchResult | None, modes, batch: int, context: int, why: st
     return out
 
 
-def _worker(q, kwargs: dict) -> None:  # pragma: no cover - runs in the spawned process
-    from audit.bench.run import bench
+def _worker(q, bench, kwargs: dict) -> None:  # pragma: no cover - runs in the spawned process
     from audit.errors import AuditError
 
     try:

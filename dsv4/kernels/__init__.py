@@ -33,6 +33,7 @@ MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEM
 # One program per row: on the H200 the Triton top-k (k=512) took 9 us at n=4096 and 37 us at 16384
 # against torch.topk's 38 and 86, but 229 us at 65536 against 63. Longer rows keep torch.topk.
 TOPK_MAX_ROW = 16384
+GATE_MAX_E = 256  # the gate kernel holds a row's [E, E] comparison in registers (dsv4/kernels/_triton_gate.py)
 
 
 def enabled() -> bool:
@@ -337,8 +338,8 @@ def index_query_applies(x: torch.Tensor, rows: int) -> bool:
 def moe_gate(logits: torch.Tensor, bias: torch.Tensor, k: int, route_scale: float) -> tuple[torch.Tensor, torch.Tensor] | None:
     """A learned gate's (weights, indices) from its fp32 logits [..., E] in one launch (dsv4/kernels/_triton_gate.py;
     picks in index order), or None to use the torch ops. On by LAYER_KERNEL_ROWS; DSV4_TRITON_GATE=0 for torch."""
-    if not _applies(logits) or logits.dtype != torch.float32 or logits.dim() < 1:
-        return None
+    if not _applies(logits) or logits.dtype != torch.float32 or logits.dim() < 1 or logits.shape[-1] > GATE_MAX_E:
+        return None  # more experts: the top-k kernel's radix select after torch's scores
     flat = logits.reshape(-1, logits.shape[-1])
     if _off("GATE", flat.shape[0]):
         return None

@@ -21,9 +21,10 @@ import torch
 import triton
 import triton.language as tl
 
+from dsv4 import kernels
 from dsv4.kernels._pdl import launch_args, pdl_wait
 
-MAX_E = 256  # experts per row held as one [E, E] comparison
+MAX_E = kernels.GATE_MAX_E  # experts per row held as one [E, E] comparison
 
 
 @triton.jit

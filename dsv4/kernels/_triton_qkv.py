@@ -7,8 +7,9 @@ listing), each a launch and a grid ramp on the step's critical path. Here one pr
 finishes one query head, and one more program per row finishes the key and writes it into the window
 slot pos % W, each in the roundings the torch path makes:
 
-    q head (the projection's output rounded to bf16 as Linear does, then eager bf16 ops, each rounded): s = bf16(q^2); m = bf16(sum(s) / D); t = bf16(m + eps);
-    r = bf16(rsqrt(t)); y = bf16(q * r); the last rd features rotated (pairs (2i, 2i+1), fp32, then bf16);
+    q head (the projection's output rounded to bf16 as Linear does, then eager bf16 ops, each rounded):
+    s = bf16(q^2); m = bf16(sum(s) / D); t = bf16(m + eps); r = bf16(rsqrt(t)); y = bf16(q * r); the last
+    rd features rotated (pairs (2i, 2i+1), fp32, then bf16);
     key: Compressor-style finish (dsv4/kernels/_triton_entry._finish): RMSNorm in fp32 with the weight,
     bf16, RoPE, then the KV rounding (e4m3 with a UE8M0 scale per 64 on the first D - rd features).
 

@@ -31,9 +31,11 @@ class Indexer(nn.Module):
     def queries(self, x: torch.Tensor, qr: torch.Tensor, pos) -> tuple[torch.Tensor, torch.Tensor]:
         """q [B,T,heads,head_dim] (roped, rounded) and head weights w [B,T,heads] fp32."""
         cos, sin = rope_angles(pos, self.freqs)
-        if self.simulate_quant and qr.dim() == 3 and qr.shape[1] == 1 and kernels.index_query_applies(qr, qr.shape[0]):
-            q = kernels.index_query(self.wq_b(qr, torch.float32)[:, 0], cos[0], sin[0], self.head_dim, qr.dtype)[:, None]
-        else:  # the rounding of the kernel's path is the same
+        one_token = qr.dim() == 3 and qr.shape[1] == 1
+        if self.simulate_quant and one_token and kernels.index_query_applies(qr, qr.shape[0]):  # one launch
+            q = self.wq_b(qr, torch.float32)[:, 0]  # rounded to the model dtype inside, as Linear would
+            q = kernels.index_query(q, cos[0], sin[0], self.head_dim, qr.dtype)[:, None]
+        else:
             q = finish_index_q(self.wq_b(qr).unflatten(-1, (self.n_heads, self.head_dim)), cos, sin,
                                self.simulate_quant)
         w = self.weights_proj(x, out_dtype=torch.float32) * (self.head_dim * self.n_heads) ** -0.5

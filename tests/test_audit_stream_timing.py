@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from site_util import at, blocking, install_library, library_hit, matmul_target, table, write_target
 
 OWN = matmul_target(
@@ -24,19 +26,24 @@ OWN = matmul_target(
     prepare="        {prep}")
 
 
-def _own(tmp_path, in_step: bool):
-    read = "self.ms.append(self.a.elapsed_time(self.b))  # SITE"
+READS = {"elapsed_time": "self.ms.append(self.a.elapsed_time(self.b))  # SITE",
+         "synchronize": "self.b.synchronize()  # SITE",
+         "query": "self.ms.append(self.b.query())  # SITE"}
+
+
+def _own(tmp_path, in_step: bool, read: str = READS["elapsed_time"]):
     # the twin only records: the timing is read by whoever holds the events, after the step (a CPU-only
     # torch cannot read real events outside a scanned step)
     return write_target(tmp_path / "timing_target.py", OWN, seed=random.randrange(2**31), d=random.choice([4, 8, 16]),
                         read=read if in_step else "pass  # SITE", prep="pass")
 
 
-def test_elapsed_time_in_the_step_is_a_host_read(tmp_path):
-    path, site = _own(tmp_path, in_step=True)
+@pytest.mark.parametrize("read", sorted(READS))
+def test_a_read_of_events_made_in_make_is_one_host_read(tmp_path, read):
+    path, site = _own(tmp_path, in_step=True, read=READS[read])
     bad = blocking(path)
     hit = at(bad, "host-sync", site)
-    assert len(hit) == 1 and "elapsed_time" in hit.iloc[0].op, table(bad)
+    assert len(hit) == 1 and read in hit.iloc[0].op, table(bad)
 
 
 def test_events_only_recorded_in_the_step_give_no_host_read(tmp_path):

@@ -95,9 +95,11 @@ class HostStream:
 
 
 class HostEvent:
-    """torch.cuda.Event on a machine without CUDA. Its methods also stand in for those of a real
-    torch.cuda.Event made before the step (a CPU-only torch builds one lazily, in make(), and only its
-    record() raises, on a stand-in stream): they use no state of their own but the event's id."""
+    """torch.cuda.Event on a machine without CUDA. Its record/wait/elapsed_time also stand in for those of
+    a real torch.cuda.Event made before the step (a CPU-only torch builds one lazily, in make(); record()
+    and wait() raise on a stand-in stream, elapsed_time() on events never recorded): they use no state of
+    their own but the event's id. A real event's query() and synchronize() run as they are (no-ops on an
+    event never created), recorded by audit.scan.hooks."""
 
     def __init__(self, *args, **kwargs):
         pass
@@ -120,7 +122,7 @@ class HostEvent:
         return 0.0
 
 
-_EVENT_METHODS = ("record", "wait", "query", "synchronize", "elapsed_time")
+_EVENT_METHODS = ("record", "wait", "elapsed_time")  # a real event's query/synchronize run (and are recorded by hooks)
 
 
 def alias_sites(originals) -> list:

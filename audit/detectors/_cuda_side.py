@@ -2,7 +2,10 @@
 
 A library's device branches are read only when the test says for sure which side runs on CUDA and
 which on the CPU: `x.is_cuda`, `x.device.type == "cuda"`, `dev.type != "cpu"`, `torch.cuda.is_available()`,
-and `not` / `and` / `or` of those. A test on anything else (an MPS workaround, a flag, data) is left
+and `not` / `and` / `or` of those. A comparison of one of the CUDA caching allocator's byte counters
+(`torch.cuda.memory_reserved() > limit`, `memory_allocated`, `max_memory_*`, `memory_cached`) is read the same
+way: without CUDA they read 0, so the side where the counter exceeds the bound never runs on a CPU scan,
+and a GPU holding memory takes it. A test on anything else (an MPS workaround, a flag, data) is left
 alone: the side a CPU scan skipped need not be the one a GPU runs.
 """
 
@@ -11,6 +14,8 @@ from __future__ import annotations
 import ast
 
 _CUDA, _CPU = "cuda", "cpu"
+_COUNTERS = {f"torch.cuda.{n}" for n in ("memory_allocated", "memory_reserved", "max_memory_allocated",
+                                          "max_memory_reserved", "memory_cached", "max_memory_cached")}
 
 
 def cuda_side(test: ast.AST):
@@ -38,6 +43,8 @@ def _eval(n, dev: str):
         return dev == _CUDA
     if isinstance(n, ast.Call) and _dotted(n.func) in ("torch.cuda.is_available", "torch.cuda.is_initialized"):
         return dev == _CUDA
+    if isinstance(n, ast.Compare) and len(n.ops) == 1 and (held := _counter_exceeds(n)) is not None:
+        return held if dev == _CUDA else not held
     if isinstance(n, ast.Compare) and len(n.ops) == 1:
         sides = [n.left, n.comparators[0]]
         name = next((_device_name(s) for s in sides if _device_name(s) is not None), None)
@@ -49,6 +56,18 @@ def _eval(n, dev: str):
         if isinstance(op, (ast.NotEq, ast.IsNot)):
             return dev != name
     return None
+
+
+def _counter_exceeds(n: ast.Compare):
+    """For `counter > bound` (or `>=`, or the bound on the left): True when the test holds where the
+    counter is above the bound, False for `<` / `<=` (it holds where the counter is below); None when no
+    side is an allocator counter's call. Without CUDA the counter is 0: the other side."""
+    left, right, op = n.left, n.comparators[0], n.ops[0]
+    is_counter = [isinstance(s, ast.Call) and _dotted(s.func) in _COUNTERS for s in (left, right)]
+    if is_counter[0] == is_counter[1] or not isinstance(op, (ast.Gt, ast.GtE, ast.Lt, ast.LtE)):
+        return None
+    above = isinstance(op, (ast.Gt, ast.GtE))
+    return above if is_counter[0] else not above
 
 
 def _device_name(n) -> str | None:

@@ -52,6 +52,28 @@ def escape_lines(ctx) -> set:
     return {ctx.where(ctx.steps[s][i])[:2] for s, i in escapes(ctx)}
 
 
+def _tensor_storages(fp, out: set) -> set:
+    """The storages of the tensors inside a state fingerprint (("tensor", (storage, ...)) entries)."""
+    if isinstance(fp, tuple):
+        if len(fp) == 2 and fp[0] == "tensor" and isinstance(fp[1], tuple) and len(fp[1]) == 5:
+            out.add(fp[1][0])
+        else:
+            for x in fp:
+                _tensor_storages(x, out)
+    return out
+
+
+def escaped_members(ctx, change) -> bool:
+    """A container changed only in which tensors it holds, and every tensor it newly holds was allocated in
+    the step and read by a later one (`t = torch.tanh(h); self.slots["h"] = t`): step-allocation reports the
+    allocation, wherever the slot is rebound."""
+    if not change.tensor_members_only:
+        return False
+    new = _tensor_storages(change.after, set()) - _tensor_storages(change.before, set())
+    found, born = escapes(ctx), ctx.trace.born
+    return bool(new) and all(born.get(sid) in found for sid in new)
+
+
 @register("step-allocation")
 def escaped_into_state(ctx):
     """A tensor allocated in one audited step and read by a later one: silent under replay."""

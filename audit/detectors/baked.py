@@ -106,6 +106,19 @@ def _skipped_iteration(ctx, recs) -> bool:
     return code_line is not None and _source.skipped_loop_index(code_line[0].co_filename, code_line[1])
 
 
+def _body_of(r) -> list:
+    """(step, index) of the records a custom op's traced Python body ran (none for any other op)."""
+    if not r.note.startswith("body:"):
+        return []
+    return [(r.step, j) for j in range(int(r.note[5:]), r.index)]
+
+
+def _changed(ctx) -> set:
+    """(step, index) of the calls whose arguments or output shapes differ between the complete steps."""
+    return {(r.step, r.index) for recs in _aligned(ctx).values()
+            if len({r.args for r in recs}) > 1 or len({_shapes(r.outputs) for r in recs}) > 1 for r in recs}
+
+
 @register("baked-host-value")
 def varying_host_values(ctx):
     """Input shapes equal, non-tensor arguments differ: capture freezes the first step's value
@@ -129,9 +142,12 @@ def varying_host_values(ctx):
             if recs is None:
                 continue
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
+    changed = _changed(ctx)
     out = []
     for ((file, line, fn), op), items in groups.items():
         recs = items[0]
+        if any(j in changed for rs in items for r in rs for j in _body_of(r)):
+            continue  # a custom op whose traced body bakes the value: reported there, with this call as caller
         msg = _arg_diff(recs)
         fix = None
         if recs[0].args and recs[0].args[0] == "value":

@@ -19,7 +19,7 @@ from audit.detectors import _handoff, _scopes, _source, register
 from audit.detectors._cuda_side import cuda_side
 from audit.scan.user_code import LIBRARY, frame_kind
 
-SYNC_CALLS = {"synchronize", "item", "tolist", "cpu", "numpy", "query"}
+SYNC_CALLS = {"synchronize", "item", "tolist", "cpu", "numpy", "query", "elapsed_time", "empty_cache"}
 # `int(lens.max())`: a Python number made from a tensor reduction reads it back
 _REDUCTIONS = {"max", "min", "sum", "mean", "amax", "amin", "argmax", "argmin", "any", "all", "norm", "prod",
                "count_nonzero"}

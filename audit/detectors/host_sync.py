@@ -273,6 +273,10 @@ def host_reads(ctx):
         elif op.endswith(".query"):
             msg = f"`{op}()` polls device progress from the host (not allowed while capturing)"
             fix = "Remove it from the step; poll outside the captured region."
+        elif op.endswith(".elapsed_time"):
+            msg = (f"`{op}()` reads two events' device timestamps on the host: it needs the device to have "
+                   "reached both (a wait, or an error), and events recorded in a capture have none")
+            fix = "Record the events in the step; read elapsed_time after the step (or after replay)."
         else:
             msg = f"`{op}()` blocks the host until the device is idle (capture cannot contain it)"
             fix = "Remove it from the step; gate profiling syncs behind a flag that is off during capture."

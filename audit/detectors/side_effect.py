@@ -23,7 +23,7 @@ from audit.detectors._state_sites import (caller_of, closure_functions, code_spa
                                           hook_caller, object_at, state_fps, tensor_slot_line, unchanged_slot_line,
                                           whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
-from audit.detectors.allocation import escape_lines
+from audit.detectors.allocation import escape_lines, escaped_members
 from audit.scan import class_state, loaded, state
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
@@ -252,6 +252,8 @@ def python_state_changes(ctx):
         if recs:
             text, sev = _guarded(msg, recs[0].stack[-1][0].co_filename, recs[0].stack[-1][1])
             out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, text, severity=sev))
+            continue
+        if escaped_members(ctx, c):  # a slot rebound to a tensor step-allocation reports as escaping
             continue
         sites, note = _source_sites(ctx, c, s)
         if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:

@@ -95,26 +95,34 @@ class HostStream:
 
 
 class HostEvent:
-    """torch.cuda.Event on a machine without CUDA."""
+    """torch.cuda.Event on a machine without CUDA. Its record/wait/elapsed_time also stand in for those of
+    a real torch.cuda.Event made before the step (a CPU-only torch builds one lazily, in make(); record()
+    and wait() raise on a stand-in stream, elapsed_time() on events never recorded): they use no state of
+    their own but the event's id. A real event's query() and synchronize() run as they are (no-ops on an
+    event never created), recorded by audit.scan.hooks."""
 
     def __init__(self, *args, **kwargs):
-        self._host = _HOST
+        pass
 
     def record(self, stream=None) -> None:
-        self._host.event("event.record", str(id(self)), stream=stream)
+        _HOST.event("event.record", str(id(self)), stream=stream)
 
     def wait(self, stream=None) -> None:
-        self._host.event("event.wait", str(id(self)), stream=stream)
+        _HOST.event("event.wait", str(id(self)), stream=stream)
 
     def query(self) -> bool:
-        self._host.sync("Event.query")
+        _HOST.sync("Event.query")
         return True
 
     def synchronize(self) -> None:
-        self._host.sync("Event.synchronize")
+        _HOST.sync("Event.synchronize")
 
     def elapsed_time(self, end_event) -> float:
+        _HOST.sync("Event.elapsed_time")  # reads both events' device timestamps on the host
         return 0.0
+
+
+_EVENT_METHODS = ("record", "wait", "elapsed_time")  # a real event's query/synchronize run (and are recorded by hooks)
 
 
 def alias_sites(originals) -> list:
@@ -151,7 +159,7 @@ class _NoNVTX:
 @contextlib.contextmanager
 def standing_in(tracer, patched):
     """Installs the stand-ins (torch.cuda.synchronize/empty_cache/current_stream/default_stream/set_stream,
-    is_current_stream_capturing, Stream(), Event(), `with torch.cuda.stream(s)`) for one step;
+    is_current_stream_capturing, Stream(), Event(), `with torch.cuda.stream(s)`, Tensor.record_stream) for one step;
     restores torch afterwards."""
     host = _HOST
     host.tracer, host.default = tracer, HostStream(stream_id=0)
@@ -187,6 +195,13 @@ def standing_in(tracer, patched):
     def sync(*args, **kwargs):
         host.sync("torch.cuda.synchronize")
 
+    record0 = torch.Tensor.record_stream
+
+    def record_stream(self, stream):
+        # marks the tensor's memory as used by `stream` (the allocator's bookkeeping, no ordering):
+        # a host tensor has no allocator to tell, and a stand-in stream is no torch.Stream
+        return None if isinstance(stream, HostStream) else record0(self, stream)
+
     def acc_sync(*args, **kwargs):
         host.sync("torch.accelerator.synchronize")
 
@@ -202,7 +217,9 @@ def standing_in(tracer, patched):
                 (cuda.Event, "__new__", lambda cls, *a, **k: HostEvent(*a, **k)),
                 (cuda.StreamContext, "__enter__", enter),
                 (cuda.StreamContext, "__exit__", exit_),
-                (cuda, "is_current_stream_capturing", lambda: False)):  # an eager step: never capturing
+                (cuda, "is_current_stream_capturing", lambda: False),  # an eager step: never capturing
+                (torch.Tensor, "record_stream", record_stream),
+                *((cuda.Event, m, vars(HostEvent)[m]) for m in _EVENT_METHODS)):
             if not isinstance(owner, type):
                 orig = getattr(owner, name)
                 originals[id(orig)] = (orig, new)

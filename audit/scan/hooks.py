@@ -4,13 +4,14 @@
   is a device->host copy plus a sync. We wrap the Tensor methods so a CPU scan lists them.
 - Saving or pickling device tensors (`torch.save`, `pickle.dumps(t)`, which saves the storage): the storage
   is copied to the host, never dispatched.
-- CUDA waits: `torch.cuda.synchronize`, `Event.synchronize/query`, `Stream.synchronize/query`.
+- CUDA waits: `torch.cuda.synchronize`, `Event.synchronize/query/elapsed_time`, `Stream.synchronize/query`.
   Sync-debug mode misses the first two (docs/hazards.md), so patching is the only reliable signal.
   On a machine without CUDA they would raise: there audit.scan.cpu_cuda stands in for them, in
   warmup too (`unaudited`), so a step written for the GPU still runs on a CPU scan.
 - Streams and events (CUDA scans): switches and cross-stream waits, for the unjoined-stream rule
   (audit.scan.stream_hooks).
 - `nn.Module.__setattr__`: the source line of a Python-side state change inside the step.
+- torch's global settings (default dtype, matmul precision, backend flags): audit.scan.settings_hooks.
 - GPU only: sync-debug mode "warn", each warning recorded where Python sees it (the line that
   synchronized), and torch.cuda._gpu_trace callbacks (those cannot be removed, so they are
   registered once per process, forward to the active tracer, and are idle otherwise).
@@ -28,7 +29,7 @@ import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
-from audit.scan import cpu_cuda, stream_hooks
+from audit.scan import cpu_cuda, settings_hooks, stream_hooks
 
 __all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
            "sync_debug_off", "sync_debug_warn", "unaudited"]
@@ -194,6 +195,9 @@ def _sync_targets(cuda: bool):
     stand-ins answer them), the Stream/Event methods always (a stand-in never reaches them)."""
     out = [(torch.cuda.Event, "synchronize", "Event.synchronize"),
            (torch.cuda.Event, "query", "Event.query"),
+           # cudaEventElapsedTime reads both events' timestamps on the host: it fails unless the device
+           # has reached them (so the step waited, or raced), and events recorded in a capture have none
+           (torch.cuda.Event, "elapsed_time", "Event.elapsed_time"),
            (torch.cuda.Stream, "synchronize", "Stream.synchronize"),
            (torch.cuda.Stream, "query", "Stream.query")]
     if cuda:
@@ -267,6 +271,7 @@ def active(tracer):
             stack.enter_context(patched(owner, name, _sync_wrapper(label, orig)))
             if not isinstance(owner, type):
                 originals[id(orig)] = (orig, getattr(owner, name))
+        stack.enter_context(settings_hooks.watching(tracer, patched, originals))  # torch's global settings
         for mod, name, new in cpu_cuda.alias_sites(originals):
             stack.enter_context(patched(mod, name, new))
         if not have_cuda:  # no CUDA here: stand-ins that record instead of raising

@@ -338,6 +338,7 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         body = python_body(func, args, kwargs, self.tracer._roots)
+        start = len(self.tracer._records)
         try:
             if body is not None:  # a custom op's Python body: its own ops are the step's ops too
                 with self:
@@ -348,6 +349,8 @@ class _Mode(TorchDispatchMode):
             self.tracer.record_op(func, args, kwargs, None, failed=True)  # the op the step died in
             raise
         self.tracer.record_op(func, args, kwargs, out)
+        if body is not None:  # the body's ops are records start.. of this step (detectors: body_of)
+            self.tracer._records[-1].note = f"body:{start}"
         return out
 
 

@@ -1,0 +1,91 @@
+"""Torch's process-wide settings written in the step: the default dtype, matmul precision, deterministic
+algorithms, the SDPA backends, and the flags of `torch.backends.cuda.matmul` / `cudnn` / `mkldnn`.
+
+They live in torch's C++ globals, not in Python state a snapshot sees. A capture freezes the kernels
+chosen under the value the capture ran with; a step that leaves a setting other than it found it (a
+precision switch flipped per call, `torch.set_default_dtype` by phase) changes it on the host only, and a
+replay does not. Each write in an audited step is a "setting" record at the writing line, with the value
+before and after it (note `before\\x00after`); audit/detectors/settings.py compares a step's first value
+with its last. A setting set and restored in the step, or set to the value it had, changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+__all__ = ["watching"]
+
+
+def _functions() -> list:
+    """(owner, setter, label, getter) for the settings torch writes through a function."""
+    b = torch.backends.cuda
+    out = [(torch, "set_default_dtype", "torch default dtype", torch.get_default_dtype),
+           (torch, "set_float32_matmul_precision", "float32 matmul precision", torch.get_float32_matmul_precision),
+           (torch, "use_deterministic_algorithms", "deterministic algorithms", torch.are_deterministic_algorithms_enabled)]
+    for kind in ("flash", "mem_efficient", "math", "cudnn"):
+        if hasattr(b, f"enable_{kind}_sdp") and hasattr(b, f"{kind}_sdp_enabled"):
+            out.append((b, f"enable_{kind}_sdp", f"{kind} SDPA backend", getattr(b, f"{kind}_sdp_enabled")))
+    return out
+
+
+def _flag_objects() -> list:
+    """(object, label) whose attributes are settings: set through their class's __setattr__."""
+    out = []
+    for path in ("cuda.matmul", "cudnn", "mkldnn", "opt_einsum"):
+        obj = torch.backends
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not None and type(obj).__module__.startswith("torch.backends"):
+            out.append((obj, f"torch.backends.{path}"))
+    return out
+
+
+def _read(getter):
+    try:
+        return getter()
+    except Exception:  # noqa: BLE001 - a setting this build cannot read is not compared
+        return "<unreadable>"
+
+
+def _function_wrapper(tracer, label: str, orig, getter):
+    def wrapper(*args, **kwargs):
+        if tracer._step < 0 or tracer.host_depth:
+            return orig(*args, **kwargs)
+        before = _read(getter)
+        out = orig(*args, **kwargs)
+        tracer.record_event("setting", label, note=f"{before!r}\x00{_read(getter)!r}")
+        return out
+
+    wrapper.__name__ = getattr(orig, "__name__", label)
+    wrapper.__wrapped__ = orig
+    return wrapper
+
+
+def _setattr_wrapper(tracer, obj, label: str, orig):
+    def __setattr__(self, name, value):
+        if self is not obj or tracer._step < 0 or tracer.host_depth or name.startswith("_"):
+            return orig(self, name, value)
+        before = _read(lambda: getattr(self, name))
+        orig(self, name, value)
+        tracer.record_event("setting", f"{label}.{name}", note=f"{before!r}\x00{_read(lambda: getattr(self, name))!r}")
+
+    __setattr__.__wrapped__ = orig
+    return __setattr__
+
+
+@contextlib.contextmanager
+def watching(tracer, patched, originals: dict):
+    """Wraps the setters for one audited step; `originals` (id -> (original, new)) gets the functions, so
+    names bound before the scan (`from torch import set_default_dtype`) are patched too."""
+    with contextlib.ExitStack() as stack:
+        for owner, name, label, getter in _functions():
+            orig = getattr(owner, name)
+            new = _function_wrapper(tracer, label, orig, getter)
+            stack.enter_context(patched(owner, name, new))
+            originals[id(orig)] = (orig, new)
+        for obj, label in _flag_objects():
+            cls = type(obj)
+            stack.enter_context(patched(cls, "__setattr__", _setattr_wrapper(tracer, obj, label, cls.__setattr__)))
+        yield

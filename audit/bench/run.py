@@ -121,9 +121,9 @@ def bench(preset: str = "flash-h200", modes=MODES, steps: int = 64, batches=(1,)
     if isolate or (isolate is None and cuda and len(groups) > 1):
         from audit.bench.isolate import run_groups
 
-        return run_groups(bench, groups, modes, dict(preset=preset, modes=modes, steps=steps, device=device, n_layers=n_layers,
-                                              dtype=dtype, verify_steps=verify_steps, seed=seed, kernels=kernels,
-                                              fuse=fuse), progress, on_row)
+        same = dict(preset=preset, modes=modes, steps=steps, device=device, n_layers=n_layers, dtype=dtype,
+                    verify_steps=verify_steps, seed=seed, kernels=kernels, fuse=fuse)
+        return run_groups(bench, groups, modes, same, progress, on_row)
     with warnings.catch_warnings(record=True) as caught:  # library warnings go to the report, not the terminal
         warnings.simplefilter("default")
         return _measure(preset, modes, steps, batches, contexts, dev, dtype, verify_steps, seed, progress, kernels,

@@ -33,7 +33,7 @@ def compressor_step(comp: Compressor, x: torch.Tensor, pos: torch.Tensor, state:
     if kernels.compress_token(kv[:, 0], z[:, 0], state.both, pos, out, m, comp.overlap, comp.norm.weight,
                               comp.norm.eps, comp.freqs, comp.rounding, ape=comp.ape):
         return  # the whole step in one launch, the ape added inside
-    z = z + comp.ape[pos.view(1) % m]  # what comp.project adds
+    z = comp.add_ape(z, pos.view(1))
     pooled = compress_step_both(kv[:, 0], z[:, 0], state.both, pos, m, comp.overlap)
     if kernels.compress_entry(pooled, pos, out, m, comp.norm.weight, comp.norm.eps, comp.freqs, comp.rounding):
         return  # finished and written in one launch

@@ -41,7 +41,11 @@ class Compressor(nn.Module):
     def project(self, x: torch.Tensor, pos) -> tuple[torch.Tensor, torch.Tensor]:
         """kv and gate logits (with the absolute-position ape) of tokens at positions `pos`."""
         kv, z = self.project_raw(x)
-        return kv, z + self.ape[pos % self.ratio]
+        return kv, self.add_ape(z, pos)
+
+    def add_ape(self, z: torch.Tensor, pos) -> torch.Tensor:
+        """The gate logits of tokens at positions `pos` plus the ape row of their place in the block."""
+        return z + self.ape[pos % self.ratio]
 
     def project_raw(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """kv and gate logits without the ape (fp32): one GEMV when stacked."""

@@ -165,11 +165,21 @@ def _scaled(tot, g):
     return tot if g is None else tot * g
 
 
+def _blocks(bx, warp, RB: int, WARPS: int, NW: int, N: int):
+    """The RB row blocks of a CTA, in order: (first row of the warp's NW rows, their clamped indices).
+    One CTA streams its blocks' chunk steps through one pipeline (no refill between blocks)."""
+    out = []
+    for b in range(RB):
+        nbase = ((bx * RB + b) * WARPS + warp) * NW
+        out.append((nbase, [_imin(nbase + i, N - 1) for i in range(NW)]))
+    return out
+
+
 @cute.kernel
 def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor,
                    mIdx: cute.Tensor, mY: cute.Tensor, N: Constexpr, KC: Constexpr, NW: Constexpr,
                    WARPS: Constexpr, CPL: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr,
-                   ONE: Constexpr, Q: Constexpr):
+                   ONE: Constexpr, Q: Constexpr, RB: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
@@ -177,38 +187,44 @@ def fp4_grouped_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cu
     r = by
     _pdl_wait(PDL)  # the expert ids come from the previous kernel: nothing to read before them
     e = Int32(mIdx[r])
-    nbase = (bx * WARPS + warp) * NW
-    nrows = [_imin(nbase + i, N - 1) for i in range(NW)]
-    wrows = [mW[e, n, None] for n in nrows]
+    blocks = _blocks(bx, warp, RB, WARPS, NW, N)
+    wrows = [[mW[e, n, None] for n in nrows] for _, nrows in blocks]
     xrow = mX[0 if ONE else r, None]  # ONE: x is one row that every expert row reads (batch 1's token)
+    jobs = [(b, j) for b in range(RB) for j in range(CPL)]
     acc = [Float32(0.0) for _ in range(NW)]
-    stages = [_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j, KC, Q) for j in range(min(PD, CPL))]
-    if cutlass.const_expr(Q == 2):  # the first weight loads are in flight meanwhile
+    stages = [_grouped_issue(mX, mS, xrow, wrows[jobs[t][0]], e, blocks[jobs[t][0]][1], lane, jobs[t][1], KC, Q)
+              for t in range(min(PD, len(jobs)))]
+    if cutlass.const_expr(Q == 2):  # the first weight loads are in flight meanwhile (issue reads no x)
         xrow = _round_rows_to_smem([xrow], 16, KC, tidx, WARPS)[0]
-    for j in cutlass.range_constexpr(CPL):
-        if cutlass.const_expr(j + PD < CPL):
-            stages.append(_grouped_issue(mX, mS, xrow, wrows, e, nrows, lane, j + PD, KC, Q))
-        cc, valid, xf, ws, ss = stages[j]
+    g = _expert_scale(mG, e, NV)
+    for t in cutlass.range_constexpr(len(jobs)):
+        if cutlass.const_expr(t + PD < len(jobs)):
+            b, j = jobs[t + PD]
+            stages.append(_grouped_issue(mX, mS, xrow, wrows[b], e, blocks[b][1], lane, j, KC, Q))
+        b, j = jobs[t]
+        cc, valid, xf, ws, ss = stages[t]
         if cutlass.const_expr(Q == 2):
             xf = _load(xrow, 16, cc)
         xs = _act_round(_bf16_words(xf, 16), 4, Q)
         for i in cutlass.range_constexpr(NW):
             acc[i] = _grouped_step(acc[i], ws[i], ss[i], xs, valid, NV)
-    g = _expert_scale(mG, e, NV)
-    for i in cutlass.range_constexpr(NW):
-        tot = _scaled(_warp_sum(acc[i]), g)
-        if lane == 0:
-            if nbase + i < N:
-                mY[r, nbase + i] = tot
+        if cutlass.const_expr(j == CPL - 1):  # the block's rows are done: store them, start the next
+            nbase = blocks[b][0]
+            for i in cutlass.range_constexpr(NW):
+                tot = _scaled(_warp_sum(acc[i]), g)
+                if lane == 0:
+                    if nbase + i < N:
+                        mY[r, nbase + i] = tot
+            acc = [Float32(0.0) for _ in range(NW)]
 
 
 @cute.jit  # both e2m1 formats (the name keeps profiles' "FP4 experts" family)
 def fp4_grouped(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mG: cute.Tensor, mIdx: cute.Tensor,
             mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr, KC: Constexpr, NW: Constexpr,
             WARPS: Constexpr, CPL: Constexpr, ROWS: Constexpr, PD: Constexpr, NV: Constexpr, PDL: Constexpr,
-            ONE: Constexpr, Q: Constexpr):
-    grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
-    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV, PDL, ONE, Q).launch(
+            ONE: Constexpr, Q: Constexpr, RB: Constexpr):
+    grid_x = (N + WARPS * NW * RB - 1) // (WARPS * NW * RB)
+    fp4_grouped_kernel(mX, mW, mS, mG, mIdx, mY, N, KC, NW, WARPS, CPL, PD, NV, PDL, ONE, Q, RB).launch(
         grid=(grid_x, ROWS, 1), block=(32 * WARPS, 1, 1), stream=stream, use_pdl=PDL)
 
 
@@ -234,25 +250,30 @@ def _fp8_xrow(mX, m, nbase, N: int, G: int):
 @cute.kernel
 def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
                M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr, WARPS: Constexpr,
-               CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr, PDL: Constexpr, Q: Constexpr):
+               CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr, PDL: Constexpr, Q: Constexpr,
+               RB: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
     warp = tidx // 32
     m0 = by * MB
-    nbase = (bx * WARPS + warp) * NW
-    nrows = [_imin(nbase + i, N - 1) for i in range(NW)]
-    wrows = [mW[n, None] for n in nrows]
-    xrows = [_fp8_xrow(mX, _imin(m0 + mm, M - 1), nbase, N, G) for mm in range(MB)]
+    blocks = _blocks(bx, warp, RB, WARPS, NW, N)
+    wrows = [[mW[n, None] for n in nrows] for _, nrows in blocks]
+    xrows = [[_fp8_xrow(mX, _imin(m0 + mm, M - 1), nbase, N, G) for mm in range(MB)] for nbase, _ in blocks]
+    jobs = [(b, j) for b in range(RB) for j in range(CPL)]
     acc = [[Float32(0.0) for _ in range(NW)] for _ in range(MB)]
-    stages = [_fp8_issue(mS, wrows, nrows, lane, j, KC) for j in range(min(PD, CPL))]
+    stages = [_fp8_issue(mS, wrows[jobs[t][0]], blocks[jobs[t][0]][1], lane, jobs[t][1], KC)
+              for t in range(min(PD, len(jobs)))]
     _pdl_wait(PDL)  # the first PD weight chunks are in flight while the previous kernel finishes
-    if cutlass.const_expr(Q == 2):  # G == 1: every warp of the CTA reads the same MB rows
-        xrows = _round_rows_to_smem(xrows, 8, KC, tidx, WARPS)
-    for j in cutlass.range_constexpr(CPL):
-        if cutlass.const_expr(j + PD < CPL):
-            stages.append(_fp8_issue(mS, wrows, nrows, lane, j + PD, KC))
-        cc, valid, ws, ss = stages[j]
+    if cutlass.const_expr(Q == 2):  # G == 1: every warp and block of the CTA reads the same MB rows
+        shared = _round_rows_to_smem(xrows[0], 8, KC, tidx, WARPS)
+        xrows = [shared for _ in range(RB)]
+    for t in cutlass.range_constexpr(len(jobs)):
+        if cutlass.const_expr(t + PD < len(jobs)):
+            b, j = jobs[t + PD]
+            stages.append(_fp8_issue(mS, wrows[b], blocks[b][1], lane, j, KC))
+        b, j = jobs[t]
+        cc, valid, ws, ss = stages[t]
         wv = []
         sc = []
         for i in cutlass.range_constexpr(NW):
@@ -262,33 +283,36 @@ def fp8_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tenso
             wv.append(vals)
             sc.append(e8m0_to_f32_x64(ss[i], valid))
         for mm in cutlass.range_constexpr(MB):
-            xs = _act_round(_bf16_words(_load(xrows[mm], 8, cc), 8), 8, Q)
+            xs = _act_round(_bf16_words(_load(xrows[b][mm], 8, cc), 8), 8, Q)
             for i in cutlass.range_constexpr(NW):
                 s0 = Float32(0.0)
                 s1 = Float32(0.0)
-                for t in cutlass.range_constexpr(16):
-                    if cutlass.const_expr(t % 2 == 0):
-                        s0 = ffma(wv[i][t], xs[t], s0)
+                for u in cutlass.range_constexpr(16):
+                    if cutlass.const_expr(u % 2 == 0):
+                        s0 = ffma(wv[i][u], xs[u], s0)
                     else:
-                        s1 = ffma(wv[i][t], xs[t], s1)
+                        s1 = ffma(wv[i][u], xs[u], s1)
                 acc[mm][i] = ffma(s0 + s1, sc[i], acc[mm][i])
-    for mm in cutlass.range_constexpr(MB):
-        for i in cutlass.range_constexpr(NW):
-            tot = _warp_sum(acc[mm][i])
-            if lane == 0:
-                if nbase + i < N:
-                    if m0 + mm < M:
-                        mY[m0 + mm, nbase + i] = tot * 0.015625
+        if cutlass.const_expr(j == CPL - 1):  # the block's rows are done: store them, start the next
+            nbase = blocks[b][0]
+            for mm in cutlass.range_constexpr(MB):
+                for i in cutlass.range_constexpr(NW):
+                    tot = _warp_sum(acc[mm][i])
+                    if lane == 0:
+                        if nbase + i < N:
+                            if m0 + mm < M:
+                                mY[m0 + mm, nbase + i] = tot * 0.015625
+            acc = [[Float32(0.0) for _ in range(NW)] for _ in range(MB)]
 
 
 @cute.jit
 def fp8_dense(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mY: cute.Tensor,
               stream: cuda.CUstream, M: Constexpr, N: Constexpr, KC: Constexpr, NW: Constexpr,
               WARPS: Constexpr, CPL: Constexpr, MB: Constexpr, PD: Constexpr, G: Constexpr, PDL: Constexpr,
-              Q: Constexpr):
-    grid_x = (N + WARPS * NW - 1) // (WARPS * NW)
+              Q: Constexpr, RB: Constexpr):
+    grid_x = (N + WARPS * NW * RB - 1) // (WARPS * NW * RB)
     grid_y = (M + MB - 1) // MB
-    fp8_kernel(mX, mW, mS, mY, M, N, KC, NW, WARPS, CPL, MB, PD, G, PDL, Q).launch(
+    fp8_kernel(mX, mW, mS, mY, M, N, KC, NW, WARPS, CPL, MB, PD, G, PDL, Q, RB).launch(
         grid=(grid_x, grid_y, 1), block=(32 * WARPS, 1, 1), stream=stream, use_pdl=PDL)
 
 

@@ -1,5 +1,7 @@
 """Microbenchmark of the decode GEMV kernels: achieved weight bandwidth vs the copy bandwidth of
-the same run, next to torch baselines. Run `python -m dsv4.kernels.bench [--quick]` on a GPU (not a test).
+the same run, next to torch baselines. Run `python -m dsv4.kernels.bench [--quick | --shapes]` on a GPU
+(not a test): --quick the headline cases and one Flash layer's batch-1 launches as the model makes them,
+--shapes those launches over launch shapes (launch.TUNE), each next to a device copy of the same bytes.
 
 Method: weights are random (never zeros); each timed unit is a CUDA
 graph of S calls that rotate over different experts / weight copies (so L2, 60 MB on an H200,
@@ -212,31 +214,75 @@ def sweep(results, copy_bw):
              uniq * (N * K // 2 + N * K // 32),
              lambda: [lambda i=i: kernels.fp4_grouped_gemv(xs[i], w, s, idx[i], outs[i]) for i in range(S)])
     launch.TUNE.update(nw=None, pd=2)
-    sweep_fp8(results, copy_bw)
 
 
-# Flash batch-1 FP8 shapes of one layer: (name, N, K, groups); wo_a runs its 8 groups in one launch
-FLASH_FP8 = (("wq_a+wkv", 1536, 4096, 1), ("wq_b", 32768, 1024, 1), ("wo_a 8 groups", 8192, 4096, 8),
-             ("wo_b", 4096, 8192, 1), ("shared w1+w3", 4096, 4096, 1), ("shared w2", 4096, 2048, 1))
+# Flash batch-1 FP8 launches of one layer: (name, N, K, groups, activation rounded in the kernel); wo_a runs
+# its 8 groups in one launch on bf16 activations (the released model does not round them)
+FLASH_FP8 = (("wq_a+wkv", 1536, 4096, 1, True), ("wq_b", 32768, 1024, 1, True), ("wo_a 8 groups", 8192, 4096, 8, False),
+             ("wo_b", 4096, 8192, 1, True), ("shared w1+w3", 4096, 4096, 1, True), ("shared w2", 4096, 2048, 1, True))
 
 
-def sweep_fp8(results, copy_bw, pds=(2, 4, 8)):
-    """The FP8 kernel at Flash's batch-1 shapes, over prefetch depths (launch.TUNE['pd8'])."""
-    for name, N, K, G in FLASH_FP8:
+# The launch shapes tried at Flash's batch-1 shapes (launch.TUNE keys; {} = the launchers' own choice)
+FP4_SHAPES = ({}, {"pd": 3}, {"rb": 2}, {"warps": 8}, {"nw": 2})
+FP8_SHAPES = ({}, {"warps": 4, "pd8": 4, "rb8": 1}, {"pd8": 8, "rb8": 1}, {"pd8": 4, "rb8": 2},
+              {"warps": 8, "pd8": 8, "rb8": 1}, {"warps": 8, "rb8": 2})
+
+
+def _tuned(results, copy_bw, op, nbytes, make_fns, choice: dict):
+    saved = dict(launch.TUNE)
+    launch.TUNE.update(choice)
+    try:
+        shape = " ".join(f"{k}={v}" for k, v in choice.items()) or "default"
+        _try(results, copy_bw, f"{op} {shape}", "cute kernel", nbytes, make_fns)
+    finally:
+        launch.TUNE.clear()
+        launch.TUNE.update(saved)
+
+
+def _copy_row(results, copy_bw, op, nbytes):
+    """A device copy of the same bytes (read + write counted), chained as the kernels are: what a copy
+    reaches at this size, next to the 1 GiB ceiling."""
+    n = max(16, nbytes // 2)
+    pairs = [(torch.empty(n, dtype=torch.int8, device="cuda"), torch.empty(n, dtype=torch.int8, device="cuda"))
+             for _ in range(max(4, -(-(256 << 20) // n)))]
+    _try(results, copy_bw, op, "copy of the same bytes", nbytes, lambda: [lambda a=a, b=b: b.copy_(a) for a, b in pairs])
+
+
+def model_launches(results, copy_bw, fp4_shapes=({},), fp8_shapes=({},)):
+    """The expert and FP8 launches of one Flash layer at batch 1, as the model makes them (w1|w3 as one
+    bank read by one x row, w2 by the six rows' activations, activations rounded in the kernel), each
+    next to a copy of the same bytes, at the given launch shapes."""
+    d, inter, E = MODELS["flash"]
+    for proj, N, K, xrows in (("w13", 2 * inter, d, 1), ("w2", d, inter, TOPK)):
+        w = torch.randint(-128, 128, (E, N, K // 2), dtype=torch.int8, device="cuda")
+        s = torch.randint(112, 132, (E, N, K // 32), dtype=torch.uint8, device="cuda").view(Q.E8M0)
+        idx, uniq = _routing(E, 1, S)
+        xs = [torch.randn(xrows, K, device="cuda").to(torch.bfloat16) for _ in range(S)]
+        outs = [torch.empty(TOPK, N, device="cuda") for _ in range(S)]
+        nbytes = int(uniq * (N * K // 2 + N * K // 32))
+        op = f"fp4 flash {proj} N={N} K={K} rows={TOPK} x rows={xrows} quant"
+        _copy_row(results, copy_bw, op, nbytes)
+        for choice in fp4_shapes:
+            _tuned(results, copy_bw, op, nbytes,
+                   lambda: [lambda i=i: launch.fp4_grouped_gemv(xs[i], w, s, idx[i], outs[i], quant=True)
+                            for i in range(S)], choice)
+        del w, s
+        torch.cuda.empty_cache()
+    for name, N, K, G, quant in FLASH_FP8:
         copies = max(4, -(-(256 << 20) // (N * K)))
         ws = [(torch.randn(N, K, device="cuda") * 50).clamp(-448, 448).to(Q.E4M3) for _ in range(copies)]
         ss = [torch.randint(112, 132, (N // 128, K // 128), dtype=torch.uint8, device="cuda").view(Q.E8M0)
               for _ in range(copies)]
-        x = _rand_x(G, K)
+        x = torch.randn(G, K, device="cuda").to(torch.bfloat16)
         outs = [torch.empty(1, N, device="cuda") for _ in range(copies)]
-        for pd in pds:
-            launch.TUNE.update(pd8=pd)
-            _try(results, copy_bw, f"fp8 flash {name} N={N} K={K} M=1 pd={pd}", "cute kernel",
-                 N * K + N * K // 16384,
-                 lambda: [lambda i=i: launch.fp8_gemv(x, ws[i], ss[i], outs[i], groups=G) for i in range(copies)])
+        op, nbytes = f"fp8 flash {name} N={N} K={K} M=1{' quant' if quant else ''}", N * K + N * K // 16384
+        _copy_row(results, copy_bw, op, nbytes)
+        for choice in fp8_shapes:
+            _tuned(results, copy_bw, op, nbytes,
+                   lambda: [lambda i=i: launch.fp8_gemv(x, ws[i], ss[i], outs[i], groups=G, quant=quant)
+                            for i in range(copies)], choice)
         del ws
         torch.cuda.empty_cache()
-    launch.TUNE.update(pd8=4)
 
 
 def main(argv=None) -> int:
@@ -244,18 +290,20 @@ def main(argv=None) -> int:
         print("needs a CUDA GPU")
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
-    quick = "--quick" in (argv or sys.argv[1:])
+    args = argv or sys.argv[1:]
+    quick = "--quick" in args
     dev = torch.cuda.get_device_name()
     copy_bw = copy_bandwidth()
     print(f"device {dev}; copy bandwidth {copy_bw / 1e12:.2f} TB/s (read + write)", flush=True)
     results: list[dict] = []
-    if quick:  # the headline cases only (a short device lease)
+    if "--shapes" in args:  # the model's batch-1 launches over launch shapes
+        model_launches(results, copy_bw, FP4_SHAPES, FP8_SHAPES)
+    elif quick:  # the headline cases only (a short device lease)
         for batch in (1, 8):
             bench_grouped(results, copy_bw, "flash", "w1", batch, "fp4")
         bench_grouped(results, copy_bw, "pro", "w1", 1, "fp4")
         bench_grouped(results, copy_bw, "flash", "w1", 1, "nvfp4")
-        bench_dense(results, copy_bw, "flash", "w1", 1)
-        sweep_fp8(results, copy_bw)
+        model_launches(results, copy_bw)
     else:
         for model in MODELS:
             for batch in (1, 8):
@@ -266,6 +314,7 @@ def main(argv=None) -> int:
                     bench_dense(results, copy_bw, model, proj, batch)
                 torch.cuda.empty_cache()
         sweep(results, copy_bw)
+        model_launches(results, copy_bw, FP4_SHAPES, FP8_SHAPES)
     out = os.environ.get("OUT")
     if out:
         with open(os.path.join(out, "kernel_bench.json"), "w") as f:

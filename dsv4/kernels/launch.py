@@ -27,8 +27,12 @@ WARPS = 4            # warps per CTA (128 threads)
 # bench overrides: rows per warp, prefetch depth (grouped e2m1), prefetch depth (FP8: a batch-1 FP8
 # GEMV has ~2 CTAs per SM and few chunk steps per row, so deeper prefetch keeps more bytes in flight)
 # and the most shared memory (bytes) a CTA may take to round its x rows once (quant=True, kernel Q = 2);
-# x rows larger than that (or wo_a's groups) are rounded by every warp in registers (Q = 1)
-TUNE: dict[str, int | None] = {"nw": None, "pd": 2, "pd8": 4, "round_smem": 32768}
+# x rows larger than that (or wo_a's groups) are rounded by every warp in registers (Q = 1); row blocks
+# per CTA of the grouped (rb) and FP8 (rb8) kernels: a CTA streams its blocks through one pipeline; warps
+# per CTA (warps, None = WARPS)
+# (warps, pd8, rb8 left None: fp8_shape's rule)
+TUNE: dict[str, int | None] = {"nw": None, "pd": 2, "pd8": None, "round_smem": 32768, "rb": 1, "rb8": None,
+                               "warps": None}
 _CACHE: dict[tuple, object] = {}
 _SMS: dict[int, int] = {}
 _AVAILABLE: list[bool] = []
@@ -49,12 +53,34 @@ def _sms(device: torch.device) -> int:
     return _SMS[i]
 
 
-def pick_nw(groups: int, n: int, sms: int, cap: int = 4) -> int:
+def _warps() -> int:
+    return int(TUNE["warps"] or WARPS)
+
+
+def fp8_shape(M: int, groups: int, steps: int) -> tuple[int, int, int]:
+    """(warps per CTA, prefetch depth in steps, row blocks per CTA) of an FP8 launch, where TUNE leaves them
+    None. steps = K / 512 (one 16-byte chunk per lane a step). The batch-1 rule is the H200's kernel bench
+    over launch shapes (`python -m dsv4.kernels.bench --shapes`, dsv4/kernels/NOTES.md "Session 17"): rows of
+    at most 4 steps (wq_b, the shared w2) run two row blocks per CTA through one pipeline (71 -> 78% and 49 ->
+    57% of copy bandwidth); rows of 8 steps or more (wq_a|wkv, the shared w1|w3, wo_b) take 8-warp CTAs with
+    every step in flight (41 -> 51%, 59 -> 60%, 62 -> 67%); wo_a's groups and larger batches keep 4 warps,
+    depth 4, one block."""
+    warps, pd, rb = WARPS, 4, 1
+    if M == 1 and groups == 1:
+        if steps <= 4:
+            pd, rb = steps, 2
+        elif steps >= 8:
+            warps, pd = 8, 8
+    return (int(TUNE["warps"] or warps), min(int(TUNE["pd8"] or pd), steps),
+            int(TUNE["rb8"] or rb))
+
+
+def pick_nw(groups: int, n: int, sms: int, cap: int = 4, warps: int | None = None) -> int:
     """Output rows per warp: the most (x reuse) that still gives >= 4 CTAs per SM, else 1."""
     if TUNE["nw"]:
         return min(int(TUNE["nw"]), cap)
     for nw in (4, 2):
-        if nw <= cap and groups * -(-n // (WARPS * nw)) >= 4 * sms:
+        if nw <= cap and groups * -(-n // ((warps or _warps()) * nw)) >= 4 * sms:
             return nw
     return 1
 
@@ -165,8 +191,8 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out, quant: bool = F
         raise DSV4Error(f"{fmt}_grouped_gemv: x and weight need 16-byte aligned rows")
     KC = K // 32
     nw = pick_nw(R, N, _sms(x.device))
-    consts = (N, KC, nw, WARPS, -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x), x.shape[0] == 1,
-              _round_mode(quant, 2 * K))  # the rounding mode Q last, as fp8_dense's
+    consts = (N, KC, nw, _warps(), -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x), x.shape[0] == 1,
+              _round_mode(quant, 2 * K), int(TUNE["rb"]))  # the rounding mode Q, then row blocks, as fp8_dense's
     key = ("fp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(g), _sig(idx), x.device, consts)
     _run(key, "fp4_grouped", [xw, ww, sw, g, idx, y], [16, 16, 2 if nv else 1, 4 if nv else 1,
                                                    idx.element_size(), 4], consts, x.device)
@@ -206,9 +232,9 @@ def fp8_gemv(x, weight, scale, out=None, groups: int = 1, quant: bool = False) -
         raise DSV4Error("fp8_gemv: x and weight need 16-byte aligned rows")
     KC = K // 16
     mb = min(M, 8)
-    nw = pick_nw(-(-M // mb), N, _sms(x.device), cap=4 if M == 1 else 2)
-    consts = (M, N, KC, nw, WARPS, -(-KC // 32), mb, min(int(TUNE["pd8"]), -(-KC // 32)), groups, _pdl(x),
-              _round_mode(quant, 2 * K * mb, groups))
+    warps, pd, rb = fp8_shape(M, groups, -(-KC // 32))
+    nw = pick_nw(-(-M // mb), N, _sms(x.device), cap=4 if M == 1 else 2, warps=warps)
+    consts = (M, N, KC, nw, warps, -(-KC // 32), mb, pd, groups, _pdl(x), _round_mode(quant, 2 * K * mb, groups), rb)
     key = ("fp8_dense", _sig(xw), _sig(ww), _sig(sw), x.device, consts)
     _run(key, "fp8_dense", [xw, ww, sw, y], [16, 16, 1, 4], consts, x.device)
     return y

@@ -1,0 +1,43 @@
+"""The FP8 GEMV's launch shape (warps, prefetch depth, row blocks per CTA): the measured batch-1 rule, a
+depth never past a row's steps, and launch.TUNE overriding each choice alone (the kernel bench's sweep)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dsv4.kernels import launch
+
+
+@pytest.fixture(autouse=True)
+def _tune():
+    saved = dict(launch.TUNE)
+    yield
+    launch.TUNE.clear()
+    launch.TUNE.update(saved)
+
+
+def test_depth_never_past_the_row():
+    for steps in range(1, 40):
+        for M in (1, 2, 8, 64):
+            for G in (1, 8):
+                warps, pd, rb = launch.fp8_shape(M, G, steps)
+                assert 1 <= pd <= steps and rb >= 1 and warps in (4, 8)
+
+
+def test_batch1_rule():
+    assert launch.fp8_shape(1, 1, 2) == (4, 2, 2)       # wq_b: short rows, two blocks a CTA
+    assert launch.fp8_shape(1, 1, 16) == (8, 8, 1)      # wo_b: long rows, 8 warps, every step in flight
+    assert launch.fp8_shape(1, 8, 8) == (4, 4, 1)       # wo_a's groups keep the default
+    assert launch.fp8_shape(16, 1, 2) == (4, 2, 1)      # larger batches keep one block
+
+
+def test_tune_overrides_each_choice():
+    steps = random.choice((2, 4, 8, 16))
+    base = launch.fp8_shape(1, 1, steps)
+    for key, i, value in (("warps", 0, 2), ("pd8", 1, 1), ("rb8", 2, 3)):
+        launch.TUNE[key] = value
+        got = launch.fp8_shape(1, 1, steps)
+        assert got[i] == value and all(got[j] == base[j] for j in range(3) if j != i)
+        launch.TUNE[key] = None

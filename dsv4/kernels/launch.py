@@ -24,13 +24,10 @@ __all__ = ["fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "try_expert", "
            "CompileError", "WARPS", "MAX_DENSE_ROWS", "TUNE"]
 
 WARPS = 4            # warps per CTA (128 threads)
-# bench overrides: rows per warp, prefetch depth (grouped e2m1), prefetch depth (FP8: a batch-1 FP8
-# GEMV has ~2 CTAs per SM and few chunk steps per row, so deeper prefetch keeps more bytes in flight)
-# and the most shared memory (bytes) a CTA may take to round its x rows once (quant=True, kernel Q = 2);
-# x rows larger than that (or wo_a's groups) are rounded by every warp in registers (Q = 1); row blocks
-# per CTA of the grouped (rb) and FP8 (rb8) kernels: a CTA streams its blocks through one pipeline; warps
-# per CTA (warps, None = WARPS)
-# (warps, pd8, rb8 left None: fp8_shape's rule)
+# bench overrides (None: the launchers' own choice): rows per warp (nw), prefetch depth of the grouped e2m1
+# kernel (pd) and of the FP8 GEMV (pd8), row blocks a CTA streams through one pipeline (rb, rb8), warps per
+# CTA (warps), and the most shared memory (bytes) a CTA may take to round its x rows once (quant=True, kernel
+# Q = 2); x rows larger than that (or wo_a's groups) are rounded by every warp in registers (Q = 1)
 TUNE: dict[str, int | None] = {"nw": None, "pd": 2, "pd8": None, "round_smem": 32768, "rb": 1, "rb8": None,
                                "warps": None}
 _CACHE: dict[tuple, object] = {}
@@ -64,7 +61,8 @@ def fp8_shape(M: int, groups: int, steps: int) -> tuple[int, int, int]:
     at most 4 steps (wq_b, the shared w2) run two row blocks per CTA through one pipeline (71 -> 78% and 49 ->
     57% of copy bandwidth); rows of 8 steps or more (wq_a|wkv, the shared w1|w3, wo_b) take 8-warp CTAs with
     every step in flight (41 -> 51%, 59 -> 60%, 62 -> 67%); wo_a's groups and larger batches keep 4 warps,
-    depth 4, one block."""
+    depth 4, one block. In the decode step, where a norm or pointwise kernel precedes each GEMV under PDL,
+    the rule measured neutral (the FP8 family's time unchanged)."""
     warps, pd, rb = WARPS, 4, 1
     if M == 1 and groups == 1:
         if steps <= 4:

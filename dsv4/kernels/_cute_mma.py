@@ -4,6 +4,10 @@ rounds itself (quant=True). Imports cutlass: only `launch.py` imports it, lazily
 Why: at batch 1 the CUDA-core kernel (_cute_gemv.fp4_grouped_kernel) is bound by instruction issue, about
 3.5 instructions per weight element; here a weight element costs its share of the decode (13 instructions
 per 8, stopping at f16 pairs) and the tensor core does the products (see _ptx_mma.py).
+Measured on the H200 it is exact to the twin and SLOWER (34% of copy bandwidth against 59% on Flash's
+w1 | w3 bank): a lane loads one 4-byte word and one scale byte per row and block, eight times the load
+instructions of the CUDA-core kernel. Opt-in (DSV4_CUTE_MMA=1) as the base of the next form: 16-byte loads
+per lane, the block scale folded into bf16 weights so one MMA may mix blocks (dsv4/kernels/NOTES.md, 17).
 
 Shape of the work: a CTA owns RB tiles of 16 output rows of one input row r (expert idx[r]); its WARPS warps
 split K, warp w taking scale blocks [w * BPW, (w + 1) * BPW) of 32 elements. Per block a lane loads one word

@@ -248,7 +248,8 @@ def _copy_row(results, copy_bw, op, nbytes):
     n = max(16, nbytes // 2)
     pairs = [(torch.empty(n, dtype=torch.int8, device="cuda"), torch.empty(n, dtype=torch.int8, device="cuda"))
              for _ in range(max(4, -(-(256 << 20) // n)))]
-    _try(results, copy_bw, op, "copy of the same bytes", nbytes, lambda: [lambda a=a, b=b: b.copy_(a) for a, b in pairs])
+    _try(results, copy_bw, op, "copy of the same bytes", nbytes,
+         lambda: [lambda a=a, b=b: b.copy_(a) for a, b in pairs])
 
 
 def model_launches(results, copy_bw, fp4_shapes=({},), fp8_shapes=({},)):

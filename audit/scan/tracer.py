@@ -337,7 +337,7 @@ class _Mode(TorchDispatchMode):
         self.tracer = tracer
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        body = python_body(func, args, kwargs, self.tracer._roots)
+        body = python_body(func, args, kwargs, self.tracer._roots, types)
         start = len(self.tracer._records)
         try:
             if body is not None:  # a custom op's Python body: its own ops are the step's ops too

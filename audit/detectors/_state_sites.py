@@ -12,7 +12,7 @@ import sys
 import types
 
 from audit.detectors import _mutations
-from audit.scan import loaded, state
+from audit.scan import class_state, loaded, state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
 
 
@@ -91,11 +91,15 @@ def hook_caller(ctx, changed: str, step: int):
 
 def closure_functions(ctx, owner: str) -> list:
     """The functions whose closure cells the state key `<closure Q>` names: those hung on an object of
-    the target (a library's forward pre-hook in a module's hook dict) and the globals of loaded modules
-    (a library decorator's wrapper), matched by qualified name."""
+    the target (a library's forward pre-hook in a module's hook dict), the methods of the classes whose
+    state the scan keeps (a library decorator's wrapper on a method: `functools.wraps` gives it the
+    method's name) and the globals of loaded modules (a decorated function), matched by qualified name."""
     qual = owner[len("<closure "):-1]
     seen, out = set(), []
     cands = [fn for _, obj in ctx.trace.objects for fn in state._functions(obj)]
+    classes = [c for _, obj in ctx.trace.objects for c in type(obj).__mro__[:-1]]  # this target's classes first
+    cands += [getattr(v, "__func__", v) for cls in dict.fromkeys(classes + list(class_state.CLASSES.values()))
+              for v in list(vars(cls).values()) if isinstance(getattr(v, "__func__", v), types.FunctionType)]
     cands += [v for name, m in loaded.loaded_modules() if name.split(".")[0] not in sys.stdlib_module_names
               and getattr(m, "__file__", None) and frame_kind(m.__file__, ctx.trace.roots) != HIDDEN
               for v in list(vars(m).values()) if isinstance(v, types.FunctionType)]
@@ -103,7 +107,13 @@ def closure_functions(ctx, owner: str) -> list:
         if fn.__qualname__ == qual and id(fn) not in seen and fn.__closure__:
             seen.add(id(fn))
             out.append(fn)
-    return out
+    return out[:1] if out and _in_class(out[0], classes) else out
+
+
+def _in_class(fn, classes) -> bool:
+    """Whether `fn` is a method (or a wrapper standing for one) of one of `classes`: then it is the closure,
+    and a function of the same name elsewhere (a class of another target loaded earlier) is not."""
+    return any(getattr(v, "__func__", v) is fn for cls in classes for v in list(vars(cls).values()))
 
 
 def state_fps(change) -> str:

@@ -1,10 +1,12 @@
 """Where Python state that changed inside a frame torch did not record lives: the suspended frame of a
-generator the step advanced, a hook object torch calls from a module's call, a library function's
-closure; and which candidate lines explain a change. Shared by the cpu-side-effect rule (side_effect.py)."""
+generator the step advanced, a hook object torch calls from a module's call (and the target's call of
+that module), a library function's closure; and which candidate lines explain a change. Shared by the cpu-side-effect rule (side_effect.py)."""
 
 from __future__ import annotations
 
 import ast
+import builtins
+import contextlib
 import inspect
 import linecache
 import re
@@ -12,7 +14,7 @@ import sys
 import types
 
 from audit.detectors import _mutations
-from audit.scan import class_state, loaded, state
+from audit.scan import class_state, loaded, module_hooks, state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
 
 
@@ -178,3 +180,54 @@ def generated_sites(ctx, change, own_files: set, ran: set) -> list:
             hits += [((f, func.name) not in ran, n.lineno, f, func.name) for n in ast.walk(func)
                      if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in names]
     return [(f, line, name) for _, line, f, name in sorted(hits)[:3]]
+
+
+def hooked_call(ctx, site, step: int):
+    """For a site in a hook torch ran from a module's call that ran no torch op itself (a library's
+    recorder appending to a list, a profiler hook counting calls in its globals): the target's own line
+    that called the module. A process-wide hook whose statement sits under `if isinstance(mod, C):`
+    counts only at calls of a C module. None when no hooked call ran the site's function."""
+    file, line, _ = site
+    calls = ctx.trace.hook_calls[step] if step < len(ctx.trace.hook_calls) else ()
+    for hooks, mtype, stack in calls:
+        fns = [fn for fn in map(module_hooks.function_of, hooks)
+               if fn is not None and fn.__code__.co_filename == file and _holds(fn.__code__, line)]
+        if not fns or not _admits(fns[0], line, mtype):
+            continue
+        own = ctx.trace.own_frames(stack)
+        if own:
+            return own[-1][0].co_filename, own[-1][1], own[-1][0].co_name
+    return None
+
+
+def _admits(fn, line: int, mtype: type) -> bool:
+    """Whether a module of type `mtype` passes the `isinstance(<the hook's module parameter>, C)` tests
+    of the `if`s around `line` in hook `fn` (True when there are none, or C cannot be read)."""
+    t = _mutations.tree(fn.__code__.co_filename)
+    node = next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.Lambda))
+                 and getattr(n, "lineno", 0) == fn.__code__.co_firstlineno), None) if t is not None else None
+    args = node.args.posonlyargs + node.args.args if node is not None else []
+    if not args:
+        return True
+    param = args[1 if args[0].arg in ("self", "cls") and len(args) > 1 else 0].arg
+    for n in ast.walk(node):
+        if not isinstance(n, ast.If) or not n.body or not (n.body[0].lineno <= line <= n.body[-1].end_lineno):
+            continue
+        test = n.test
+        if isinstance(test, ast.Call) and getattr(test.func, "id", None) == "isinstance" and len(test.args) == 2 \
+                and getattr(test.args[0], "id", None) == param:
+            with contextlib.suppress(Exception):
+                if not issubclass(mtype, _resolve(test.args[1], fn.__globals__)):
+                    return False
+    return True
+
+
+def _resolve(expr, glob):
+    """A class (or tuple of classes) named by `nn.Linear`, `Linear` or `(A, B)` in a function's globals."""
+    if isinstance(expr, ast.Tuple):
+        return tuple(_resolve(e, glob) for e in expr.elts)
+    if isinstance(expr, ast.Name):
+        return glob[expr.id] if expr.id in glob else getattr(builtins, expr.id)
+    if isinstance(expr, ast.Attribute):
+        return getattr(_resolve(expr.value, glob), expr.attr)
+    raise TypeError(expr)

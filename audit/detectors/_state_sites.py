@@ -231,3 +231,36 @@ def _resolve(expr, glob):
     if isinstance(expr, ast.Attribute):
         return getattr(_resolve(expr.value, glob), expr.attr)
     raise TypeError(expr)
+
+
+def called_by_name(ctx, site, step: int):
+    """For a site in a library function that ran no torch op: the target's own line that led into a library
+    function of the step's stacks whose body calls the site's function by name (an accelerate-style
+    `new_forward` calling `module._hf_hook.pre_forward(...)`, the hook object counting there). None when no
+    function that ran calls it."""
+    file, _, fn = site
+    for r in ctx.steps[step]:
+        for k, (code, _) in enumerate(r.stack):
+            if ctx.trace.is_own(code) or (code.co_filename == file and code.co_name == fn) or not _calls(code, fn):
+                continue
+            own = [f for f in r.stack[:k] if ctx.trace.is_own(f[0])]
+            if own:
+                return own[-1][0].co_filename, own[-1][1], own[-1][0].co_name
+    return None
+
+
+_CALLS_CACHE: dict = {}
+
+
+def _calls(code, name: str) -> bool:
+    """Whether the function of `code` calls `name(...)` or `x.name(...)` in its own body."""
+    key = (id(code), name)
+    if key not in _CALLS_CACHE:
+        t = _mutations.tree(code.co_filename)
+        node = next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.lineno <= code.co_firstlineno <= n.body[0].lineno and n.name == code.co_name), None) \
+            if t is not None else None
+        _CALLS_CACHE[key] = (code, node is not None and any(
+            isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == name
+            for n in ast.walk(node)))
+    return _CALLS_CACHE[key][1]

@@ -3,7 +3,8 @@
 An accelerate-style helper keeps a module's weights on the host (`{n: p.detach().to("cpu")}`, a list of
 `.cpu()` copies, one attribute) in a hook object, and a forward pre-hook moves them to the execution device
 per call. On a GPU that is a copy from pageable memory, which capture refuses; on a CPU scan both moves are
-no-ops, so the source says where the tensors live. Weights kept as they are (on the device) and moved with
+no-ops, so the source says where the tensors live, also through a helper returning them and the mapping
+object they are passed to (accelerate's `weights_map`). Weights kept as they are (on the device) and moved with
 `.to(device)`, or pinned copies uploaded into device buffers made once, stay clean.
 """
 
@@ -17,6 +18,22 @@ from site_util import blocking, install_library, library_hit, module_target, tab
 
 LIB = """
 import torch
+
+
+class Loader:
+    def __init__(self, state_dict):
+        self.state_dict = state_dict
+
+    def __getitem__(self, key):
+        return self.state_dict[key]
+
+
+def host_copy(module):
+    return {k: v.detach().cpu() for k, v in module.named_parameters(recurse=False)}
+
+
+def same_copy(module):
+    return {k: v.detach() for k, v in module.named_parameters(recurse=False)}
 
 
 class Offload:
@@ -45,6 +62,9 @@ KINDS = {
                     "setattr(module, n, self.host[n].to(self.device))  # LIBSITE"),
     "list_cpu": ("self.host = [p.detach().cpu() for _, p in module.named_parameters(recurse=False)]",
                  "setattr(module, n, self.host[i].to(self.device))  # LIBSITE"),
+    "weights_map": ("self.host = Loader(host_copy(module))", "setattr(module, n, self.host[n].to(self.device))  # LIBSITE"),
+    "weights_map_on_device": ("self.host = Loader(same_copy(module))",
+                              "setattr(module, n, self.host[n].to(self.device))  # LIBSITE"),
     "kept_on_device": ("self.host = {{n: p.detach() for n, p in module.named_parameters(recurse=False)}}",
                        "setattr(module, n, self.host[n].to(self.device))  # LIBSITE"),
     "pinned_upload": ("self.host = [p.detach().cpu().pin_memory() for _, p in module.named_parameters(recurse=False)]"
@@ -68,7 +88,7 @@ def test_an_offload_hooks_host_weights_moved_per_forward(tmp_path, monkeypatch, 
     path, site = write_target(tmp_path / "target" / "offload_target.py", TARGET, mod=mod,
                               seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
     bad = blocking(path, forget=mod)
-    if kind in ("kept_on_device", "pinned_upload"):
+    if kind in ("kept_on_device", "pinned_upload", "weights_map_on_device"):
         assert not len(bad), table(bad)
         return
     library_hit(bad, "pageable-copy", lib, path, site)

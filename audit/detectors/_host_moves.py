@@ -4,8 +4,10 @@ An offload helper (accelerate-style) keeps a module's weights on the host, `{n: 
 and moves them to the execution device at every forward: on a GPU that is a copy from pageable memory,
 which capture refuses. On a CPU scan `.to("cpu")` and the later `.to(device)` copy nothing, so only the
 source says the tensors live on the host: every assignment of the attribute ends in `.cpu()` or
-`.to(<the CPU>)` (a comprehension or literal of such moves, for a dict or list). `.pin_memory()` after the
-move is pinned staging, not this.
+`.to(<the CPU>)` (a comprehension or literal of such moves, for a dict or list), also through a helper of the
+file returning them and the constructor parameter they are passed as (accelerate's weights map:
+`OffloadedWeightsLoader(offload_state_dict(module))` keeping `self.state_dict = state_dict`). `.pin_memory()`
+after the move is pinned staging, not this.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def members(ctx):
 
 def moved_to_host(filename: str, attr: str, lines: tuple[int, int] | None = None) -> bool:
     """Whether every assignment of `<x>.attr` in the source (or a span of it) is a tensor sent to the CPU:
-    `t.cpu()`, `t.detach().to("cpu")`, or a dict / list of such (a comprehension or a literal)."""
+    `t.cpu()`, `t.detach().to("cpu")`, or a dict / list of such (a comprehension or a literal), made there or
+    passed in (`_host_value`)."""
     t = tree(filename)
     seen = False
     for node in ast.walk(t) if t is not None else ():
@@ -48,10 +51,40 @@ def moved_to_host(filename: str, attr: str, lines: tuple[int, int] | None = None
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if not any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets):
             continue
-        if not all(_to_cpu(t, v) for v in _elements(node.value)):
+        if not _host_value(t, node.value, node.lineno, 2):
             return False
         seen = True
     return seen
+
+
+def _host_value(t: ast.Module, value, line: int, depth: int) -> bool:
+    """A value made of tensors sent to the CPU: moves themselves, the result of a function of this file all of
+    whose returns are (`offload_state_dict(module)`), or the `__init__` parameter it was passed as, when
+    every call of the class in this file passes one (`OffloadedWeightsLoader(offload_state_dict(m))`)."""
+    if all(_to_cpu(t, v) for v in _elements(value)):
+        return True
+    if depth <= 0:
+        return False
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+        fn = _defs(t, ast.FunctionDef).get(value.func.id)
+        rets = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None] if fn else []
+        return bool(rets) and all(_host_value(t, r, r.lineno, depth - 1) for r in rets)
+    if isinstance(value, ast.Name):
+        cls = next((c for c in _defs(t, ast.ClassDef).values() if c.lineno <= line <= c.end_lineno), None)
+        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None) if cls else None
+        params = [a.arg for a in init.args.args[1:]] if init else []
+        if value.id not in params:
+            return False
+        k = params.index(value.id)
+        args = [next((kw.value for kw in c.keywords if kw.arg == value.id), c.args[k] if k < len(c.args) else None)
+                for c in ast.walk(t) if isinstance(c, ast.Call) and getattr(c.func, "id", None) == cls.name]
+        return bool(args) and all(a is not None and _host_value(t, a, a.lineno, depth - 1) for a in args)
+    return False
+
+
+def _defs(t: ast.Module, kind) -> dict:
+    """The module-level functions or classes of a file, by name."""
+    return {n.name: n for n in t.body if isinstance(n, kind)}
 
 
 def _elements(value) -> list:

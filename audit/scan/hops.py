@@ -8,11 +8,21 @@ a tensor predicate decides with `if pred:` on the host (a host read, reported by
 the caller's line), and `while_loop` reads its condition the same way. The branches and the loop body of
 those two run with the mode pushed again, so their ops are the step's ops; other operators' inner ops
 run untraced. The operator itself is one op record (`higher_order.<name>`), its outputs made in the step.
+
+torch calls these operators eagerly through `torch.compile(..., fullgraph=True)` (cond, flex_attention), and
+dynamo skips every frame while a dispatch mode is active, so fullgraph raises ("found no compiled frames").
+During an audited step compiled code therefore runs its Python source (`eager_compiled`): what dynamo does
+under the mode anyway for the user's own `torch.compile`d functions, now without that error and without
+code compiled in warmup bypassing the tracer.
 """
 
 from __future__ import annotations
 
-__all__ = ["run"]
+import contextlib
+
+import torch
+
+__all__ = ["eager_compiled", "run"]
 
 _TRACED_BODIES = {"cond", "while_loop"}  # eager Python loops/branches over plain callables
 _SHIMS: dict = {}
@@ -51,3 +61,14 @@ def run(mode, func, args, kwargs):
         raise
     mode.tracer.record_op(shim, args, kwargs, out)
     return out
+
+
+@contextlib.contextmanager
+def eager_compiled():
+    """For one audited step: torch.compile'd functions run as the Python they were written in."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if set_stance is None:
+        yield
+        return
+    with set_stance("force_eager"):
+        yield

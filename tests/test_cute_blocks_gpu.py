@@ -56,7 +56,8 @@ def test_fp4_grouped_blocks_bitwise(N, K, quant):
     E = 16
     w, s = random_fp4_bank(E, N, K, "cuda")
     for R, one in ((6, True), (6, False), (48, False)):
-        x = torch.randn(1 if one else R, K, device="cuda").to(torch.bfloat16) if quant else random_x(1 if one else R, K, "cuda")
+        rows = 1 if one else R
+        x = torch.randn(rows, K, device="cuda").to(torch.bfloat16) if quant else random_x(rows, K, "cuda")
         idx = torch.randint(0, E, (R,), device="cuda")
         _variants(lambda: launch.fp4_grouped_gemv(x, w, s, idx, out=_poison(R, N), quant=quant))
 

@@ -41,3 +41,19 @@ def test_tune_overrides_each_choice():
         got = launch.fp8_shape(1, 1, steps)
         assert got[i] == value and all(got[j] == base[j] for j in range(3) if j != i)
         launch.TUNE[key] = None
+
+
+def test_the_tensor_core_fp4_kernel_takes_only_what_it_can(monkeypatch):
+    """DSV4_CUTE_MMA=1 (or TUNE["mma"]) sends FP4 rows the kernel rounds itself, K split evenly over the warps,
+    to the tensor-core kernel; NVFP4, pre-rounded rows and uneven K stay on the CUDA-core kernel."""
+    monkeypatch.setenv("DSV4_CUTE_MMA", "1")
+    blocks = 4 * random.randint(1, 64)
+    assert launch._uses_mma("fp4", True, blocks)
+    assert not launch._uses_mma("nvfp4", True, blocks)
+    assert not launch._uses_mma("fp4", False, blocks)
+    assert not launch._uses_mma("fp4", True, blocks + 1)
+    launch.TUNE["mma"] = 0  # TUNE wins over the environment
+    assert not launch._uses_mma("fp4", True, blocks)
+    launch.TUNE["mma"] = None
+    monkeypatch.setenv("DSV4_CUTE_MMA", "0")
+    assert not launch._uses_mma("fp4", True, blocks)

@@ -1,10 +1,12 @@
 """Where Python state that changed inside a frame torch did not record lives: the suspended frame of a
-generator the step advanced, a hook object torch calls from a module's call, a library function's
-closure; and which candidate lines explain a change. Shared by the cpu-side-effect rule (side_effect.py)."""
+generator the step advanced, a hook object torch calls from a module's call (and the target's call of
+that module), a library function's closure; and which candidate lines explain a change. Shared by the cpu-side-effect rule (side_effect.py)."""
 
 from __future__ import annotations
 
 import ast
+import builtins
+import contextlib
 import inspect
 import linecache
 import re
@@ -12,7 +14,7 @@ import sys
 import types
 
 from audit.detectors import _mutations
-from audit.scan import loaded, state
+from audit.scan import class_state, loaded, module_hooks, state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
 
 
@@ -91,11 +93,15 @@ def hook_caller(ctx, changed: str, step: int):
 
 def closure_functions(ctx, owner: str) -> list:
     """The functions whose closure cells the state key `<closure Q>` names: those hung on an object of
-    the target (a library's forward pre-hook in a module's hook dict) and the globals of loaded modules
-    (a library decorator's wrapper), matched by qualified name."""
+    the target (a library's forward pre-hook in a module's hook dict), the methods of the classes whose
+    state the scan keeps (a library decorator's wrapper on a method: `functools.wraps` gives it the
+    method's name) and the globals of loaded modules (a decorated function), matched by qualified name."""
     qual = owner[len("<closure "):-1]
     seen, out = set(), []
     cands = [fn for _, obj in ctx.trace.objects for fn in state._functions(obj)]
+    classes = [c for _, obj in ctx.trace.objects for c in type(obj).__mro__[:-1]]  # this target's classes first
+    cands += [getattr(v, "__func__", v) for cls in dict.fromkeys(classes + list(class_state.CLASSES.values()))
+              for v in list(vars(cls).values()) if isinstance(getattr(v, "__func__", v), types.FunctionType)]
     cands += [v for name, m in loaded.loaded_modules() if name.split(".")[0] not in sys.stdlib_module_names
               and getattr(m, "__file__", None) and frame_kind(m.__file__, ctx.trace.roots) != HIDDEN
               for v in list(vars(m).values()) if isinstance(v, types.FunctionType)]
@@ -103,7 +109,13 @@ def closure_functions(ctx, owner: str) -> list:
         if fn.__qualname__ == qual and id(fn) not in seen and fn.__closure__:
             seen.add(id(fn))
             out.append(fn)
-    return out
+    return out[:1] if out and _in_class(out[0], classes) else out
+
+
+def _in_class(fn, classes) -> bool:
+    """Whether `fn` is a method (or a wrapper standing for one) of one of `classes`: then it is the closure,
+    and a function of the same name elsewhere (a class of another target loaded earlier) is not."""
+    return any(getattr(v, "__func__", v) is fn for cls in classes for v in list(vars(cls).values()))
 
 
 def state_fps(change) -> str:
@@ -168,3 +180,87 @@ def generated_sites(ctx, change, own_files: set, ran: set) -> list:
             hits += [((f, func.name) not in ran, n.lineno, f, func.name) for n in ast.walk(func)
                      if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in names]
     return [(f, line, name) for _, line, f, name in sorted(hits)[:3]]
+
+
+def hooked_call(ctx, site, step: int):
+    """For a site in a hook torch ran from a module's call that ran no torch op itself (a library's
+    recorder appending to a list, a profiler hook counting calls in its globals): the target's own line
+    that called the module. A process-wide hook whose statement sits under `if isinstance(mod, C):`
+    counts only at calls of a C module. None when no hooked call ran the site's function."""
+    file, line, _ = site
+    calls = ctx.trace.hook_calls[step] if step < len(ctx.trace.hook_calls) else ()
+    for hooks, mtype, stack in calls:
+        fns = [fn for fn in map(module_hooks.function_of, hooks)
+               if fn is not None and fn.__code__.co_filename == file and _holds(fn.__code__, line)]
+        if not fns or not _admits(fns[0], line, mtype):
+            continue
+        own = ctx.trace.own_frames(stack)
+        if own:
+            return own[-1][0].co_filename, own[-1][1], own[-1][0].co_name
+    return None
+
+
+def _admits(fn, line: int, mtype: type) -> bool:
+    """Whether a module of type `mtype` passes the `isinstance(<the hook's module parameter>, C)` tests
+    of the `if`s around `line` in hook `fn` (True when there are none, or C cannot be read)."""
+    t = _mutations.tree(fn.__code__.co_filename)
+    node = next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.Lambda))
+                 and getattr(n, "lineno", 0) == fn.__code__.co_firstlineno), None) if t is not None else None
+    args = node.args.posonlyargs + node.args.args if node is not None else []
+    if not args:
+        return True
+    param = args[1 if args[0].arg in ("self", "cls") and len(args) > 1 else 0].arg
+    for n in ast.walk(node):
+        if not isinstance(n, ast.If) or not n.body or not (n.body[0].lineno <= line <= n.body[-1].end_lineno):
+            continue
+        test = n.test
+        if isinstance(test, ast.Call) and getattr(test.func, "id", None) == "isinstance" and len(test.args) == 2 \
+                and getattr(test.args[0], "id", None) == param:
+            with contextlib.suppress(Exception):
+                if not issubclass(mtype, _resolve(test.args[1], fn.__globals__)):
+                    return False
+    return True
+
+
+def _resolve(expr, glob):
+    """A class (or tuple of classes) named by `nn.Linear`, `Linear` or `(A, B)` in a function's globals."""
+    if isinstance(expr, ast.Tuple):
+        return tuple(_resolve(e, glob) for e in expr.elts)
+    if isinstance(expr, ast.Name):
+        return glob[expr.id] if expr.id in glob else getattr(builtins, expr.id)
+    if isinstance(expr, ast.Attribute):
+        return getattr(_resolve(expr.value, glob), expr.attr)
+    raise TypeError(expr)
+
+
+def called_by_name(ctx, site, step: int):
+    """For a site in a library function that ran no torch op: the target's own line that led into a library
+    function of the step's stacks whose body calls the site's function by name (an accelerate-style
+    `new_forward` calling `module._hf_hook.pre_forward(...)`, the hook object counting there). None when no
+    function that ran calls it."""
+    file, _, fn = site
+    for r in ctx.steps[step]:
+        for k, (code, _) in enumerate(r.stack):
+            if ctx.trace.is_own(code) or (code.co_filename == file and code.co_name == fn) or not _calls(code, fn):
+                continue
+            own = [f for f in r.stack[:k] if ctx.trace.is_own(f[0])]
+            if own:
+                return own[-1][0].co_filename, own[-1][1], own[-1][0].co_name
+    return None
+
+
+_CALLS_CACHE: dict = {}
+
+
+def _calls(code, name: str) -> bool:
+    """Whether the function of `code` calls `name(...)` or `x.name(...)` in its own body."""
+    key = (id(code), name)
+    if key not in _CALLS_CACHE:
+        t = _mutations.tree(code.co_filename)
+        node = next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.lineno <= code.co_firstlineno <= n.body[0].lineno and n.name == code.co_name), None) \
+            if t is not None else None
+        _CALLS_CACHE[key] = (code, node is not None and any(
+            isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == name
+            for n in ast.walk(node)))
+    return _CALLS_CACHE[key][1]

@@ -9,7 +9,7 @@ tensor (`lift_fresh`), and the source says whether it was sent to the step's dev
 
 from __future__ import annotations
 
-from audit.detectors import _mutations, _source, register
+from audit.detectors import _host_moves, _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors
 from audit.detectors._host import host_born, host_derived, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
@@ -55,9 +55,15 @@ STAGED_FIX = ("Stage through a persistent pinned buffer (pin_memory=True) copied
 
 
 def _host_attrs(ctx) -> dict[int, str]:
-    """Storage id -> 'owner.attr' of the target's tensor attributes its class makes in pageable host memory."""
-    return {sid: label for sid, label, name, obj, _ in cpu_attrs(ctx)
-            if any(_mutations.host_factory_attr(f, name, span) == "pageable" for f, span in class_spans(type(obj)))}
+    """Storage id -> 'owner.attr' of the target's tensor attributes its class makes in pageable host memory
+    (a factory naming no device or the CPU), or sends there (`.cpu()`, `.to("cpu")`), also as the members
+    of a dict or list attribute (an offload hook's `{name: p.detach().to("cpu")}`)."""
+    out = {sid: label for sid, label, name, obj, _ in cpu_attrs(ctx)
+           if any(_mutations.host_factory_attr(f, name, span) == "pageable" or _host_moves.moved_to_host(f, name, span)
+                  for f, span in class_spans(type(obj)))}
+    out.update({sid: label for sid, label, name, obj, _ in _host_moves.members(ctx)
+                if any(_host_moves.moved_to_host(f, name, span) for f, span in class_spans(type(obj)))})
+    return out
 
 
 def _from_staged(recs, staged: dict) -> dict[int, str]:

@@ -19,9 +19,9 @@ import sys
 from collections import defaultdict
 
 from audit.detectors import _handoff, _implicit, _mutations, _source, register
-from audit.detectors._state_sites import (caller_of, closure_functions, code_span, generated_sites, generator_sites,
-                                          hook_caller, object_at, state_fps, tensor_slot_line, unchanged_slot_line,
-                                          whole_state_fp)
+from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
+                                          generator_sites, hook_caller, hooked_call, object_at, state_fps,
+                                          tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines, escaped_members
 from audit.scan import class_state, loaded, state
@@ -276,11 +276,12 @@ def python_state_changes(ctx):
             caller = caller_of(ctx, site, s)
             own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
             if caller is None and not own_site:  # library code the step's ops never ran in
-                caller = (hook_caller(ctx, c.owner, s) or _implicit.class_call(
+                caller = (hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s) or _implicit.class_call(
                     class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
                           or _user_call_into(ctx, c, s, own_files, site[2])
                           or _user_call_of(ctx, site, s, own_files)
-                          or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True)))
+                          or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True))
+                          or called_by_name(ctx, site, s))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
     for c, count, msg, owner in unsited:  # one object reached two ways (an attribute and a closure cell): once

@@ -51,7 +51,7 @@ def class_state(cls: type) -> dict:
         fn = v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
         if isinstance(fn, types.FunctionType):
             for name, fp in state._cells(fn):
-                out[(f"<closure {fn.__qualname__}>", name)] = fp
+                out[(f"<closure {fn.__qualname__}>", name, id(fn))] = fp  # two classes of one name: two cells
     return out
 
 

@@ -6,6 +6,8 @@ runs that kernel itself, with the mode active, so its ops are recorded at the ke
 target's call as caller. Two registrations have a Python kernel: `torch.library.custom_op` (found in
 torch's registry of them) and `torch.library.Library(...).impl(name, fn, key)` (found from where the
 dispatcher says the kernel was registered: a .py file). Torch's own ops and C++ kernels stay opaque.
+A tensor subclass's Python `__torch_dispatch__` (a quantized weight that dequantizes on every use) is such
+a body too: torch calls it below the mode, so the ops it runs on its inner tensors would go unrecorded.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ _KERNEL = re.compile(r"^(\w+)(?:\[alias\])?: registered at (.+\.py):\d+", re.M)
 _BODY_KEYS = ("CompositeExplicitAutograd", "CPU", "CUDA")  # what a redispatch to the device key reaches
 
 
-def python_body(func, args, kwargs, roots: tuple[str, ...] = ()):
+def python_body(func, args, kwargs, roots: tuple[str, ...] = (), types=()):
     """A callable that runs the Python kernel torch would run for `func` on these arguments, when one
-    outside torch and the audit is registered for it; else None."""
+    outside torch and the audit is registered for it (or a tensor subclass among `types` handles it in
+    its own `__torch_dispatch__`); else None."""
+    if (sub := subclass_body(func, types, roots)) is not None:
+        return sub
     name = getattr(getattr(func, "_schema", None), "name", None)
     if not name or name.startswith(("aten::", "prims::")):
         return None
@@ -39,6 +44,24 @@ def python_body(func, args, kwargs, roots: tuple[str, ...] = ()):
         return None
     key = getattr(torch._C.DispatchKey, torch._C._dispatch_key_for_device(dev), None)
     return functools.partial(func.redispatch, torch._C.DispatchKeySet(key)) if key is not None else None
+
+
+def subclass_body(func, types, roots: tuple[str, ...] = ()):
+    """`cls.__torch_dispatch__` called on `func`, `types` and the arguments, for the first tensor subclass among `types`
+    whose `__torch_dispatch__` is Python code outside torch and the audit (a library's or the target's);
+    else None. Torch's own subclasses (FakeTensor, FunctionalTensor) stay opaque."""
+    for cls in types:
+        if cls is torch.Tensor or not isinstance(cls, type) or not issubclass(cls, torch.Tensor):
+            continue
+        fn = getattr(cls.__dict__.get("__torch_dispatch__", None), "__func__", None)
+        if fn is None:  # inherited: the class that defines it decides
+            fn = next((getattr(c.__dict__["__torch_dispatch__"], "__func__", None) for c in cls.__mro__
+                       if "__torch_dispatch__" in c.__dict__), None)
+        code = getattr(fn, "__code__", None)
+        if code is None or frame_kind(code.co_filename, roots) == HIDDEN:
+            continue
+        return lambda *a, _cls=cls, **k: _cls.__torch_dispatch__(func, types, a, k)
+    return None
 
 
 def _custom_op_def(name: str):

@@ -21,8 +21,9 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch._ops import HigherOrderOperator
 
-__all__ = ["eager_compiled", "run"]
+__all__ = ["eager_compiled", "is_hop", "run"]
 
 _TRACED_BODIES = {"cond", "while_loop"}  # eager Python loops/branches over plain callables
 _SHIMS: dict = {}
@@ -43,6 +44,10 @@ def _with_mode(mode, fn):
             return fn(*args, **kwargs)
 
     return traced
+
+
+def is_hop(func) -> bool:
+    return isinstance(func, HigherOrderOperator)
 
 
 def run(mode, func, args, kwargs):

@@ -25,7 +25,6 @@ import time
 import warnings
 
 import torch
-from torch._ops import HigherOrderOperator
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.module import (
     register_module_forward_hook,
@@ -33,7 +32,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, hops, loaded, state, threads
+from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, hops, loaded, module_hooks, state, threads
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -251,6 +250,8 @@ class Tracer:
     # ------------------------------------------------------------ module attribution
     def _pre_hook(self, mod, args):
         self._modstack.append(self._names.get(id(mod)) or type(mod).__name__)
+        if hs := module_hooks.hooks_of(mod, self):  # the hooks this call runs, and who called the module
+            self.trace.hook_calls[-1].append((hs, type(mod), self.stack(sys._getframe(1))))
 
     def _post_hook(self, mod, args, out):
         if self._modstack:
@@ -268,6 +269,7 @@ class Tracer:
         self._thread = threading.get_ident()
         self.trace.steps.append(self._records)
         self.trace.complete.append(False)
+        self.trace.hook_calls.append([])
         t0 = time.perf_counter()
         gc_was = gc.isenabled()
         gc.disable()  # the trace is ~10 tracked objects per op: cyclic GC passes over it cost 3x the tracing
@@ -340,9 +342,9 @@ class _Mode(TorchDispatchMode):
         self.tracer = tracer
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if isinstance(func, HigherOrderOperator):
+        if hops.is_hop(func):
             return hops.run(self, func, args, kwargs)
-        body = python_body(func, args, kwargs, self.tracer._roots)
+        body = python_body(func, args, kwargs, self.tracer._roots, types)
         start = len(self.tracer._records)
         try:
             if body is not None:  # a custom op's Python body: its own ops are the step's ops too

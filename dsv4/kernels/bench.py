@@ -223,7 +223,10 @@ FLASH_FP8 = (("wq_a+wkv", 1536, 4096, 1, True), ("wq_b", 32768, 1024, 1, True), 
 
 
 # The launch shapes tried at Flash's batch-1 shapes (launch.TUNE keys; {} = the launchers' own choice)
-FP4_SHAPES = ({}, {"pd": 3}, {"rb": 2}, {"warps": 8}, {"nw": 2})
+FP4_SHAPES = ({}, {"pd": 3}, {"warps": 8}, {"mma": 1}, {"mma": 1, "mma_rb": 2}, {"mma": 1, "mma_warps": 8},
+              {"mma": 1, "mma_pd": 4}, {"mma": 1, "mma_pd": 16})
+FP4_QUICK = ({"mma": 0}, {"mma": 1}, {"mma": 1, "mma_rb": 2}, {"mma": 1, "mma_warps": 8},
+             {"mma": 1, "mma_pd": 16})  # the CUDA-core kernel, then the tensor-core kernel
 FP8_SHAPES = ({}, {"warps": 4, "pd8": 4, "rb8": 1}, {"pd8": 8, "rb8": 1}, {"pd8": 4, "rb8": 2},
               {"warps": 8, "pd8": 8, "rb8": 1}, {"warps": 8, "rb8": 2})
 
@@ -245,7 +248,8 @@ def _copy_row(results, copy_bw, op, nbytes):
     n = max(16, nbytes // 2)
     pairs = [(torch.empty(n, dtype=torch.int8, device="cuda"), torch.empty(n, dtype=torch.int8, device="cuda"))
              for _ in range(max(4, -(-(256 << 20) // n)))]
-    _try(results, copy_bw, op, "copy of the same bytes", nbytes, lambda: [lambda a=a, b=b: b.copy_(a) for a, b in pairs])
+    _try(results, copy_bw, op, "copy of the same bytes", nbytes,
+         lambda: [lambda a=a, b=b: b.copy_(a) for a, b in pairs])
 
 
 def model_launches(results, copy_bw, fp4_shapes=({},), fp8_shapes=({},)):
@@ -303,7 +307,7 @@ def main(argv=None) -> int:
             bench_grouped(results, copy_bw, "flash", "w1", batch, "fp4")
         bench_grouped(results, copy_bw, "pro", "w1", 1, "fp4")
         bench_grouped(results, copy_bw, "flash", "w1", 1, "nvfp4")
-        model_launches(results, copy_bw)
+        model_launches(results, copy_bw, FP4_QUICK)
     else:
         for model in MODELS:
             for batch in (1, 8):

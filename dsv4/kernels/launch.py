@@ -24,15 +24,13 @@ __all__ = ["fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "try_expert", "
            "CompileError", "WARPS", "MAX_DENSE_ROWS", "TUNE"]
 
 WARPS = 4            # warps per CTA (128 threads)
-# bench overrides: rows per warp, prefetch depth (grouped e2m1), prefetch depth (FP8: a batch-1 FP8
-# GEMV has ~2 CTAs per SM and few chunk steps per row, so deeper prefetch keeps more bytes in flight)
-# and the most shared memory (bytes) a CTA may take to round its x rows once (quant=True, kernel Q = 2);
-# x rows larger than that (or wo_a's groups) are rounded by every warp in registers (Q = 1); row blocks
-# per CTA of the grouped (rb) and FP8 (rb8) kernels: a CTA streams its blocks through one pipeline; warps
-# per CTA (warps, None = WARPS)
-# (warps, pd8, rb8 left None: fp8_shape's rule)
+# bench overrides (None: the launchers' own choice): rows per warp (nw), prefetch depth of the grouped e2m1
+# kernel (pd) and of the FP8 GEMV (pd8), row blocks a CTA streams through one pipeline (rb, rb8), warps per
+# CTA (warps), and the most shared memory (bytes) a CTA may take to round its x rows once (quant=True, kernel
+# Q = 2); x rows larger than that (or wo_a's groups) are rounded by every warp in registers (Q = 1); the
+# tensor-core FP4 kernel on/off (mma, else DSV4_CUTE_MMA), its warps, row tiles per CTA and prefetch depth
 TUNE: dict[str, int | None] = {"nw": None, "pd": 2, "pd8": None, "round_smem": 32768, "rb": 1, "rb8": None,
-                               "warps": None}
+                               "warps": None, "mma": None, "mma_warps": None, "mma_rb": None, "mma_pd": None}
 _CACHE: dict[tuple, object] = {}
 _SMS: dict[int, int] = {}
 _AVAILABLE: list[bool] = []
@@ -64,7 +62,8 @@ def fp8_shape(M: int, groups: int, steps: int) -> tuple[int, int, int]:
     at most 4 steps (wq_b, the shared w2) run two row blocks per CTA through one pipeline (71 -> 78% and 49 ->
     57% of copy bandwidth); rows of 8 steps or more (wq_a|wkv, the shared w1|w3, wo_b) take 8-warp CTAs with
     every step in flight (41 -> 51%, 59 -> 60%, 62 -> 67%); wo_a's groups and larger batches keep 4 warps,
-    depth 4, one block."""
+    depth 4, one block. In the decode step, where a norm or pointwise kernel precedes each GEMV under PDL,
+    the rule measured neutral (the FP8 family's time unchanged)."""
     warps, pd, rb = WARPS, 4, 1
     if M == 1 and groups == 1:
         if steps <= 4:
@@ -125,10 +124,11 @@ def _run(key: tuple, entry: str, tensors: list, align: list[int], consts: tuple,
                                 "step once eagerly first (compilation is not capturable)")
             import cutlass.cute as cute
 
-            from dsv4.kernels import _cute_gemv
+            from dsv4.kernels import _cute_gemv, _cute_mma
 
             try:
-                _CACHE[key] = cute.compile(getattr(_cute_gemv, entry), *args, stream, *consts)
+                module = _cute_mma if entry in _cute_mma.__dict__ else _cute_gemv
+                _CACHE[key] = cute.compile(getattr(module, entry), *args, stream, *consts)
             except Exception as e:  # noqa: BLE001 - remembered: never retried, reported once
                 _CACHE[key] = None
                 warnings.warn(f"CuTe kernel {entry} does not compile for {key[1:]}: {e}", stacklevel=3)
@@ -190,12 +190,31 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out, quant: bool = F
     if not _aligned(xw, ww):
         raise DSV4Error(f"{fmt}_grouped_gemv: x and weight need 16-byte aligned rows")
     KC = K // 32
+    if _uses_mma(fmt, quant, KC):
+        return _grouped_mma(xw, ww, sw, idx, y, N, KC, x)
     nw = pick_nw(R, N, _sms(x.device))
     consts = (N, KC, nw, _warps(), -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x), x.shape[0] == 1,
               _round_mode(quant, 2 * K), int(TUNE["rb"]))  # the rounding mode Q, then row blocks, as fp8_dense's
     key = ("fp4_grouped", _sig(xw), _sig(ww), _sig(sw), _sig(g), _sig(idx), x.device, consts)
     _run(key, "fp4_grouped", [xw, ww, sw, g, idx, y], [16, 16, 2 if nv else 1, 4 if nv else 1,
                                                    idx.element_size(), 4], consts, x.device)
+    return y
+
+
+def _uses_mma(fmt: str, quant: bool, blocks: int) -> bool:
+    """The tensor-core FP4 kernel (_cute_mma.py) takes rows whose activation it rounds (quant) when K splits
+    evenly over its warps: DSV4_CUTE_MMA=1 (or TUNE["mma"]) turns it on."""
+    on = TUNE["mma"] if TUNE["mma"] is not None else os.environ.get("DSV4_CUTE_MMA", "0") == "1"
+    return bool(on) and fmt == "fp4" and quant and blocks % int(TUNE["mma_warps"] or WARPS) == 0
+
+
+def _grouped_mma(xw, ww, sw, idx, y, N: int, KB: int, x) -> torch.Tensor:
+    """fp4_grouped_gemv(quant=True) on tensor cores: RB tiles of 16 rows a CTA, K split over the warps."""
+    warps = int(TUNE["mma_warps"] or WARPS)
+    consts = (N, KB, warps, int(TUNE["mma_rb"] or 1), int(TUNE["mma_pd"] or 8), _pdl(x), x.shape[0] == 1,
+              idx.shape[0])
+    key = ("fp4_mma", _sig(xw), _sig(ww), _sig(sw), _sig(idx), x.device, consts)
+    _run(key, "fp4_mma", [xw, ww, sw, idx, y], [16, 16, 1, idx.element_size(), 4], consts, x.device)
     return y
 
 

@@ -148,13 +148,22 @@ def host_derived(recs, born: set) -> set:
     return out
 
 
+def built_on_device(recs) -> set:
+    """Storage ids of tensors built from host data straight onto a device the source names
+    (`torch.tensor([n], device=x.device)`): on a GPU they live in device memory, not host memory."""
+    return {r.inputs[0].sid for r in recs if r.kind == "aten" and r.inputs and r.stack
+            and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")
+            and _source.builds_on_device(r.stack[-1][0].co_filename, r.stack[-1][1])}
+
+
 def host_data(ctx, step: int) -> set:
     """Storage ids of one step's tensors built from host data and what torch computed from those alone
-    (host_born, host_derived) and its host-only outputs (host_made): in host memory on a GPU too."""
+    (host_born, host_derived) and its host-only outputs (host_made): in host memory on a GPU too. Data
+    built straight onto a device (built_on_device) is not: reading it back waits for the device."""
     cache = ctx.__dict__.setdefault("_host_data", {})
     if step not in cache:
         recs = ctx.steps[step]
-        cache[step] = host_derived(recs, host_born(recs)) | host_made(ctx, step)
+        cache[step] = host_derived(recs, host_born(recs) - built_on_device(recs)) | host_made(ctx, step)
     return cache[step]
 
 

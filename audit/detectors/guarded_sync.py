@@ -25,11 +25,17 @@ _REDUCTIONS = {"max", "min", "sum", "mean", "amax", "amin", "argmax", "argmin", 
                "count_nonzero"}
 
 
+# a CUDA-graph capture begun there: it synchronizes first, and nests in the step's own capture
+_CAPTURES = ("cuda.graph", "cuda.graphs.graph", "make_graphed_callables", "capture_begin")
+
+
 def _sync_call(call) -> str | None:
     """The synchronizing callee of a call, as written (`torch.cuda.synchronize`, `int`), else None."""
     if not isinstance(call, ast.Call):
         return None
     if isinstance(call.func, ast.Attribute) and call.func.attr in SYNC_CALLS:
+        return ast.unparse(call.func)
+    if isinstance(call.func, (ast.Attribute, ast.Name)) and ast.unparse(call.func).endswith(_CAPTURES):
         return ast.unparse(call.func)
     if isinstance(call.func, ast.Name) and call.func.id in ("int", "float", "bool") and len(call.args) == 1:
         a = call.args[0]
@@ -90,6 +96,24 @@ def _untaken(node: ast.If, file: str, lines: set, library: bool):
             yield from body
 
 
+def _guards(func):
+    """Every `if` of the function; one whose body ends the function's block (`if not x.is_cuda: return
+    fallback(x)`, no else) gets the statements after it as its else side: that is the side the other
+    device runs."""
+    for node in ast.walk(func):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if not isinstance(block, list):
+                continue
+            for i, st in enumerate(block):
+                if not isinstance(st, ast.If):
+                    continue
+                if not st.orelse and st.body and isinstance(st.body[-1], (ast.Return, ast.Raise)) and block[i + 1:]:
+                    yield ast.copy_location(ast.If(test=st.test, body=st.body, orelse=block[i + 1:]), st)
+                else:
+                    yield st
+
+
 @register("host-sync")
 def syncs_in_untaken_device_branches(ctx):
     """On a CPU scan: synchronizing calls in device-guarded branches of code the step ran."""
@@ -102,8 +126,8 @@ def syncs_in_untaken_device_branches(ctx):
         if func is None or getattr(func, "name", None) != name:
             continue
         caller = rec if isinstance(rec, tuple) or rec is None else ctx.caller_into(rec, file, name)
-        for node in ast.walk(func):
-            if not (isinstance(node, ast.If) and _guarded(file, node.test)):
+        for node in _guards(func):
+            if not _guarded(file, node.test):
                 continue
             for st in _untaken(node, file, lines, rec is not None):
                 for call in ast.walk(st):

@@ -1,7 +1,7 @@
 """cpu-side-effect: the step leaves one of torch's process-wide settings other than it found it.
 
-The default dtype, the float32 matmul precision, deterministic algorithms, the SDPA backends and the
-flags of `torch.backends.cuda.matmul`, `cudnn` and `mkldnn` live in torch's C++ globals: no Python
+The default dtype, the float32 matmul precision, deterministic algorithms, the SDPA backends, the
+flags of `torch.backends.cuda.matmul`, `cudnn` and `mkldnn`, grad mode and autocast live in torch's C++ state: no Python
 snapshot sees them, and a replay never writes them. The kernels a capture records are chosen under the
 values of the capture; a step that flips one (a precision switch per call, the default dtype by phase)
 runs other kernels, or makes tensors of another dtype, than a replay would. The writes are recorded by

@@ -17,7 +17,7 @@ import sys
 import torch
 from torch.overrides import TorchFunctionMode
 
-from audit.scan import stream_hooks
+from audit.scan import cpu_graphs, stream_hooks
 
 __all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "standing_in"]
 
@@ -159,7 +159,8 @@ class _NoNVTX:
 @contextlib.contextmanager
 def standing_in(tracer, patched):
     """Installs the stand-ins (torch.cuda.synchronize/empty_cache/current_stream/default_stream/set_stream,
-    is_current_stream_capturing, Stream(), Event(), `with torch.cuda.stream(s)`, Tensor.record_stream) for one step;
+    is_current_stream_capturing, Stream(), Event(), `with torch.cuda.stream(s)`, Tensor.record_stream, CUDA graph
+    capture: audit.scan.cpu_graphs) for one step;
     restores torch afterwards."""
     host = _HOST
     host.tracer, host.default = tracer, HostStream(stream_id=0)
@@ -219,7 +220,8 @@ def standing_in(tracer, patched):
                 (cuda.StreamContext, "__exit__", exit_),
                 (cuda, "is_current_stream_capturing", lambda: False),  # an eager step: never capturing
                 (torch.Tensor, "record_stream", record_stream),
-                *((cuda.Event, m, vars(HostEvent)[m]) for m in _EVENT_METHODS)):
+                *((cuda.Event, m, vars(HostEvent)[m]) for m in _EVENT_METHODS),
+                *cpu_graphs.stand_ins(host)):  # a capture begun in the step (torch.cuda.graph, CUDAGraph)
             if not isinstance(owner, type):
                 orig = getattr(owner, name)
                 originals[id(orig)] = (orig, new)

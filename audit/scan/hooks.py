@@ -29,7 +29,7 @@ import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
-from audit.scan import cpu_cuda, settings_hooks, stream_hooks
+from audit.scan import cpu_cuda, dist_hooks, hops, settings_hooks, stream_hooks
 
 __all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
            "sync_debug_off", "sync_debug_warn", "unaudited"]
@@ -266,7 +266,7 @@ def active(tracer):
         for owner, name, label in _SEEDERS:
             stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name), kind="seed")))
         have_cuda = torch.cuda.is_available()
-        for owner, name, label in _sync_targets(have_cuda):
+        for owner, name, label in (*_sync_targets(have_cuda), *dist_hooks.waits()):  # dist: barrier, *_object
             orig = getattr(owner, name)
             stack.enter_context(patched(owner, name, _sync_wrapper(label, orig)))
             if not isinstance(owner, type):
@@ -279,6 +279,7 @@ def active(tracer):
         if tracer.cuda:
             stack.enter_context(stream_hooks.watching(tracer, patched))
         stack.enter_context(patched(nn.Module, "__setattr__", _setattr_wrapper(nn.Module.__setattr__)))
+        stack.enter_context(hops.eager_compiled())  # compiled code runs its source under the tracer
         _ACTIVE = tracer
         try:
             yield

@@ -1,5 +1,6 @@
 """Torch's process-wide settings written in the step: the default dtype, matmul precision, deterministic
-algorithms, the SDPA backends, and the flags of `torch.backends.cuda.matmul` / `cudnn` / `mkldnn`.
+algorithms, the SDPA backends, and the flags of `torch.backends.cuda.matmul` / `cudnn` / `mkldnn`; and the
+modes the step's thread runs under: grad mode and autocast (enabled, dtype, cache), per device type.
 
 They live in torch's C++ globals, not in Python state a snapshot sees. A capture freezes the kernels
 chosen under the value the capture ran with; a step that leaves a setting other than it found it (a
@@ -27,7 +28,32 @@ def _functions() -> list:
     for kind in ("flash", "mem_efficient", "math", "cudnn"):
         if hasattr(b, f"enable_{kind}_sdp") and hasattr(b, f"{kind}_sdp_enabled"):
             out.append((b, f"enable_{kind}_sdp", f"{kind} SDPA backend", getattr(b, f"{kind}_sdp_enabled")))
+    # grad mode (thread-local, as the step's thread runs it): no_grad, enable_grad and set_grad_enabled all
+    # write it here; a `with` block or the step's @torch.no_grad() sets and restores it
+    if hasattr(torch._C, "_set_grad_enabled"):
+        out.append((torch._C, "_set_grad_enabled", "grad mode", torch.is_grad_enabled))
+    if hasattr(torch, "set_autocast_cache_enabled") and hasattr(torch, "is_autocast_cache_enabled"):
+        out.append((torch, "set_autocast_cache_enabled", "autocast cache", torch.is_autocast_cache_enabled))
     return out
+
+
+def _per_device() -> list:
+    """(owner, setter, label, getter(device_type)) for the autocast settings, one value per device type:
+    `with torch.autocast(...)` sets and restores them; `torch.set_autocast_enabled("cuda", True)` in the
+    step leaves autocast on for whatever runs after it."""
+    out = []
+    for setter, label, getter in (("set_autocast_enabled", "autocast enabled", "is_autocast_enabled"),
+                                  ("set_autocast_dtype", "autocast dtype", "get_autocast_dtype")):
+        if hasattr(torch, setter) and hasattr(torch, getter):
+            out.append((torch, setter, label, getattr(torch, getter)))
+    return out
+
+
+def _device_type(args) -> str | None:
+    """The device type a per-device setter was called for (the old one-argument form means CUDA)."""
+    if args and isinstance(args[0], str):
+        return args[0]
+    return "cuda" if len(args) == 1 else None
 
 
 def _flag_objects() -> list:
@@ -63,6 +89,21 @@ def _function_wrapper(tracer, label: str, orig, getter):
     return wrapper
 
 
+def _device_wrapper(tracer, label: str, orig, getter):
+    def wrapper(*args, **kwargs):
+        dev = _device_type(args)
+        if tracer._step < 0 or tracer.host_depth or dev is None:
+            return orig(*args, **kwargs)
+        before = _read(lambda: getter(dev))
+        out = orig(*args, **kwargs)
+        tracer.record_event("setting", f"{label} ({dev})", note=f"{before!r}\x00{_read(lambda: getter(dev))!r}")
+        return out
+
+    wrapper.__name__ = getattr(orig, "__name__", label)
+    wrapper.__wrapped__ = orig
+    return wrapper
+
+
 def _setattr_wrapper(tracer, obj, label: str, orig):
     def __setattr__(self, name, value):
         if self is not obj or tracer._step < 0 or tracer.host_depth or name.startswith("_"):
@@ -80,9 +121,10 @@ def watching(tracer, patched, originals: dict):
     """Wraps the setters for one audited step; `originals` (id -> (original, new)) gets the functions, so
     names bound before the scan (`from torch import set_default_dtype`) are patched too."""
     with contextlib.ExitStack() as stack:
-        for owner, name, label, getter in _functions():
+        for owner, name, label, getter, wrap in (*((*f, _function_wrapper) for f in _functions()),
+                                                 *((*f, _device_wrapper) for f in _per_device())):
             orig = getattr(owner, name)
-            new = _function_wrapper(tracer, label, orig, getter)
+            new = wrap(tracer, label, orig, getter)
             stack.enter_context(patched(owner, name, new))
             originals[id(orig)] = (orig, new)
         for obj, label in _flag_objects():

@@ -32,7 +32,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, loaded, module_hooks, state, threads
+from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, hops, loaded, module_hooks, state, threads
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -335,11 +335,15 @@ class Tracer:
 
 
 class _Mode(TorchDispatchMode):
+    supports_higher_order_operators = True  # torch.cond & co. come here (audit.scan.hops) instead of raising
+
     def __init__(self, tracer: Tracer):
         super().__init__()
         self.tracer = tracer
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if hops.is_hop(func):
+            return hops.run(self, func, args, kwargs)
         body = python_body(func, args, kwargs, self.tracer._roots, types)
         start = len(self.tracer._records)
         try:

@@ -1,0 +1,43 @@
+"""torch.distributed calls in the step that wait on the host.
+
+A tensor collective (`all_reduce`, `all_gather_into_tensor`, `reduce_scatter_tensor`, ...) on an NCCL group
+is kernels on a stream: NCCL supports graph capture, and `work.wait()` on it only orders streams. These do
+wait on the host:
+- the object collectives (`all_gather_object`, `broadcast_object_list`, `gather_object`,
+  `scatter_object_list`, `send_object_list`, `recv_object_list`): they pickle on the host, send the bytes
+  through a device tensor (a pageable copy on NCCL) and read the sizes back (`.item()`). With one rank (a
+  scan) the read back may not even run, so the call itself is the wait;
+- `barrier()` and `monitored_barrier()`: the host blocks until every rank arrived (on NCCL, until the
+  barrier's all-reduce finished on the device);
+- `work.is_completed()`: polls the collective's completion from the host, as `Event.query()` does.
+Each is recorded as a host-sync at the calling line (audit.scan.hooks' wrapper), with nothing recorded
+inside it: its own reads are part of the one wait.
+"""
+
+from __future__ import annotations
+
+__all__ = ["waits"]
+
+_OBJECT_COLLECTIVES = ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
+                       "send_object_list", "recv_object_list")
+_BARRIERS = ("barrier", "monitored_barrier")
+
+
+def waits() -> list:
+    """(owner, name, label) for the host waits of torch.distributed present in this build."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return []
+    if not dist.is_available():
+        return []
+    out = []
+    c10d = getattr(dist, "distributed_c10d", None)
+    for name in (*_OBJECT_COLLECTIVES, *_BARRIERS):
+        for owner in (dist, c10d):
+            if owner is not None and callable(getattr(owner, name, None)):
+                out.append((owner, name, f"torch.distributed.{name}"))
+    work = getattr(dist, "Work", None)
+    if isinstance(work, type) and callable(getattr(work, "is_completed", None)):
+        out.append((work, "is_completed", "Work.is_completed"))
+    return out

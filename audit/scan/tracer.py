@@ -26,10 +26,7 @@ import warnings
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.nn.modules.module import (
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, hops, loaded, module_hooks, state, threads

@@ -119,6 +119,14 @@ def library_hit(bad, category: str, lib: Path, target: Path, caller: int, marker
     return hit
 
 
+def clean_or_hit(bad, kind: str, category: str, lib: Path, target: Path, caller: int, marker: str = "# LIBSITE"):
+    """A clean twin (kind "clean") has no blocking finding; any other kind has its one library_hit."""
+    if kind == "clean":
+        assert not len(bad), table(bad)
+        return None
+    return library_hit(bad, category, lib, target, caller, marker)
+
+
 def at(bad, category: str, line: int):
     """The findings of one category at one line."""
     return bad[(bad.category == category) & (bad.line == line)]

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, module_target, table, write_target
+from site_util import blocking, clean_or_hit, install_library, module_target, table, write_target
 
 LIB = """
 import functools
@@ -67,8 +67,5 @@ def test_a_decorated_methods_closure_state_is_found(tmp_path, monkeypatch, kind,
     path, site = write_target(tmp_path / "target" / "deco_target.py", TARGET, mod=mod, cls=owner,
                               seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
     bad = blocking(path, forget=mod)
-    if kind == "clean":
-        assert not len(bad), table(bad)
-        return
-    library_hit(bad, "cpu-side-effect", lib, path, site)
+    clean_or_hit(bad, kind, "cpu-side-effect", lib, path, site)
     assert not (bad.file == "<python state>").any(), table(bad)

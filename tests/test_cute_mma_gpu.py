@@ -9,15 +9,13 @@ deterministic, and a graph replay equal to the eager call bit for bit.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 from dsv4.kernels import launch
 from dsv4.ops import gemv
 from dsv4.ops import quantize as Q
-from test_cute_round_gpu import corner_x
+from test_cute_round_gpu import _seed, corner_x  # noqa: F401 (_seed: a fixture)
 from test_kernels import random_fp4_bank
 
 pytestmark = pytest.mark.gpu
@@ -29,14 +27,7 @@ VARIANTS = [{}, {"mma_rb": 2}, {"mma_warps": 8}, {"mma_pd": 4}]
 
 
 @pytest.fixture(autouse=True)
-def _setup():
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"torch seed {seed}")
-    torch.manual_seed(seed)
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    if not launch._available():
-        pytest.skip("needs the CuTe DSL")
+def _setup(_seed):  # test_cute_round_gpu's: a fresh seed, skips without CUDA or the CuTe DSL
     saved = dict(launch.TUNE)
     launch.TUNE["mma"] = 1
     yield

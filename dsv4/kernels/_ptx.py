@@ -40,23 +40,29 @@ def _i32(v, loc, ip) -> ir.Value:
     return Int32(v).ir_value(loc=loc, ip=ip)
 
 
+def e2m1_to_e4m3_ptx(src: str) -> str:
+    """PTX lines turning the word `src` of 8 packed e2m1 into e4m3 bytes: l0, l1 (elements 0, 2 | 4, 6) and
+    h0, h1 (1, 3 | 5, 7), each value e2m1 * 2^-6. Needs .b32 t, u, lo, hi and .b16 l0, l1, h0, h1."""
+    return f"""    shl.b32 t, {src}, 2;
+    and.b32 t, t, 0x1C1C1C1C;
+    shl.b32 u, {src}, 4;
+    and.b32 u, u, 0x80808080;
+    or.b32 lo, t, u;
+    shr.u32 t, {src}, 2;
+    and.b32 t, t, 0x1C1C1C1C;
+    and.b32 u, {src}, 0x80808080;
+    or.b32 hi, t, u;
+    mov.b32 {{l0, l1}}, lo;
+    mov.b32 {{h0, h1}}, hi;"""
+
+
 @dsl_user_op
 def e2m1x8_to_f32(w, *, loc=None, ip=None):
     """8 packed e2m1 (one 32-bit word) -> 8 fp32 = value * 2^-6, elements 0..7 in order."""
     body = """{
     .reg .b32 t, u, lo, hi, f0, f1, f2, f3;
     .reg .b16 l0, l1, h0, h1, a0, a1, a2, a3, a4, a5, a6, a7;
-    shl.b32 t, $8, 2;
-    and.b32 t, t, 0x1C1C1C1C;
-    shl.b32 u, $8, 4;
-    and.b32 u, u, 0x80808080;
-    or.b32 lo, t, u;
-    shr.u32 t, $8, 2;
-    and.b32 t, t, 0x1C1C1C1C;
-    and.b32 u, $8, 0x80808080;
-    or.b32 hi, t, u;
-    mov.b32 {l0, l1}, lo;
-    mov.b32 {h0, h1}, hi;
+""" + e2m1_to_e4m3_ptx("$8") + """
     cvt.rn.f16x2.e4m3x2 f0, l0;
     cvt.rn.f16x2.e4m3x2 f1, l1;
     cvt.rn.f16x2.e4m3x2 f2, h0;

@@ -17,6 +17,8 @@ from cutlass import Float32, Int32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
+from dsv4.kernels._ptx import e2m1_to_e4m3_ptx
+
 __all__ = ["e2m1x8_to_f16x2", "e4m3_q_f16x2", "mma_f16_16x8x16", "e8m0_x64"]
 
 
@@ -35,17 +37,7 @@ def e2m1x8_to_f16x2(w, *, loc=None, ip=None):
     body = """{
     .reg .b32 t, u, lo, hi;
     .reg .b16 l0, l1, h0, h1;
-    shl.b32 t, $4, 2;
-    and.b32 t, t, 0x1C1C1C1C;
-    shl.b32 u, $4, 4;
-    and.b32 u, u, 0x80808080;
-    or.b32 lo, t, u;
-    shr.u32 t, $4, 2;
-    and.b32 t, t, 0x1C1C1C1C;
-    and.b32 u, $4, 0x80808080;
-    or.b32 hi, t, u;
-    mov.b32 {l0, l1}, lo;
-    mov.b32 {h0, h1}, hi;
+""" + e2m1_to_e4m3_ptx("$4") + """
     cvt.rn.f16x2.e4m3x2 $0, l0;
     cvt.rn.f16x2.e4m3x2 $1, l1;
     cvt.rn.f16x2.e4m3x2 $2, h0;

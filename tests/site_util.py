@@ -86,6 +86,21 @@ def make(device):
 """
 
 
+def library_target(tmp_path: Path, monkeypatch, source: str, prefix: str, names: str, call: str,
+                   out: str = "y", **template) -> tuple[str, Path, Path, int]:
+    """The usual planted pair: `source` installed as a library (install_library), and a matmul target whose
+    step sets `y = call` on its marked line and returns `out` copied into self.out (`template`: matmul_target's
+    init / prepare), written with a fresh seed and size. -> (module name, library file, target path, the
+    marked line)."""
+    mod, lib = install_library(tmp_path, monkeypatch, source, prefix=prefix)
+    tpl = matmul_target(imports=f"from {mod} import {names}", step=f"""        y = {call}  # SITE
+        self.out.copy_({out})
+        return self.out""", **template)
+    path, site = write_target(tmp_path / "target" / f"lib_{prefix}.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8, 16]))
+    return mod, lib, path, site
+
+
 def marked_line(path: Path, marker: str) -> int:
     return next(n for n, t in enumerate(path.read_text().splitlines(), 1) if marker in t)
 

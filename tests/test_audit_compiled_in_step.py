@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, matmul_target, table, write_target
+from site_util import blocking, library_hit, library_target, matmul_target, table, write_target
 
 LIB = """
 import torch
@@ -25,15 +25,8 @@ def fused(x, k: int):
 
 
 def _lib_target(tmp_path, monkeypatch, k: str):
-    mod, lib = install_library(tmp_path, monkeypatch, LIB, prefix="compiled")
-    tpl = matmul_target(imports=f"from {mod} import fused", init="        self.pos = 0",
-                        prepare="        self.pos = i",
-                        step=f"""        y = fused(self.x @ self.w, {k})  # SITE
-        self.out.copy_(y)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "lib_compiled.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8, 16]))
-    return mod, lib, path, site
+    return library_target(tmp_path, monkeypatch, LIB, "compiled", "fused", f"fused(self.x @ self.w, {k})",
+                          init="        self.pos = 0", prepare="        self.pos = i")
 
 
 def test_a_fullgraph_function_with_a_changing_int_is_a_baked_value(tmp_path, monkeypatch):

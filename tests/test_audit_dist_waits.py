@@ -13,7 +13,7 @@ import random
 import pytest
 import torch.distributed as dist
 
-from site_util import at, blocking, install_library, library_hit, matmul_target, table, write_target
+from site_util import at, blocking, library_target, matmul_target, table, write_target
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not built")
 
@@ -56,14 +56,8 @@ def tp_reduce(t, how):
 
 
 def _target(tmp_path, monkeypatch, how: str):
-    mod, lib = install_library(tmp_path, monkeypatch, LIB, prefix="tp")
-    tpl = matmul_target(imports=f"from {mod} import tp_reduce",
-                        step=f"""        y = tp_reduce(torch.tanh(self.x @ self.w), "{how}")  # SITE
-        self.out.copy_(y)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "lib_tp.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8, 16]))
-    return mod, lib, path, site
+    return library_target(tmp_path, monkeypatch, LIB, "tp", "tp_reduce",
+                          f'tp_reduce(torch.tanh(self.x @ self.w), "{how}")')
 
 
 def _marked(lib, how: str) -> int:

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from site_util import at, blocking, install_library, library_hit, matmul_target, table, write_target
+from site_util import at, blocking, library_hit, library_target, matmul_target, table, write_target
 
 LIB = """
 import torch
@@ -27,14 +27,8 @@ def gate(x, b, how):
 
 
 def _target(tmp_path, monkeypatch, how: str):
-    mod, lib = install_library(tmp_path, monkeypatch, LIB, prefix="hops")
-    tpl = matmul_target(imports=f"from {mod} import gate",
-                        step=f"""        y = gate(torch.tanh(self.x @ self.w), self.w[0], "{how}")  # SITE
-        self.out.copy_(y)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "lib_gate.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8, 16]))
-    return mod, lib, path, site
+    return library_target(tmp_path, monkeypatch, LIB, "hops", "gate",
+                          f'gate(torch.tanh(self.x @ self.w), self.w[0], "{how}")')
 
 
 def test_a_library_torch_cond_on_a_device_predicate_is_a_host_sync(tmp_path, monkeypatch):

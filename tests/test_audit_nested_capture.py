@@ -13,7 +13,7 @@ import random
 import pytest
 import torch
 
-from site_util import at, blocking, install_library, library_hit, matmul_target, table, write_target
+from site_util import at, blocking, library_hit, library_target, matmul_target, table, write_target
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU stand-ins for CUDA graphs")
 
@@ -42,15 +42,8 @@ def pooled(fn, x):
 
 
 def _lib_target(tmp_path, monkeypatch, call: str):
-    mod, lib = install_library(tmp_path, monkeypatch, LIB, prefix="graphs")
-    tpl = matmul_target(imports=f"from {mod} import SelfGraphed, graphed_now, pooled",
-                        init="        self.blk = SelfGraphed(lambda v: torch.tanh(v @ self.w))",
-                        step=f"""        y = {call}  # SITE
-        self.out.copy_(y * 2)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "lib_graphs.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8, 16]))
-    return mod, lib, path, site
+    return library_target(tmp_path, monkeypatch, LIB, "graphs", "SelfGraphed, graphed_now, pooled", call,
+                          out="y * 2", init="        self.blk = SelfGraphed(lambda v: torch.tanh(v @ self.w))")
 
 
 def test_a_library_capturing_in_the_step_is_a_host_sync_at_its_line(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from site_util import at, blocking, install_library, library_hit, matmul_target, table, write_target
+from site_util import at, blocking, install_library, library_hit, library_target, matmul_target, table, write_target
 
 OWN = matmul_target(
     init="        self.a = torch.cuda.Event(enable_timing=True)\n        self.b = torch.cuda.Event(enable_timing=True)"
@@ -97,14 +97,8 @@ def test_a_library_timer_reading_elapsed_time_is_found_with_the_callers_line(tmp
 
 
 def _overlap(tmp_path, monkeypatch, join: bool):
-    mod, lib = install_library(tmp_path, monkeypatch, LIB, prefix="overlap")
-    tpl = matmul_target(imports=f"from {mod} import overlap",
-                        step=f"""        y = overlap(lambda v: torch.tanh(v @ self.w), self.x, {join})  # SITE
-        self.out.copy_(y * 2)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "lib_overlap.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8, 16]))
-    return mod, lib, path, site
+    return library_target(tmp_path, monkeypatch, LIB, "overlap", "overlap",
+                          f"overlap(lambda v: torch.tanh(v @ self.w), self.x, {join})", out="y * 2")
 
 
 def test_record_stream_runs_on_a_cpu_scan_and_the_missing_join_is_found(tmp_path, monkeypatch):

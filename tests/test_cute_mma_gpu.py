@@ -1,8 +1,9 @@
-"""The tensor-core FP4 expert GEMV (dsv4/kernels/_cute_mma.py) on a GPU.
+"""The tensor-core FP4 expert GEMM (dsv4/kernels/_cute_mma.py) at batch 1 on a GPU (its grouped slots:
+tests/test_cute_mma_slots_gpu.py).
 
-It rounds the activation itself (quant=True) and sums in another order than the CUDA-core kernel, so it is
-held to the twin on the rounded x (relative error <= 1e-5, the CUDA-core kernel's bound), at the launch
-shapes it can take (row tiles per CTA, warps, prefetch depth), with N tails, one x row for every expert
+It rounds the activation itself (quant=True) or takes x as it is, and sums in another order than the
+CUDA-core kernel, so it is held to the twin on the rounded x (relative error <= 1e-5, the CUDA-core kernel's
+bound), at the launch shapes it can take (warps, prefetch depth), with N tails, one x row for every expert
 row (batch 1's w1 | w3) and a row per expert row (w2), activations spanning 2^-24..2^24 per 128-block;
 deterministic, and a graph replay equal to the eager call bit for bit.
 """
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.gpu
 BOUND = 1e-5
 SHAPES = [(256, 4096, 4096, 6, True), (256, 4096, 2048, 6, False), (8, 200, 2048, 13, False),
           (16, 3072, 7168, 6, True)]
-VARIANTS = [{}, {"mma_rb": 2}, {"mma_warps": 8}, {"mma_pd": 4}]
+VARIANTS = [{}, {"mma_warps": 8}, {"mma_pd": 2}, {"mma_pd": 8}]
 
 
 @pytest.fixture(autouse=True)
@@ -46,19 +47,20 @@ def _case(E, N, K, R, one):
     return w, s, idx, x
 
 
+@pytest.mark.parametrize("quant", [True, False])
 @pytest.mark.parametrize("E,N,K,R,one", SHAPES)
-def test_mma_matches_the_twin(E, N, K, R, one):
+def test_mma_matches_the_twin(E, N, K, R, one, quant):
     w, s, idx, x = _case(E, N, K, R, one)
-    xq = Q.fp8_fake_quant(x, 128).expand(R, K)
+    xq = (Q.fp8_fake_quant(x, 128) if quant else x).expand(R, K)
     ref = torch.cat([gemv.fp4_grouped_gemv_ref(xq[i:i + 4], w, s, idx[i:i + 4]) for i in range(0, R, 4)])
     for v in VARIANTS:
         launch.TUNE.update(v)
-        y = launch.fp4_grouped_gemv(x, w, s, idx, out=torch.full((R, N), float("nan"), device="cuda"), quant=True)
+        y = launch.fp4_grouped_gemv(x, w, s, idx, out=torch.full((R, N), float("nan"), device="cuda"), quant=quant)
         for k in v:
             launch.TUNE[k] = None
         assert torch.isfinite(y).all(), f"{v}: unwritten outputs"
         err = _relerr(y, ref)
-        print(f"mma {E}x{N}x{K} rows={R} one={one} {v} relerr={err:.2e}")
+        print(f"mma {E}x{N}x{K} rows={R} one={one} quant={quant} {v} relerr={err:.2e}")
         assert err <= BOUND, f"{v}: {err}"
     assert any(k[0] == "fp4_mma" for k in launch._CACHE), "the tensor-core kernel did not run"
 

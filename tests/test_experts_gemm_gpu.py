@@ -21,6 +21,18 @@ SHAPES = {"w13": (4096, 4096), "w2": (4096, 2048)}  # (N, K)
 TOP_K = 6
 
 
+@pytest.fixture(autouse=True)
+def _triton_gemm():
+    """This file times and checks the Triton GEMM: the tensor-core CuTe kernel that may take its slots (at
+    <= 4 rows per expert) is off here (tests/test_cute_mma_slots_gpu.py has it)."""
+    from dsv4.kernels import launch
+
+    saved = launch.TUNE["mma_slots"]
+    launch.TUNE["mma_slots"] = 0
+    yield
+    launch.TUNE["mma_slots"] = saved
+
+
 def _kernel():
     pytest.importorskip("triton")
     from dsv4.kernels import _triton_experts

@@ -44,16 +44,35 @@ def test_tune_overrides_each_choice():
 
 
 def test_the_tensor_core_fp4_kernel_takes_only_what_it_can(monkeypatch):
-    """DSV4_CUTE_MMA=1 (or TUNE["mma"]) sends FP4 rows the kernel rounds itself, K split evenly over the warps,
-    to the tensor-core kernel; NVFP4, pre-rounded rows and uneven K stay on the CUDA-core kernel."""
+    """DSV4_CUTE_MMA=1 (or TUNE["mma"]) sends batch-1 FP4 rows (rounded in the kernel or not) whose K is whole
+    128-steps to the tensor-core kernel; NVFP4 and other K stay on the CUDA-core kernel."""
     monkeypatch.setenv("DSV4_CUTE_MMA", "1")
     blocks = 4 * random.randint(1, 64)
-    assert launch._uses_mma("fp4", True, blocks)
-    assert not launch._uses_mma("nvfp4", True, blocks)
-    assert not launch._uses_mma("fp4", False, blocks)
-    assert not launch._uses_mma("fp4", True, blocks + 1)
+    assert launch._uses_mma("fp4", blocks)
+    assert not launch._uses_mma("nvfp4", blocks)
+    assert not launch._uses_mma("fp4", blocks + 1)
     launch.TUNE["mma"] = 0  # TUNE wins over the environment
-    assert not launch._uses_mma("fp4", True, blocks)
+    assert not launch._uses_mma("fp4", blocks)
     launch.TUNE["mma"] = None
     monkeypatch.setenv("DSV4_CUTE_MMA", "0")
-    assert not launch._uses_mma("fp4", True, blocks)
+    assert not launch._uses_mma("fp4", blocks)
+
+
+def test_grouped_slots_take_the_tensor_core_kernel_up_to_four_rows_per_expert(monkeypatch):
+    """The grouped FP4 launch hands its slots to the tensor-core kernel at <= 4 rows per expert on average
+    (batch 16 at 32 experts: 96 rows), not above (each 8 rows of a slot re-read the expert); FP4 and whole
+    128-steps only; DSV4_CUTE_MMA_SLOTS forces either way; never without the CuTe DSL."""
+    monkeypatch.delenv("DSV4_CUTE_MMA_SLOTS", raising=False)
+    monkeypatch.setattr(launch, "_AVAILABLE", [True])
+    E = random.choice((8, 32, 256))
+    assert launch.slots_mma("fp4", 4096, 4 * E, E) and not launch.slots_mma("fp4", 4096, 4 * E + 1, E)
+    assert not launch.slots_mma("nvfp4", 4096, E, E) and not launch.slots_mma("fp4", 4096 + 64, E, E)
+    monkeypatch.setenv("DSV4_CUTE_MMA_SLOTS", "0")
+    assert not launch.slots_mma("fp4", 4096, E, E)
+    monkeypatch.setenv("DSV4_CUTE_MMA_SLOTS", "1")
+    assert launch.slots_mma("fp4", 4096, 12 * E, E)
+    launch.TUNE["mma_slots"] = 0
+    assert not launch.slots_mma("fp4", 4096, E, E)
+    monkeypatch.setattr(launch, "_AVAILABLE", [False])
+    launch.TUNE["mma_slots"] = 1
+    assert not launch.slots_mma("fp4", 4096, E, E)

@@ -1,25 +1,26 @@
-"""The FP4 expert GEMV on tensor cores (CuTe DSL, `mma.sync`), for decode rows whose activation the kernel
-rounds itself (quant=True). Imports cutlass: only `launch.py` imports it, lazily.
+"""The FP4 expert GEMM on tensor cores (CuTe DSL, bf16 `mma.sync`), for decode: batch 1 (a row per expert
+pass) and grouped batches (every row routed to an expert in one pass over its weights). Imports cutlass:
+only `launch.py` imports it, lazily.
 
-Why: at batch 1 the CUDA-core kernel (_cute_gemv.fp4_grouped_kernel) is bound by instruction issue, about
-3.5 instructions per weight element; here a weight element costs its share of the decode (13 instructions
-per 8, stopping at f16 pairs) and the tensor core does the products (see _ptx_mma.py).
-Measured on the H200 it is exact to the twin and SLOWER (34% of copy bandwidth against 59% on Flash's
-w1 | w3 bank): a lane loads one 4-byte word and one scale byte per row and block, eight times the load
-instructions of the CUDA-core kernel. Opt-in (DSV4_CUTE_MMA=1) as the base of the next form: 16-byte loads
-per lane, the block scale folded into bf16 weights so one MMA may mix blocks (dsv4/kernels/NOTES.md, 17).
+Why: the CUDA-core kernel (_cute_gemv.fp4_grouped_kernel) is bound by instruction issue at about 3.5
+instructions per weight element (decode, conversions, an FMA per element and row); the Triton grouped GEMM
+moves every decoded tile through shared memory to reach its MMA layout. Here a lane decodes straight into
+the MMA's register fragment: ~2.2 instructions per weight element (see _ptx_text.py), shared by up to 8 x
+rows, and a lane's loads are 16 bytes wide (a whole 32-element scale block of one row).
 
-Shape of the work: a CTA owns RB tiles of 16 output rows of one input row r (expert idx[r]); its WARPS warps
-split K, warp w taking scale blocks [w * BPW, (w + 1) * BPW) of 32 elements. Per block a lane loads one word
-(8 e2m1) of each of its two rows (g and g + 8, lane = 4 g + t: word t of the block), decodes it to four f16
-pairs and runs two MMAs (16 rows x 16 elements each) against the block's activation fragment; the block's
-16 row sums (every column of the 16x8 result is the same: each B column holds the same x) join fp32
-accumulators in one FMA with the weight's UE8M0 scale times the activation's 128-block scale. The warps'
-partial sums meet in shared memory and are added in warp order: deterministic.
+Shape of the work: a warp owns a tile of 16 output rows; per step of 128 K it loads, for its rows g and g+8
+(lane = 4 g + t), the 16 bytes of scale block t (bytes [64 s + 16 t, +16) of the row) and the blocks' scale
+bytes, decodes them to bf16 with the scale folded in (exact), and runs 8 `m16n8k16` MMAs. The MMA's K is a
+permutation of the step's 128 elements: MMA j takes elements 32 t + 4 j + (0, 1) and (2, 3) from lane t
+(its fragment's k = 2t, 2t+1 and 2t+8, 2t+9), the same for A (weights) and B (x), so the sum is the dot.
+B's 8 columns are x rows: batch 1 puts the one row in every column, a grouped slot up to 8 of its rows
+(more loop over chunks of 8). Each step's 8 MMAs start from zero and join an fp32 accumulator in an ordinary
+add (tensor cores may truncate inside their own accumulation chain): deterministic, no atomics.
 
-The activation: before the loop the CTA rounds its x row as fp8_fake_quant(x, 128) does, keeping the e4m3
-values (x / s, exact in f16) in shared memory in fragment order (per block and lane t: (8t, 8t+2),
-(8t+4, 8t+6), (8t+1, 8t+3), (8t+5, 8t+7), matching the decode's pairs) and each 128-block's s apart.
+Modes (compile-time): SLOTS=False: CTA row by = input row r, expert idx[r] (x row 0 for every r when ONE),
+the activation rounded by the CTA into shared memory when Q = 2 (fp8_fake_quant(x, 128)); SLOTS=True: CTA
+row by = slot p of the Triton grouping launch (_triton_experts._group_kernel: expert, first sorted position,
+row count, the sorted row ids), x already rounded there when the caller asked.
 """
 
 from __future__ import annotations
@@ -29,101 +30,92 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32
 
-from dsv4.kernels._cute_gemv import _bf16_words, _imin, _load, _pdl_wait
-from dsv4.kernels._ptx import absmax_f32, act_block_scale, ffma
-from dsv4.kernels._ptx_mma import e2m1x8_to_f16x2, e4m3_q_f16x2, e8m0_x64, mma_f16_16x8x16
+from dsv4.kernels._cute_gemv import _imin, _load, _pdl_wait, _round_rows_to_smem
+from dsv4.kernels._ptx_mma import e2m1x8_bf16x2, e8m0_bf16x2, mma_bf16_16x8x16
+from dsv4.kernels._ptx_text import FOLD
 
 Constexpr = cutlass.Constexpr
-ROWS = 16  # output rows of one MMA tile
+ROWS = 16  # output rows of one MMA tile (a warp's)
+COLS = 8  # x rows of one MMA (its N)
 
 
-def _fragments_to_smem(smem, xrow, KB: int, tidx, WARPS: int):
-    """x row (bf16, [K] as int32 words) -> (fragments [KB, 16] int32 in fragment order, scales [KB / 4] fp32)
-    in shared memory. Thread t rounds blocks t, t + 32*WARPS, ...; a 128-block is four consecutive blocks,
-    four consecutive lanes, so its amax is their butterfly max. Every thread of the CTA must call this."""
-    Tn = 32 * WARPS
-    sF = smem.allocate_tensor(Int32, cute.make_layout((KB, 16), stride=(16, 1)), byte_alignment=16)  # row-major
-    sS = smem.allocate_tensor(Float32, cute.make_layout((KB // 4,)), byte_alignment=16)
-    for i in range((KB + Tn - 1) // Tn):
-        c = tidx + Tn * i
-        if KB % Tn:  # past the end: a whole 128-block again (KB % 4 == 0), which stores the same values
-            c = c % KB
-        xs = _bf16_words(_load(xrow, 16, c), 16)  # the block's 32 values
-        s, inv = act_block_scale(absmax_f32(xs), 4)
-        out = cute.make_rmem_tensor((16,), Int32)
-        for t in range(4):
-            v = xs[8 * t: 8 * t + 8]
-            out[4 * t + 0] = e4m3_q_f16x2(v[0], v[2], inv)
-            out[4 * t + 1] = e4m3_q_f16x2(v[4], v[6], inv)
-            out[4 * t + 2] = e4m3_q_f16x2(v[1], v[3], inv)
-            out[4 * t + 3] = e4m3_q_f16x2(v[5], v[7], inv)
-        cute.autovec_copy(out, cute.zipped_divide(sF[c, None], (16,))[None, 0])
-        sS[c // 4] = s  # the block's four lanes store the same scale
-    cute.arch.sync_threads()
-    return sF, sS
+def _issue(mW, mS, e, rows, s: int, t):
+    """The lane's 16 bytes (scale block 4 s + t) of each of its two rows, and the two blocks' scale bytes."""
+    c = 4 * s + t
+    return [_load(mW[e, n, None], 4, c) for n in rows], [Int32(mS[e, n, c]) for n in rows]
 
 
-def _issue(mW, mS, e, rows, b, t):
-    """Weight word t of block b of the lane's two rows, and the rows' scale bytes of block b."""
-    return ([Int32(mW[e, n, b * 4 + t]) for n in rows], [Int32(mS[e, n, b]) for n in rows])
+def _step(ws, ss, xf, acc):
+    """acc (the lane's 4 fp32 sums of the 16 x 8 tile) += one 128-K step: 8 MMAs from zero, then one add."""
+    f = [e8m0_bf16x2(b) for b in ss]
+    dec = [[e2m1x8_bf16x2(w[m], fr) for m in range(4)] for w, fr in zip(ws, f)]  # [row][word] -> 4 pairs
+    zero = Float32(0.0)
+    d = (zero, zero, zero, zero)
+    for j in range(8):
+        m, p = j // 2, 2 * (j % 2)
+        a = (dec[0][m][p], dec[1][m][p], dec[0][m][p + 1], dec[1][m][p + 1])
+        d = mma_bf16_16x8x16(a, (xf[2 * j], xf[2 * j + 1]), d)
+    return [acc[i] + d[i] for i in range(4)]
 
 
 @cute.kernel
-def fp4_mma_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mIdx: cute.Tensor, mY: cute.Tensor,
-                   N: Constexpr, KB: Constexpr, WARPS: Constexpr, RB: Constexpr, PD: Constexpr, PDL: Constexpr,
-                   ONE: Constexpr):
+def fp4_mma_kernel(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mIdx: cute.Tensor, mRows: cute.Tensor,
+                   mSlot: cute.Tensor, mY: cute.Tensor, N: Constexpr, KB: Constexpr, WARPS: Constexpr,
+                   PD: Constexpr, PDL: Constexpr, ONE: Constexpr, Q: Constexpr, SLOTS: Constexpr):
     tidx, _, _ = cute.arch.thread_idx()
     bx, by, _ = cute.arch.block_idx()
     lane = tidx % 32
-    warp = tidx // 32
     g = lane // 4
     t = lane % 4
-    r = by
-    BPW = KB // WARPS
+    n0 = (bx * WARPS + tidx // 32) * ROWS
+    rows = [_imin(n0 + g, N - 1), _imin(n0 + g + 8, N - 1)]
+    steps = KB // 4
     _pdl_wait(PDL)  # the expert ids come from the previous kernel: nothing to read before them
-    e = Int32(mIdx[r])
-    tiles = [(bx * RB + i) * ROWS for i in range(RB)]
-    rows = [[_imin(n0 + g, N - 1), _imin(n0 + g + 8, N - 1)] for n0 in tiles]
-    jobs = [(i, warp * BPW + j, j) for i in range(RB) for j in range(BPW)]
-    stages = [_issue(mW, mS, e, rows[jobs[q][0]], jobs[q][1], t) for q in range(min(PD, len(jobs)))]
-    smem = cutlass.memory.SmemAllocator()
-    sF, sS = _fragments_to_smem(smem, mX[0 if ONE else r, None], KB, tidx, WARPS)  # weight loads in flight
-    sR = smem.allocate_tensor(Float32, cute.make_layout((RB, WARPS, ROWS)), byte_alignment=16)
-    acc = [Float32(0.0), Float32(0.0)]
-    for q in cutlass.range_constexpr(len(jobs)):
-        if cutlass.const_expr(q + PD < len(jobs)):
-            i2, b2, _ = jobs[q + PD]
-            stages.append(_issue(mW, mS, e, rows[i2], b2, t))
-        i, b, j = jobs[q]
-        ws, ss = stages[q]
-        xf = _load(sF[b, None], 4, t)  # the block's fragment words of lane t
-        lo = e2m1x8_to_f16x2(ws[0])
-        hi = e2m1x8_to_f16x2(ws[1])
-        zero = Float32(0.0)
-        d = mma_f16_16x8x16((lo[0], hi[0], lo[1], hi[1]), (xf[0], xf[1]), (zero, zero, zero, zero))
-        d = mma_f16_16x8x16((lo[2], hi[2], lo[3], hi[3]), (xf[2], xf[3]), d)
-        sx = sS[b // 4]
-        acc[0] = ffma(d[0], e8m0_x64(ss[0]) * sx, acc[0])
-        acc[1] = ffma(d[2], e8m0_x64(ss[1]) * sx, acc[1])
-        if cutlass.const_expr(j == BPW - 1):  # the tile's K slice is done: its partial sums to shared memory
-            if t == 0:
-                sR[i, warp, g] = acc[0]
-                sR[i, warp, g + 8] = acc[1]
-            acc = [Float32(0.0), Float32(0.0)]
-    cute.arch.sync_threads()
-    for i in cutlass.range_constexpr(RB):
-        if tidx < ROWS:
-            tot = Float32(0.0)
-            for w in cutlass.range_constexpr(WARPS):
-                tot = tot + sR[i, w, tidx]
-            if tiles[i] + tidx < N:
-                mY[r, tiles[i] + tidx] = tot
+    e = Int32(0)
+    start = Int32(0)
+    count = Int32(1)
+    if cutlass.const_expr(SLOTS):
+        e = Int32(mSlot[0, by])
+        start = Int32(mSlot[1, by])
+        count = Int32(mSlot[2, by])
+    else:
+        e = Int32(mIdx[by])
+    first = []  # batch 1: the first weight loads in flight before the x row is rounded (one pass: count 1)
+    if cutlass.const_expr(not SLOTS):
+        first = [_issue(mW, mS, e, rows, s, t) for s in range(min(PD, steps))]
+    xrow = mX[0 if ONE else by, None]
+    if cutlass.const_expr(Q == 2):  # every thread takes part; the x row in shared memory, rounded
+        xrow = _round_rows_to_smem([xrow], 16, KB, tidx, WARPS)[0]
+    for c0 in cutlass.range(0, count, COLS):  # zero iterations for an empty slot
+        xr = xrow
+        stages = list(first)
+        if cutlass.const_expr(SLOTS):
+            xr = mX[Int32(mRows[start + _imin(c0 + g, count - 1)]), None]  # column g: a row of the slot
+            stages = [_issue(mW, mS, e, rows, s, t) for s in range(min(PD, steps))]
+        acc = [Float32(0.0) for _ in range(4)]
+        for s in cutlass.range_constexpr(steps):
+            if cutlass.const_expr(s + PD < steps):
+                stages.append(_issue(mW, mS, e, rows, s + PD, t))
+            ws, ss = stages[s]
+            acc = _step(ws, ss, _load(xr, 16, 4 * s + t), acc)
+        for i in cutlass.range_constexpr(2):  # lane (g, t) holds columns 2t, 2t+1 of rows g, g+8
+            c = c0 + 2 * t + i
+            if c < count:
+                r = by
+                if cutlass.const_expr(SLOTS):
+                    r = Int32(mRows[start + c])
+                if n0 + g < N:
+                    mY[r, n0 + g] = acc[i] * FOLD
+                if n0 + g + 8 < N:
+                    mY[r, n0 + g + 8] = acc[2 + i] * FOLD
 
 
 @cute.jit
-def fp4_mma(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mIdx: cute.Tensor, mY: cute.Tensor,
-            stream: cuda.CUstream, N: Constexpr, KB: Constexpr, WARPS: Constexpr, RB: Constexpr, PD: Constexpr,
-            PDL: Constexpr, ONE: Constexpr, R: Constexpr):
-    grid_x = (N + ROWS * RB - 1) // (ROWS * RB)
-    fp4_mma_kernel(mX, mW, mS, mIdx, mY, N, KB, WARPS, RB, PD, PDL, ONE).launch(
+def fp4_mma(mX: cute.Tensor, mW: cute.Tensor, mS: cute.Tensor, mIdx: cute.Tensor, mRows: cute.Tensor,
+            mSlot: cute.Tensor, mY: cute.Tensor, stream: cuda.CUstream, N: Constexpr, KB: Constexpr,
+            WARPS: Constexpr, PD: Constexpr, PDL: Constexpr, ONE: Constexpr, Q: Constexpr, SLOTS: Constexpr,
+            R: Constexpr):
+    """R: CTA rows of the grid (input rows, or slots)."""
+    grid_x = (N + ROWS * WARPS - 1) // (ROWS * WARPS)
+    fp4_mma_kernel(mX, mW, mS, mIdx, mRows, mSlot, mY, N, KB, WARPS, PD, PDL, ONE, Q, SLOTS).launch(
         grid=(grid_x, R, 1), block=(32 * WARPS, 1, 1), stream=stream, use_pdl=PDL)

@@ -18,8 +18,10 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from dsv4.kernels._ptx import e2m1_to_e4m3_ptx
+from dsv4.kernels._ptx_text import E2M1X8_BF16X2, E8M0_BF16X2
 
-__all__ = ["e2m1x8_to_f16x2", "e4m3_q_f16x2", "mma_f16_16x8x16", "e8m0_x64"]
+__all__ = ["e2m1x8_to_f16x2", "e4m3_q_f16x2", "mma_f16_16x8x16", "e8m0_x64", "e2m1x8_bf16x2", "e8m0_bf16x2",
+           "mma_bf16_16x8x16"]
 
 
 def _asm(n_out: int, out_ty, args: list, body: str, constraints: str):
@@ -62,15 +64,19 @@ def e4m3_q_f16x2(a, b, inv, *, loc=None, ip=None):
     return _asm(1, T.i32, args, body, "=r,f,f,f")[0]
 
 
-@dsl_user_op
-def mma_f16_16x8x16(a, b, c, *, loc=None, ip=None):
-    """D = A B + C on tensor cores: A 16x16 f16 (four words a), B 16x8 f16 (two words b), C/D 16x8 fp32
-    (four values), in mma.sync's fragment layout (lane = 4 g + t holds A rows g and g+8, B column g)."""
-    body = ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, "
+def _mma_16x8x16(ab: str, a, b, c, loc, ip):
+    body = (f"mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32 {{$0, $1, $2, $3}}, {{$4, $5, $6, $7}}, "
             "{$8, $9}, {$10, $11, $12, $13};")
     args = ([Int32(v).ir_value(loc=loc, ip=ip) for v in (*a, *b)]
             + [Float32(v).ir_value(loc=loc, ip=ip) for v in c])
     return _asm(4, T.f32, args, body, "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
+
+
+@dsl_user_op
+def mma_f16_16x8x16(a, b, c, *, loc=None, ip=None):
+    """D = A B + C on tensor cores: A 16x16 f16 (four words a), B 16x8 f16 (two words b), C/D 16x8 fp32
+    (four values), in mma.sync's fragment layout (lane = 4 g + t holds A rows g and g+8, B column g)."""
+    return _mma_16x8x16("f16", a, b, c, loc, ip)
 
 
 @dsl_user_op
@@ -83,3 +89,22 @@ def e8m0_x64(b, *, loc=None, ip=None):
     shl.b32 $0, t, 23;
 }"""
     return _asm(1, T.f32, [Int32(b).ir_value(loc=loc, ip=ip)], body, "=f,r")[0]
+
+
+@dsl_user_op
+def e2m1x8_bf16x2(w, f, *, loc=None, ip=None):
+    """8 packed e2m1 (one word) times the bf16 pair factor f -> four bf16 pairs: byte p's (low, high)
+    nibbles = elements (2p, 2p + 1), the lower element in the low half (see _ptx_text.py)."""
+    return _asm(4, T.i32, [Int32(v).ir_value(loc=loc, ip=ip) for v in (w, f)], E2M1X8_BF16X2, "=r,=r,=r,=r,r,r")
+
+
+@dsl_user_op
+def e8m0_bf16x2(b, *, loc=None, ip=None):
+    """A UE8M0 scale byte b -> the bf16 pair factor of e2m1x8_bf16x2, 2^(b - 9), in both halves."""
+    return _asm(1, T.i32, [Int32(b).ir_value(loc=loc, ip=ip)], E8M0_BF16X2, "=r,r")[0]
+
+
+@dsl_user_op
+def mma_bf16_16x8x16(a, b, c, *, loc=None, ip=None):
+    """As mma_f16_16x8x16 with bf16 operands (the products exact in the fp32 result)."""
+    return _mma_16x8x16("bf16", a, b, c, loc, ip)

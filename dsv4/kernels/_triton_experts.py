@@ -250,6 +250,10 @@ def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: 
             BLOCK_R=BLOCK_R, BLOCK_E=triton.next_power_of_2(E), QB=QUANT_BLOCKS, **launch_args(x))
         if quant:  # the rounded rows, written by the grouping launch (ordered before the next launch)
             x = xr
+        if x.is_cuda and _slots_mma(fmt, K, R, E):  # the tensor-core CuTe kernel on the same slots
+            from dsv4.kernels import launch
+
+            return launch.fp4_slots(x.contiguous(), weight, scale, rows, work[R:].view(3, P), y)
         _experts_kernel[(triton.cdiv(N, bn), P)](
             x, w, s, g, y, rows, slot_expert, slot_start, slot_count, N, K, x.stride(0), w.stride(0), w.stride(1),
             s.stride(0), s.stride(1), y.stride(0), NV=nv, BLOCK_M=BLOCK_M, BLOCK_N=bn, BLOCK_K=bk,
@@ -258,6 +262,10 @@ def grouped_expert_gemm(fmt: str, x: torch.Tensor, weight: torch.Tensor, scale: 
     return y
 
 
+def _slots_mma(fmt: str, K: int, R: int, E: int) -> bool:
+    from dsv4.kernels import launch
+
+    return launch.slots_mma(fmt, K, R, E)
 
 
 def _interpreting() -> bool:

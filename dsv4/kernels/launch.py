@@ -28,9 +28,10 @@ WARPS = 4            # warps per CTA (128 threads)
 # kernel (pd) and of the FP8 GEMV (pd8), row blocks a CTA streams through one pipeline (rb, rb8), warps per
 # CTA (warps), and the most shared memory (bytes) a CTA may take to round its x rows once (quant=True, kernel
 # Q = 2); x rows larger than that (or wo_a's groups) are rounded by every warp in registers (Q = 1); the
-# tensor-core FP4 kernel on/off (mma, else DSV4_CUTE_MMA), its warps, row tiles per CTA and prefetch depth
+# tensor-core FP4 kernel on/off at batch 1 (mma, else DSV4_CUTE_MMA) and for the grouped slots (mma_slots, else
+# DSV4_CUTE_MMA_SLOTS), its warps (one 16-row tile each) and prefetch depth in 128-K steps
 TUNE: dict[str, int | None] = {"nw": None, "pd": 2, "pd8": None, "round_smem": 32768, "rb": 1, "rb8": None,
-                               "warps": None, "mma": None, "mma_warps": None, "mma_rb": None, "mma_pd": None}
+                               "warps": None, "mma": None, "mma_slots": None, "mma_warps": None, "mma_pd": None}
 _CACHE: dict[tuple, object] = {}
 _SMS: dict[int, int] = {}
 _AVAILABLE: list[bool] = []
@@ -190,8 +191,8 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out, quant: bool = F
     if not _aligned(xw, ww):
         raise DSV4Error(f"{fmt}_grouped_gemv: x and weight need 16-byte aligned rows")
     KC = K // 32
-    if _uses_mma(fmt, quant, KC):
-        return _grouped_mma(xw, ww, sw, idx, y, N, KC, x)
+    if _uses_mma(fmt, KC):
+        return _mma_run(xw, ww, sw, idx, idx, None, y, N, KC, x, x.shape[0] == 1, 2 if quant else 0, R)
     nw = pick_nw(R, N, _sms(x.device))
     consts = (N, KC, nw, _warps(), -(-KC // 32), R, int(TUNE["pd"]), nv, _pdl(x), x.shape[0] == 1,
               _round_mode(quant, 2 * K), int(TUNE["rb"]))  # the rounding mode Q, then row blocks, as fp8_dense's
@@ -201,21 +202,48 @@ def _grouped(fmt: str, x, weight, scale, global_scale, idx, out, quant: bool = F
     return y
 
 
-def _uses_mma(fmt: str, quant: bool, blocks: int) -> bool:
-    """The tensor-core FP4 kernel (_cute_mma.py) takes rows whose activation it rounds (quant) when K splits
-    evenly over its warps: DSV4_CUTE_MMA=1 (or TUNE["mma"]) turns it on."""
-    on = TUNE["mma"] if TUNE["mma"] is not None else os.environ.get("DSV4_CUTE_MMA", "0") == "1"
-    return bool(on) and fmt == "fp4" and quant and blocks % int(TUNE["mma_warps"] or WARPS) == 0
+def _mma_on(key: str, env: str) -> bool:
+    on = TUNE[key] if TUNE[key] is not None else os.environ.get(env, "0").strip() == "1"
+    return bool(on)
 
 
-def _grouped_mma(xw, ww, sw, idx, y, N: int, KB: int, x) -> torch.Tensor:
-    """fp4_grouped_gemv(quant=True) on tensor cores: RB tiles of 16 rows a CTA, K split over the warps."""
+def _uses_mma(fmt: str, blocks: int) -> bool:
+    """The tensor-core FP4 kernel (_cute_mma.py) takes batch-1 expert rows when K is whole 128-steps:
+    DSV4_CUTE_MMA=1 (or TUNE["mma"]) turns it on."""
+    return _mma_on("mma", "DSV4_CUTE_MMA") and fmt == "fp4" and blocks % 4 == 0
+
+
+def slots_mma(fmt: str, K: int, rows: int, experts: int) -> bool:
+    """Whether the grouped Triton launch hands its slots to the tensor-core kernel (fp4_slots) instead of its
+    own GEMM: FP4, K whole 128-steps, the CuTe DSL importable, and at most 4 rows per expert on average (each
+    8 rows of a slot re-read its expert's weights; on the H200 at 32 experts, 96 rows: 130 against 148 us
+    for w1 | w3, 384 rows: 262 against 186). DSV4_CUTE_MMA_SLOTS=0 / 1 (or TUNE["mma_slots"]) forces it."""
+    forced = TUNE["mma_slots"] if TUNE["mma_slots"] is not None else os.environ.get("DSV4_CUTE_MMA_SLOTS", "").strip()
+    if forced in (0, "0"):
+        return False
+    fits = fmt == "fp4" and K % 128 == 0 and _available()
+    return fits and (forced in (1, "1") or rows <= 4 * experts)
+
+
+def _mma_run(xw, ww, sw, idx, rows, slots, y, N: int, KB: int, x, one: bool, q: int, grid_rows: int):
     warps = int(TUNE["mma_warps"] or WARPS)
-    consts = (N, KB, warps, int(TUNE["mma_rb"] or 1), int(TUNE["mma_pd"] or 8), _pdl(x), x.shape[0] == 1,
-              idx.shape[0])
-    key = ("fp4_mma", _sig(xw), _sig(ww), _sig(sw), _sig(idx), x.device, consts)
-    _run(key, "fp4_mma", [xw, ww, sw, idx, y], [16, 16, 1, idx.element_size(), 4], consts, x.device)
+    consts = (N, KB, warps, int(TUNE["mma_pd"] or 4), _pdl(x), one, q, slots is not None, grid_rows)
+    slots = idx.view(1, -1) if slots is None else slots  # not read without SLOTS
+    key = ("fp4_mma", _sig(xw), _sig(ww), _sig(sw), _sig(idx), _sig(rows), _sig(slots), x.device, consts)
+    _run(key, "fp4_mma", [xw, ww, sw, idx, rows, slots, y], [16, 16, 1, idx.element_size(), 4, 4, 4], consts,
+         x.device)
     return y
+
+
+def fp4_slots(x, weight, scale, rows, slots, out) -> torch.Tensor:
+    """The grouped FP4 experts on tensor cores from the Triton grouping launch's slots: x [R, K] bf16 (rounded
+    there when asked), rows [R] int32 (row ids sorted by expert), slots [3, P] int32 (expert, first sorted
+    position, row count of the p-th present expert), out [R, N] fp32."""
+    E, N, Kh = weight.shape
+    xw, ww = x.view(torch.int32), weight.view(torch.int32)
+    if not _aligned(xw, ww) or x.shape[1] != 2 * Kh:
+        raise DSV4Error("fp4_slots: x and weight need 16-byte aligned rows of K / 2 bytes")
+    return _mma_run(xw, ww, _u8(scale), rows, rows, slots, out, N, 2 * Kh // 32, x, False, 0, slots.shape[1])
 
 
 def fp4_grouped_gemv(x, weight, scale, idx, out=None, quant: bool = False) -> torch.Tensor:

@@ -336,7 +336,8 @@ def settings() -> str:
     names = ("DSV4_TRITON_GEMM", "DSV4_TRITON_FP8_ROWS", "DSV4_TRITON_EXPERTS_ROWS", "DSV4_TRITON_MIXES",
              "DSV4_TRITON_ATTN", "DSV4_TRITON_ATTN_ROPE", "DSV4_TRITON_ATTN_KEYS",
              "DSV4_TRITON_ENTRY", "DSV4_TRITON_TOKEN", "DSV4_TRITON_COMB", "DSV4_TRITON_QKV", "DSV4_TRITON_GATE",
-             "DSV4_TRITON_INDEXQ", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_PREFETCH", "DSV4_CUTE_ROUND", "DSV4_CUTE_MMA")
+             "DSV4_TRITON_INDEXQ", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_PREFETCH", "DSV4_CUTE_ROUND", "DSV4_CUTE_MMA",
+             "DSV4_CUTE_MMA_SLOTS")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from audit.detectors import _source, register
+from audit.scan.hooks import NON_BLOCKING
 from audit.detectors._host import (from_device, host_born, host_derived, host_factories, host_made, host_tensors,
                                    in_place_updates, kept_on_host)
 
@@ -186,6 +187,26 @@ def masked_fill_dispatch(rec, host_values: set, cuda: bool) -> bool:
     return cuda or value.sid in host_values
 
 
+def host_scalar_put(rec, host_values: set, cuda: bool) -> bool:
+    """`x[idx] = 0.0` with an index torch cannot turn into masked_fill_ (integer indices, or a mask with
+    accumulate): ATen's index_put_ first copies a one-element value that is not on x's device there
+    (`value.to(x.device)`, from pageable memory: a copy that waits), and Python's setitem makes a scalar
+    value on the CPU for a GPU x. On a CUDA scan the value is a CPU tensor and x a GPU one; on a CPU scan
+    the value must be lifted from host data on the assignment's own line (`x[idx] = x.max()` copies nothing)."""
+    if rec.op not in _INDEX_PUT or len(rec.inputs) < 2:
+        return False
+    value = rec.inputs[-1]
+    if tuple(value.shape) != () or value.device.type != "cpu":
+        return False
+    return rec.inputs[0].device.type != "cpu" if cuda else value.sid in host_values
+
+
+_SCALAR_PUT = ("`x[idx] = <Python scalar>` with an index tensor: index_put_ copies the scalar from pageable host "
+               "memory to the device first, and that copy waits",
+               "Use x.index_fill_(dim, idx, value) (the scalar travels as a kernel argument), or assign a "
+               "device tensor made once outside the step (`x[idx] = self.zero`).")
+
+
 def _host_values(recs) -> set:
     """Storage ids of tensors lifted from host data (a Python scalar, torch.tensor(...)) per line:
     {(sid, file, line)}."""
@@ -209,6 +230,9 @@ def dispatched_syncs(ctx):
             here = {sid for sid, f, ln in lifted[r.step] if (f, ln) == tuple(r.frame[:2])}
             if masked_fill_dispatch(r, here, ctx.cuda):
                 continue
+            if host_scalar_put(r, here, ctx.cuda):
+                hits.append((r, _SCALAR_PUT))
+                continue
         res = rule(r)
         if res:
             hits.append((r, res))
@@ -231,19 +255,21 @@ def _covered(ctx) -> set:
         if _runtime(r) or not r.frame:
             continue
         rule = SYNC_OPS.get(r.op) if r.kind == "aten" else None
-        if r.kind != "aten" or r.nested or (rule and rule(r)) or _host_to_device(r):
+        if r.kind != "aten" or r.nested or (rule and rule(r)) or _host_to_device(r) or host_scalar_put(r, set(), True):
             out.add((r.step,) + r.frame[:2])
     return out
 
 
 def _to_host(ctx):
     """The `.to(<cpu>)` candidates that would copy device->host on a GPU: the source names the CPU and
-    the tensor is not a host tensor already (built from host data, or by a factory on the host)."""
+    the tensor is not a host tensor already (built from host data, or by a factory on the host).
+    `non_blocking=True` is none: torch allocates that destination pinned (`_to_copy`'s pin_out) and the
+    copy does not wait (under capture it is a memcpy node)."""
     keep = set()
     for recs in ctx.steps:
         born = None
         for r in recs:
-            if r.kind == "host" and r.note == "cpu?" and r.stack:
+            if r.kind == "host" and r.note == "cpu?" and r.stack and r.op != NON_BLOCKING:
                 born = host_derived(recs, host_born(recs) | host_factories(recs)) if born is None else born
                 if (not r.inputs or r.inputs[0].sid not in born) and _source.names_cpu(
                         r.stack[-1][0].co_filename, r.stack[-1][1]):

@@ -76,14 +76,17 @@ def _host_candidate(t, devices) -> bool:
             and isinstance(t, torch.Tensor) and t.device.type == "cpu" and any(_is_cpu(d) for d in devices))
 
 
+NON_BLOCKING = "Tensor.to(non_blocking=True)"  # the label of a non-blocking candidate (see host_sync._to_host)
+
+
 def _to_wrapper(orig):
-    """`Tensor.to` towards the CPU, on a CPU scan: a device->host copy on a GPU. `.to(self.device)`
-    looks the same here, so it is only a candidate (note "cpu?"); host_sync keeps the calls whose
-    source names the CPU itself. A CUDA scan sees the real copy as `_to_copy`."""
+    """`Tensor.to` towards the CPU, on a CPU scan: a device->host copy on a GPU. `.to(self.device)` looks the same
+    here, so it is a candidate (note "cpu?"); host_sync keeps the calls whose source names the CPU itself."""
 
     def to(self, *args, **kwargs):
         if _host_candidate(self, (kwargs.get("device"),) + args[:1]):
-            _ACTIVE.record_event("host", "Tensor.to", self, note="cpu?")
+            nb = kwargs.get("non_blocking", next((a for a in args[1:3] if isinstance(a, bool)), False))
+            _ACTIVE.record_event("host", NON_BLOCKING if nb else "Tensor.to", self, note="cpu?")
         return orig(self, *args, **kwargs)
 
     to.__wrapped__ = orig

@@ -4,7 +4,8 @@ A CPU scan never takes a branch that runs only on an accelerator, so the auditor
 a comparison with a device (`y.device != torch.device("cpu")`), or a flag assigned a device test
 in __init__ (`self.on_accelerator = torch.device(device).type != "cpu"`), in the step, or at module
 level. A flag on ordinary data is no device test, whatever its name: its untaken branch is not
-a finding (`self.log_cuda_stats = False`).
+a finding (`self.log_cuda_stats = False`). Where the GPU takes a branch that divides by a value read
+back, the value is also baked into a capture (a CUDA-scan finding: the CPU scan reads that branch only).
 """
 
 import torch
@@ -37,7 +38,7 @@ class Flags:
         if self.on_accelerator:
             torch.cuda.synchronize()  # HAZARD: host-sync
         if self.remote and y.numel() > 0:
-            y = y / y.abs().max().item()  # HAZARD: host-sync
+            y = y / y.abs().max().item()  # HAZARD: host-sync  # CUDA: baked-host-value
         fast = y.device.type in ("cuda", "xpu")
         if not fast:
             y = y * 1.0

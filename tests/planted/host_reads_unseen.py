@@ -6,7 +6,8 @@ same call at run time and must stay clean. The CPU may be named once and stored
 (`self.host = torch.device("cpu")`, a local, a module constant): `.to(self.host)` is a read too,
 while `.to(self.accel)` with `self.accel = torch.device(device)` is not, nor a host-born tensor
 sent to the host. `torch.as_tensor` / `torch.asarray` with a CPU `device=` are the same copy. A counter built on `self.host` is host state: the step advancing it is a
-CPU side effect. `torch.allclose` returns a Python bool: a host read.
+CPU side effect. `torch.allclose` returns a Python bool: a host read. `.to(<cpu>, non_blocking=True)` is
+not one: torch allocates the destination pinned and the copy does not wait.
 """
 
 import torch
@@ -37,7 +38,8 @@ class Reads:
         same = torch.allclose(logits, self.prev, atol=1e-3)  # HAZARD: host-sync
         mirror = logits.max().to(self.host)  # HAZARD: host-sync
         dst = self.host_name
-        top = logits.amax(-1).to(dst, non_blocking=True)  # HAZARD: host-sync
+        top = logits.amax(-1).to(dst)  # HAZARD: host-sync
+        pinned = logits.amin(-1).to(dst, non_blocking=True)  # torch pins the destination: the copy does not wait
         flat = logits.flatten().to(device=HOST)  # HAZARD: host-sync
         back = logits.to(self.accel)
         counts = torch.zeros(3).to(self.host)  # born on the host: no copy, and nothing goes to the device
@@ -47,7 +49,7 @@ class Reads:
         kept = torch.as_tensor(counts, device="cpu")  # already on the host: no copy
         self.reads_cpu += 1  # HAZARD: cpu-side-effect
         self.prev.copy_(back)
-        return host, probs, same, mirror, top, flat, counts, arr, ids, same_dev, kept
+        return host, probs, same, mirror, top, pinned, flat, counts, arr, ids, same_dev, kept
 
 
 class ReadsClean(Reads):

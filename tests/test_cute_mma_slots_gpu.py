@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from dsv4.ops import quantize as Q
-from test_experts_gemm_gpu import E, SHAPES, _bank, _call, _gen, _kernel, _ref64, _route
+from test_experts_gemm_gpu import (SHAPES, _bank, _call, _gen, _kernel, _ref64, _route, rounding_errors,
+                                   us_per_routing)
 
 pytestmark = pytest.mark.gpu
 
@@ -51,21 +52,7 @@ def test_slots_match_float64(shape, rng, _slots_on):
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_slots_round_the_activation(shape, rng):
-    T = _kernel()
-    N, K = SHAPES[shape]
-    gen = _gen(rng)
-    w, s, _ = _bank("fp4", N, K, gen)
-    eye = Q.quantize_fp4(torch.eye(K, device="cuda"))
-    ew, es = eye[0].expand(E, K, K // 2).contiguous(), eye[1].expand(E, K, K // 32).contiguous()
-    for R in (6, 96):
-        mag = torch.exp2(torch.randint(-30, 31, (R, K // 128), device="cuda", generator=gen).float())
-        x = (torch.randn(R, K, device="cuda", generator=gen) * mag.repeat_interleave(128, 1)).bfloat16()
-        rounded = Q.fp8_fake_quant(x, 128)
-        idx = _route(R, gen)
-        assert torch.equal(_call(T, "fp4", x, ew, es, None, idx, quant=True), rounded.float())
-        y = _call(T, "fp4", x, w, s, None, idx, quant=True)
-        ref = _ref64("fp4", rounded, w, s, None, idx)
-        err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
+    for R, err in rounding_errors(shape, rng, (6, 96)):
         assert err < 2e-6, (shape, R, err)
 
 
@@ -110,19 +97,7 @@ def test_slots_timing_is_printed(rng, _slots_on):
             y = torch.empty(R, N, device="cuda")
             for on in (1, 0):
                 _slots_on.TUNE["mma_slots"] = on
-                _call(T, "fp4", x, w, s, None, idxs[0], out=y, quant=True)
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for idx in idxs:
-                        _call(T, "fp4", x, w, s, None, idx, out=y, quant=True)
-                graph.replay()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                us = start.elapsed_time(end) * 1e3 / 50
+                us = us_per_routing(lambda idx: _call(T, "fp4", x, w, s, None, idx, out=y, quant=True), idxs)
                 distinct = sum(len(i.unique()) for i in idxs) / 50
                 lines.append(f"{'tensor-core' if on else 'triton':11s} {shape} N={N} K={K} R={R:3d}: {us:7.1f} us/call, "
                              f"{distinct * per_expert / us / 1e3:6.0f} GB/s")

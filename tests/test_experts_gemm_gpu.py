@@ -93,18 +93,19 @@ def test_grouped_experts_match_float64(fmt, shape, rng):
         assert torch.equal(y, _call(T, fmt, x, w, s, g, idx))
 
 
-@pytest.mark.parametrize("shape", list(SHAPES))
-def test_grouped_experts_round_the_activation_in_the_kernel(shape, rng, capsys):
-    """quant=True on unrounded x (each 128-block at its own power-of-two magnitude): through identity
-    experts the output is fp8_fake_quant(x) bit for bit (the hardware path of the rounding); through
-    random FP4 banks it matches float64 on the rounded x."""
+def rounding_errors(shape: str, rng, rows) -> list[tuple[int, float]]:
+    """quant=True on unrounded x (each 128-block at its own power-of-two magnitude), for each row count:
+    through identity experts the output is fp8_fake_quant(x) bit for bit (the hardware path of the
+    rounding); through a random FP4 bank, deterministic, and (rows, max error / row max |y|) against
+    float64 on the rounded x is returned."""
     T = _kernel()
     N, K = SHAPES[shape]
     gen = _gen(rng)
     w, s, _ = _bank("fp4", N, K, gen)
     eye = Q.quantize_fp4(torch.eye(K, device="cuda"))
     ew, es = eye[0].expand(E, K, K // 2).contiguous(), eye[1].expand(E, K, K // 32).contiguous()
-    for R in (96, 384):
+    out = []
+    for R in rows:
         mag = torch.exp2(torch.randint(-30, 31, (R, K // 128), device="cuda", generator=gen).float())
         x = (torch.randn(R, K, device="cuda", generator=gen) * mag.repeat_interleave(128, 1)).bfloat16()
         rounded = Q.fp8_fake_quant(x, 128)
@@ -113,11 +114,17 @@ def test_grouped_experts_round_the_activation_in_the_kernel(shape, rng, capsys):
         assert torch.equal(_call(T, "fp4", x, ew, es, None, idx, quant=True), rounded.float())
         y = _call(T, "fp4", x, w, s, None, idx, quant=True)
         ref = _ref64("fp4", rounded, w, s, None, idx)
-        err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
+        out.append((R, ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()))
+        assert torch.equal(y, _call(T, "fp4", x, w, s, None, idx, quant=True))
+    return out
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_grouped_experts_round_the_activation_in_the_kernel(shape, rng, capsys):
+    for R, err in rounding_errors(shape, rng, (96, 384)):
         with capsys.disabled():
             print(f"\nexperts fp4 quant {shape} R={R}: max error / row max |y| = {err:.2e}")
         assert err < 2e-6, (shape, R, err)
-        assert torch.equal(y, _call(T, "fp4", x, w, s, None, idx, quant=True))
 
 
 @pytest.mark.parametrize("fmt,quant", [("fp4", False), ("nvfp4", False), ("fp4", True)])
@@ -145,6 +152,24 @@ def test_grouped_experts_graph_replay_is_bitwise_equal_to_eager(fmt, quant, rng)
             assert torch.equal(y, _call(T, fmt, x, w, s, g, new, quant=quant)), (fmt, quant, R, i)
 
 
+def us_per_routing(call, idxs) -> float:
+    """us per call of `call(idx)` over the routings idxs, all captured in one CUDA graph (compiled and warmed
+    up on the first routing outside the capture), from one replay after a warm one."""
+    call(idxs[0])
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for idx in idxs:
+            call(idx)
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / len(idxs)
+
+
 def test_grouped_experts_timing_is_printed(rng):
     """us per call from 50 calls captured in one graph (each call its own routing, so the experts
     change from call to call as in decode); GB/s = bytes of the distinct experts selected / time."""
@@ -159,19 +184,7 @@ def test_grouped_experts_timing_is_printed(rng):
                 x = torch.randn(R, K, device="cuda", generator=gen).bfloat16()
                 idxs = [_route(R, gen) for _ in range(50)]
                 y = torch.empty(R, N, device="cuda")
-                _call(T, fmt, x, w, s, g, idxs[0], out=y, quant=quant)
-                torch.cuda.synchronize()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    for idx in idxs:
-                        _call(T, fmt, x, w, s, g, idx, out=y, quant=quant)
-                graph.replay()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                graph.replay()
-                end.record()
-                end.synchronize()
-                us = start.elapsed_time(end) * 1e3 / 50
+                us = us_per_routing(lambda idx: _call(T, fmt, x, w, s, g, idx, out=y, quant=quant), idxs)
                 distinct = sum(len(i.unique()) for i in idxs) / 50
                 bn, bk, P = T.tiles(R, E, N, K)
                 lines.append(f"{fmt:5s}{' q' if quant else '  '} {shape} N={N} K={K} R={R:3d}: {us:7.1f} us/call, {distinct:4.1f} experts, "

@@ -157,17 +157,17 @@ _HOST_FIX = {
 }
 
 
-_INDEX_PUT = ("aten.index_put_", "aten.index_put", "aten._index_put_impl_")
+INDEX_PUT = ("aten.index_put_", "aten.index_put", "aten._index_put_impl_")
 
 
-def masked_fill_dispatch(rec, host_values: set, cuda: bool) -> bool:
+def masked_fill_dispatch(rec, lifted: set, cuda: bool) -> bool:
     """`x[mask] = 0.0`: index_put_ with one bool mask and a one-element host value. torch sends it to
     masked_fill_ (ATen's canDispatchToMaskedFill: one bool/uint8 index on x's device covering x's
     dims at its position, a CPU value of one element, no accumulate; Python's setitem makes a scalar
     value on the CPU for that), which needs no nonzero() and so no host read. On a CPU scan every
     value is a host tensor, so the value must have been built from host data on the assignment's own
     line (`lift_fresh` of the Python scalar), not computed on the device (`x[mask] = x.max()` syncs)."""
-    if rec.op not in _INDEX_PUT or len(rec.inputs) < 3 or len(rec.args) < 2 or not isinstance(rec.args[1], (tuple, list)):
+    if rec.op not in INDEX_PUT or len(rec.inputs) < 3 or len(rec.args) < 2 or not isinstance(rec.args[1], (tuple, list)):
         return False
     if len(rec.args) > 3 and rec.args[3] is True or any(isinstance(a, tuple) and a[:1] == ("accumulate",) and a[1] for a in rec.args[3:]):
         return False
@@ -184,30 +184,25 @@ def masked_fill_dispatch(rec, host_values: set, cuda: bool) -> bool:
         return False
     if value.device.type != "cpu" or 1 != (torch.Size(value.shape).numel()):
         return False
-    return cuda or value.sid in host_values
+    return cuda or value.sid in lifted
 
 
-def host_scalar_put(rec, host_values: set, cuda: bool) -> bool:
+def host_scalar_put(rec, lifted: set, cuda: bool) -> bool:
     """`x[idx] = 0.0` with an index torch cannot turn into masked_fill_ (integer indices, or a mask with
     accumulate): ATen's index_put_ first copies a one-element value that is not on x's device there
-    (`value.to(x.device)`, from pageable memory: a copy that waits), and Python's setitem makes a scalar
-    value on the CPU for a GPU x. On a CUDA scan the value is a CPU tensor and x a GPU one; on a CPU scan
-    the value must be lifted from host data on the assignment's own line (`x[idx] = x.max()` copies nothing)."""
-    if rec.op not in _INDEX_PUT or len(rec.inputs) < 2:
+    (`value.to(x.device)`, from pageable memory: a copy that waits; pageable_copy.scalar_value_puts reports
+    it), and Python's setitem makes a scalar value on the CPU for a GPU x. On a CUDA scan the value is a CPU
+    tensor and x a GPU one; on a CPU scan the value must be lifted from host data on the assignment's own
+    line (`x[idx] = x.max()` copies nothing)."""
+    if rec.op not in INDEX_PUT or len(rec.inputs) < 2:
         return False
     value = rec.inputs[-1]
     if tuple(value.shape) != () or value.device.type != "cpu":
         return False
-    return rec.inputs[0].device.type != "cpu" if cuda else value.sid in host_values
+    return rec.inputs[0].device.type != "cpu" if cuda else value.sid in lifted
 
 
-_SCALAR_PUT = ("`x[idx] = <Python scalar>` with an index tensor: index_put_ copies the scalar from pageable host "
-               "memory to the device first, and that copy waits",
-               "Use x.index_fill_(dim, idx, value) (the scalar travels as a kernel argument), or assign a "
-               "device tensor made once outside the step (`x[idx] = self.zero`).")
-
-
-def _host_values(recs) -> set:
+def host_values(recs) -> set:
     """Storage ids of tensors lifted from host data (a Python scalar, torch.tensor(...)) per line:
     {(sid, file, line)}."""
     return {(r.inputs[0].sid,) + tuple(r.frame[:2]) for r in recs if r.kind == "aten" and r.inputs and r.frame
@@ -224,14 +219,11 @@ def dispatched_syncs(ctx):
         rule = SYNC_OPS.get(r.op)
         if rule is None or r.nested or (r.inputs and r.inputs[0].sid in host_made(ctx, r.step)):
             continue
-        if r.op in _INDEX_PUT and r.frame:
+        if r.op in INDEX_PUT and r.frame:
             if r.step not in lifted:
-                lifted[r.step] = _host_values(ctx.steps[r.step]) if not ctx.cuda else set()
+                lifted[r.step] = host_values(ctx.steps[r.step]) if not ctx.cuda else set()
             here = {sid for sid, f, ln in lifted[r.step] if (f, ln) == tuple(r.frame[:2])}
             if masked_fill_dispatch(r, here, ctx.cuda):
-                continue
-            if host_scalar_put(r, here, ctx.cuda):
-                hits.append((r, _SCALAR_PUT))
                 continue
         res = rule(r)
         if res:

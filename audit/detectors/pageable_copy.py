@@ -10,7 +10,9 @@ one finding.
 from __future__ import annotations
 
 from audit.detectors import register
-from audit.detectors.host_sync import copy_sides, from_host_data, non_blocking
+from audit.detectors._host import host_made
+from audit.detectors.host_sync import (INDEX_PUT, copy_sides, from_host_data, host_scalar_put, host_values,
+                                       masked_fill_dispatch, non_blocking)
 
 PINNED = ("pinned host->device copy inside the step (captured as a memcpy node; the pinned buffer must be "
           "persistent and refilled in prepare())")
@@ -46,3 +48,27 @@ def host_device_copies(ctx):
         sev, msg = info[id(g[0])]
         out.append(ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, msg, severity=sev))
     return out
+
+
+SCALAR_PUT = ("`x[idx] = <Python scalar>` through an index tensor: index_put_ first copies the scalar from pageable "
+              "host memory to the device (capture raises 'Cannot copy between CPU and CUDA tensors ...'; eager "
+              "decode waits for the copy)")
+SCALAR_PUT_FIX = ("Use x.index_fill_(dim, idx, value) (the scalar travels as a kernel argument), or assign a device "
+                  "tensor made once outside the step (`x[idx] = self.zero`).")
+
+
+@register("pageable-copy")
+def scalar_value_puts(ctx):
+    """Both scans: the hidden copy of a Python scalar assigned through an index tensor (host_sync.host_scalar_put;
+    a bool mask with a host scalar becomes masked_fill_ and copies nothing)."""
+    hits, lifted = [], {}
+    for r in ctx.all_records(("aten",)):
+        if r.op not in INDEX_PUT or r.nested or not r.frame or r.inputs[0].sid in host_made(ctx, r.step):
+            continue
+        if r.step not in lifted:
+            lifted[r.step] = host_values(ctx.steps[r.step]) if not ctx.cuda else set()
+        here = {sid for sid, f, ln in lifted[r.step] if (f, ln) == tuple(r.frame[:2])}
+        if not masked_fill_dispatch(r, here, ctx.cuda) and host_scalar_put(r, here, ctx.cuda):
+            hits.append(r)
+    return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, SCALAR_PUT, fix=SCALAR_PUT_FIX)
+            for (_, _, op), g in ctx.per_site(hits).items()]

@@ -5,8 +5,8 @@ copy happens, so the scan has to see where host data became a tensor and where i
 Constants built on the host without a device, or sent to the CPU, stay host tensors: no copy. A
 Python list used as an index into a device tensor is copied to the device as well, and so is a
 tensor attribute made once in pageable host memory and sent to the device in the step. Assigning a
-Python scalar through an index tensor (`x[:, idx] = 0.0`) copies the scalar to the device and waits
-(index_put_'s `value.to(x.device)`); index_fill_ carries it as a kernel argument.
+Python scalar through an index tensor (`x[:, idx] = 0.0`) copies the scalar to the device from pageable
+memory (index_put_'s `value.to(x.device)`); index_fill_ carries it as a kernel argument.
 """
 
 import numpy as np
@@ -36,8 +36,8 @@ class Staging:
         scale = torch.ones(2, 1).to(self.device, non_blocking=True)  # HAZARD: pageable-copy
         temp = self.logits.new_tensor([0.5])  # HAZARD: pageable-copy
         out = self.logits.index_fill(1, ban, 0.0).index_fill(1, eos, 0.0) * scale * temp
-        out[:, [2, 7]] = 0.0  # HAZARD: pageable-copy, host-sync
-        out[:, self.cands[:2]] = 1.0  # HAZARD: host-sync
+        out[:, [2, 7]] = 0.0  # HAZARD: pageable-copy
+        out[:, self.cands[:2]] = 1.0  # HAZARD: pageable-copy
         picked = out[[1, 0]]  # HAZARD: pageable-copy
         ids = self.host_ids.to(self.device, non_blocking=True)  # HAZARD: pageable-copy
         self.cands.copy_(torch.from_numpy(np.argsort(-self.banned, kind="stable")))  # HAZARD: pageable-copy, baked-host-value

@@ -224,9 +224,9 @@ FLASH_FP8 = (("wq_a+wkv", 1536, 4096, 1, True), ("wq_b", 32768, 1024, 1, True), 
 
 # The launch shapes tried at Flash's batch-1 shapes (launch.TUNE keys; {} = the launchers' own choice)
 FP4_SHAPES = ({}, {"pd": 3}, {"warps": 8}, {"mma": 1}, {"mma": 1, "mma_warps": 2}, {"mma": 1, "mma_warps": 8},
-              {"mma": 1, "mma_pd": 2}, {"mma": 1, "mma_pd": 8})
+              {"mma": 1, "mma_pd": 2}, {"mma": 1, "mma_pd": 4})
 FP4_QUICK = ({"mma": 0}, {"mma": 1}, {"mma": 1, "mma_warps": 2}, {"mma": 1, "mma_warps": 1},
-             {"mma": 1, "mma_pd": 8})  # the CUDA-core kernel, then the tensor-core kernel
+             {"mma": 1, "mma_pd": 4})  # the CUDA-core kernel, then the tensor-core kernel (depth 8 by default)
 FP8_SHAPES = ({}, {"warps": 4, "pd8": 4, "rb8": 1}, {"pd8": 8, "rb8": 1}, {"pd8": 4, "rb8": 2},
               {"warps": 8, "pd8": 8, "rb8": 1}, {"warps": 8, "rb8": 2})
 

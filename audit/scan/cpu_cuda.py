@@ -96,9 +96,9 @@ class HostStream:
 
 class HostEvent:
     """torch.cuda.Event on a machine without CUDA. Its record/wait/elapsed_time also stand in for those of
-    a real torch.cuda.Event made before the step (a CPU-only torch builds one lazily, in make(); record()
-    and wait() raise on a stand-in stream, elapsed_time() on events never recorded): they use no state of
-    their own but the event's id. A real event's query() and synchronize() run as they are (no-ops on an
+    a real torch.cuda.Event made before the step (some CPU-only builds make one lazily, in make(); record()
+    and wait() raise on a stand-in stream, elapsed_time() on events never recorded; builds that raise in make()
+    get a HostEvent there, see outside_steps): they use no state of their own but the event's id. A real event's query() and synchronize() run as they are (no-ops on an
     event never created), recorded by audit.scan.hooks."""
 
     def __init__(self, *args, **kwargs):
@@ -282,12 +282,34 @@ class _PinnedStandIn(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def pinned_stand_in():
-    """Around make() and prepare() on a CPU-only torch: serving code stages through pinned buffers made in
-    __init__ (`torch.zeros(n, pin_memory=True)`); the CPU scan builds them in ordinary memory. The source
-    still says pinned, and the copy rules read the source (a pinned buffer is no pageable-copy)."""
+def outside_steps():
+    """Around make() and prepare() on a CPU-only torch. Serving code stages through pinned buffers made in
+    __init__ (`torch.zeros(n, pin_memory=True)`): the CPU scan builds them in ordinary memory (the source still
+    says pinned, and the copy rules read the source: a pinned buffer is no pageable-copy). Timing code makes
+    its events (and streams) there: some CPU-only builds make them lazily, others raise ('Tried to instantiate
+    dummy base class Event'), and those get the steps' host stand-ins (HostEvent, HostStream)."""
     if torch.cuda.is_available():
         yield
         return
-    with _PinnedStandIn():
-        yield
+    cuda = torch.cuda
+    saved = [(cls, cls.__dict__["__new__"]) for cls in (cuda.Event, cuda.Stream) if "__new__" in cls.__dict__]
+    for cls, _ in saved:
+        cls.__new__ = _or_host(cls.__new__, HostEvent if cls is cuda.Event else HostStream)
+    try:
+        with _PinnedStandIn():
+            yield
+    finally:
+        for cls, new in saved:
+            setattr(cls, "__new__", new)
+
+
+def _or_host(real, host_cls):
+    def new(cls, *args, **kwargs):
+        try:
+            return real(cls, *args, **kwargs)
+        except RuntimeError as e:
+            if not needs_gpu(str(e)):
+                raise
+            return host_cls(*args, **kwargs)
+
+    return new

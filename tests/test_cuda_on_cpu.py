@@ -73,3 +73,42 @@ def test_other_factory_errors_are_not_sent_to_a_gpu(tmp_path):
     with pytest.raises(audit.AuditError) as e:
         audit.scan(f"{tmp_path / 'bad.py'}:make", device="cpu")
     assert "GPU" not in str(e.value) and "no such layer" in str(e.value)
+
+
+SIDE = """
+import torch
+
+class Side:
+    def __init__(self, device):
+        g = torch.Generator().manual_seed({seed})
+        self.w = torch.randn({d}, {d}, generator=g, device=device)
+        self.x = torch.zeros(2, {d}, device=device)
+        self.side = torch.cuda.Stream()  # made at build time, as overlapped decoders do
+        self.done = torch.cuda.Event()
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(2, {d}))
+
+    def step(self):
+        self.side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.side):
+            y = torch.tanh(self.x @ self.w)
+            self.done.record()
+        {join}
+        return y
+
+def make(device):
+    return Side(device)
+"""
+
+
+@pytest.mark.parametrize("join", ["self.done.wait(torch.cuda.current_stream())", "pass"])
+def test_streams_and_events_made_in_make_scan_on_a_cpu_only_torch(tmp_path, join):
+    """A CPU-only torch may refuse torch.cuda.Stream() / Event() outside a step; the scan builds the target with
+    the steps' stand-ins instead of sending it to a GPU, and the stream rule still sees a missing join."""
+    import random
+
+    (tmp_path / "side.py").write_text(SIDE.format(seed=random.randrange(2**31), d=random.choice([4, 8]), join=join))
+    inv = audit.scan(f"{tmp_path / 'side.py'}:make", device="cpu")
+    bad = inv.blocking()
+    assert set(bad.category) == (set() if join != "pass" else {"unjoined-stream"}), bad[["category", "line"]]

@@ -117,7 +117,7 @@ def _entry_kernel(p_ptr, w_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, HD, eps, spb
     pos = tl.load(pos_ptr)
     x = tl.load(p_ptr + b * spb + c, mask=ok, other=0.0)
     y = _finish(x, c, ok, w_ptr, cos_ptr, sin_ptr, HD, eps, dt, RD, ROUND, BLOCK, LOG, KB, IB, HSCALE)
-    done = (pos + 1) % M == 0
+    done = (c * 0 + pos + 1) % M == 0  # block-shaped (Triton 3.9's interpreter rejects a scalar mask term)
     tl.store(out_ptr + b * sob + (pos // M) * sos + c, y.to(dt), mask=ok & done)
 
 

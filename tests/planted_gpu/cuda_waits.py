@@ -68,7 +68,7 @@ class FirstCallOnly:
 class NeedsGpu(Waits):
     def __init__(self, device):
         super().__init__(device)
-        self.side = torch.cuda.Stream()  # made at build time: a CPU-only torch raises here
+        self.scratch = torch.empty(16, device="cuda")  # device memory at build time: a CPU-only torch raises here
 
 
 def make(device):

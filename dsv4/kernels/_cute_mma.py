@@ -5,7 +5,7 @@ only `launch.py` imports it, lazily.
 Why: the CUDA-core kernel (_cute_gemv.fp4_grouped_kernel) is bound by instruction issue at about 3.5
 instructions per weight element (decode, conversions, an FMA per element and row); the Triton grouped GEMM
 moves every decoded tile through shared memory to reach its MMA layout. Here a lane decodes straight into
-the MMA's register fragment: ~2.2 instructions per weight element (see _ptx_text.py), shared by up to 8 x
+the MMA's register fragment: ~2.6 PTX instructions per weight element all told (see _ptx_text.py), shared by up to 8 x
 rows, and a lane's loads are 16 bytes wide (a whole 32-element scale block of one row).
 
 Shape of the work: a warp owns a tile of 16 output rows; per step of 128 K it loads, for its rows g and g+8

@@ -8,7 +8,8 @@ raises ("no NVIDIA driver"), which would stop the scan at that line instead. Whi
 included) these stand in, beside audit.scan.cpu_cuda's streams and events: beginning a capture is recorded
 as a wait at the line that begins it, the body runs eagerly (its ops are the step's ops), a replay does
 nothing (the body already ran), `make_graphed_callables` hands the callables back. `graph_pool_handle()`
-only makes an id and works without CUDA. On a GPU the real calls run and audit.scan.hooks records their
+only makes an id; torch 2.13's CPU build makes it through a dummy class that raises, so it stands in too, as
+a fresh `(0, n)` id. On a GPU the real calls run and audit.scan.hooks records their
 synchronize.
 """
 
@@ -87,10 +88,15 @@ def stand_ins(host) -> list:
     def new_graph(cls, *args, **kwargs):
         return HostGraph(host, *args, **kwargs)
 
-    out = [(cuda, "graph", _graph_context(host)), (cuda, "make_graphed_callables", make_graphed_callables)]
+    def graph_pool_handle():
+        return (0, next(_POOLS))  # an opaque pool id, as HostGraph.pool() gives
+
+    out = [(cuda, "graph", _graph_context(host)), (cuda, "make_graphed_callables", make_graphed_callables),
+           (cuda, "graph_pool_handle", graph_pool_handle)]
     graphs = getattr(cuda, "graphs", None)
     if graphs is not None:
-        out += [(graphs, "graph", out[0][2]), (graphs, "make_graphed_callables", make_graphed_callables)]
+        out += [(graphs, "graph", out[0][2]), (graphs, "make_graphed_callables", make_graphed_callables),
+                (graphs, "graph_pool_handle", graph_pool_handle)]
     if isinstance(getattr(cuda, "CUDAGraph", None), type):
         out.append((cuda.CUDAGraph, "__new__", new_graph))
     return out

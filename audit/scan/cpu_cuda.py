@@ -15,11 +15,9 @@ import itertools
 import sys
 
 import torch
-from torch.overrides import TorchFunctionMode
+from audit.scan import cpu_graphs, pinned, stream_hooks
 
-from audit.scan import cpu_graphs, stream_hooks
-
-__all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "standing_in"]
+__all__ = ["HostEvent", "HostStream", "alias_sites", "building", "needs_gpu", "standing_in"]
 
 _CUDA_MISSING = ("torch not compiled with cuda", "requires cuda support", "dummy base class", "no nvidia driver",
                  "no cuda gpus are available", "cuda driver initialization failed", "cuda is not available",
@@ -236,6 +234,7 @@ def standing_in(tracer, patched):
         if nvtx is not None and type(getattr(nvtx, "_nvtx", None)).__name__ == "_NVTXStub":
             stack.enter_context(patched(nvtx, "_nvtx", _NoNVTX()))
         stream_hooks.start(tracer, stream_hooks.key(host.current))
+        stack.enter_context(pinned.stand_in())  # `.pin_memory()` in the step (pinned per step: noted)
         try:
             yield host
         finally:
@@ -268,26 +267,23 @@ def cpu_only_checks(tracer):
         F.one_hot = orig
 
 
-class _PinnedStandIn(TorchFunctionMode):
-    """`pin_memory=True` and `.pin_memory()` without the mode: page-locked memory needs an accelerator's
-    driver, and a CPU-only torch raises. With it they make ordinary host memory."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.Tensor.pin_memory:
-            return args[0]
-        if kwargs.get("pin_memory"):
-            kwargs = {**kwargs, "pin_memory": False}
-        return func(*args, **kwargs)
-
-
 @contextlib.contextmanager
-def pinned_stand_in():
-    """Around make() and prepare() on a CPU-only torch: serving code stages through pinned buffers made in
-    __init__ (`torch.zeros(n, pin_memory=True)`); the CPU scan builds them in ordinary memory. The source
-    still says pinned, and the copy rules read the source (a pinned buffer is no pageable-copy)."""
+def building():
+    """Around make() and prepare() on a CPU-only torch: pinned buffers are made in ordinary memory
+    (audit.scan.pinned), and `torch.cuda.Event(...)` is a HostEvent. Serving code makes its timing events in
+    __init__; since torch 2.13 a CPU-only torch raises there ("dummy base class") where it used to build one
+    lazily. A stream made at build time still raises: that target is sent to a GPU (needs_gpu)."""
     if torch.cuda.is_available():
         yield
         return
-    with _PinnedStandIn():
-        yield
+    ev = torch.cuda.Event
+    had, old = "__new__" in vars(ev), vars(ev).get("__new__")
+    ev.__new__ = lambda cls, *a, **k: HostEvent(*a, **k)
+    try:
+        with pinned.stand_in():
+            yield
+    finally:
+        if had:
+            ev.__new__ = old
+        else:
+            del ev.__new__

@@ -219,7 +219,8 @@ def standing_in(tracer, patched):
                 (cuda, "is_current_stream_capturing", lambda: False),  # an eager step: never capturing
                 (torch.Tensor, "record_stream", record_stream),
                 *((cuda.Event, m, vars(HostEvent)[m]) for m in _EVENT_METHODS),
-                *cpu_graphs.stand_ins(host)):  # a capture begun in the step (torch.cuda.graph, CUDAGraph)
+                *cpu_graphs.stand_ins(host),  # a capture begun in the step (torch.cuda.graph, CUDAGraph)
+                *pinned.step_patches()):  # `.pin_memory()`, `pin_memory=True` in the step (noted: audit.scan.pinned)
             if not isinstance(owner, type):
                 orig = getattr(owner, name)
                 originals[id(orig)] = (orig, new)
@@ -234,7 +235,6 @@ def standing_in(tracer, patched):
         if nvtx is not None and type(getattr(nvtx, "_nvtx", None)).__name__ == "_NVTXStub":
             stack.enter_context(patched(nvtx, "_nvtx", _NoNVTX()))
         stream_hooks.start(tracer, stream_hooks.key(host.current))
-        stack.enter_context(pinned.stand_in())  # `.pin_memory()` in the step (pinned per step: noted)
         try:
             yield host
         finally:

@@ -2,8 +2,9 @@
 
 Serving code stages through page-locked memory (`torch.zeros(n, pin_memory=True)`, `t.pin_memory()`), in
 __init__ and in the step (vLLM's `async_tensor_h2d` pins every step's metadata). A CPU-only torch raises on
-both, which would stop a CPU scan at that line. While the target is built, prepared or stepped, a
-TorchFunctionMode makes ordinary memory instead and notes each storage that was asked to be pinned. The copy
+both, which would stop a CPU scan at that line. While the target is built or prepared, a TorchFunctionMode
+makes ordinary memory instead and notes each storage that was asked to be pinned; during the step (warmup
+included) patched factories and `Tensor.pin_memory` do the same. The copy
 rules then tell a pinned staging buffer from a pageable one by what the code did, not only by how its source
 spells it (`pin_memory=self.pin`, `pin_memory=is_pin_memory_available()`), and a buffer pinned inside the step
 by the step itself (its bytes are the Python data of the captured step: a replay copies them again).
@@ -17,7 +18,7 @@ import contextlib
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["asked", "asked_sid", "forget", "stand_in"]
+__all__ = ["asked", "asked_sid", "forget", "stand_in", "step_patches"]
 
 _ASKED: dict[int, object] = {}  # storage _cdata -> the storage (held: the id stays unique until forget())
 
@@ -44,9 +45,37 @@ class _StandIn(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+_FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
+              "arange", "empty_strided", "rand", "randn", "randint", "randperm", "linspace", "eye")
+
+
+def _unpinned(orig):
+    def factory(*args, **kwargs):
+        if not kwargs.get("pin_memory"):
+            return orig(*args, **kwargs)
+        out = orig(*args, **{**kwargs, "pin_memory": False})
+        _note(out)
+        return out
+
+    factory.__wrapped__ = orig
+    return factory
+
+
+def _pin_memory(self, *args, **kwargs):
+    _note(self)
+    return self
+
+
+def step_patches() -> list:
+    """(owner, name, new) for a step on a CPU-only torch: `.pin_memory()` and the factories' `pin_memory=True`.
+    Patched, not a TorchFunctionMode: a mode active in the step changes how TorchScript code dispatches."""
+    out = [(torch.Tensor, "pin_memory", _pin_memory)]
+    return out + [(torch, n, _unpinned(getattr(torch, n))) for n in _FACTORIES if hasattr(torch, n)]
+
+
 @contextlib.contextmanager
 def stand_in():
-    """Around make(), prepare() and the step on a CPU-only torch; on a CUDA build, nothing."""
+    """Around make() and prepare() on a CPU-only torch; on a CUDA build, nothing."""
     if torch.cuda.is_available():
         yield
         return

@@ -18,6 +18,8 @@ import contextlib
 import torch
 from torch.overrides import TorchFunctionMode
 
+from audit.scan import pin_flags
+
 __all__ = ["asked", "asked_sid", "forget", "stand_in", "step_patches"]
 
 _ASKED: dict[int, object] = {}  # storage _cdata -> the storage (held: the id stays unique until forget())
@@ -42,7 +44,10 @@ class _StandIn(TorchFunctionMode):
             out = func(*args, **{**kwargs, "pin_memory": False})
             _note(out)
             return out
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if "pin_memory" in kwargs and pin_flags.probed():  # False only because this machine has no CUDA
+            _note(out)
+        return out
 
 
 _FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
@@ -52,7 +57,10 @@ _FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "empty_like", "zeros_l
 def _unpinned(orig):
     def factory(*args, **kwargs):
         if not kwargs.get("pin_memory"):
-            return orig(*args, **kwargs)
+            out = orig(*args, **kwargs)
+            if "pin_memory" in kwargs and pin_flags.probed():  # False only because this machine has no CUDA
+                _note(out)
+            return out
         out = orig(*args, **{**kwargs, "pin_memory": False})
         _note(out)
         return out

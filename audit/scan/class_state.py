@@ -4,7 +4,7 @@ The classes are those of the objects reachable from the target and those the sta
 (a processor the step instantiates and drops, whose metaclass counts instances on the class). Each
 is recorded under its `<class Q>` label, so the side-effect rule can read the class's (and its
 metaclass's) source for the statement that changed it. The process-wide host random generators are
-added here too (audit.scan.global_rng).
+added here too (audit.scan.global_rng), and the bytes of pinned staging buffers (audit.scan.staging_bytes).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import types
 
 from torch import nn
 
-from audit.scan import global_rng, state
+from audit.scan import global_rng, staging_bytes, state
 from audit.scan.fingerprint import PLAIN
 from audit.scan.fingerprint import fp as fingerprint
 
@@ -63,4 +63,5 @@ def snapshot(objects, modules) -> dict:
     for cls in user_classes(objects, modules):
         snap.update(class_state(cls))
     snap.update(global_rng.snapshot())  # `random` / `np.random`: state in C, no attribute changes
+    snap.update(staging_bytes.snapshot(objects))  # pinned staging buffers written through a numpy view
     return snap

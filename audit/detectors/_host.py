@@ -11,6 +11,7 @@ import itertools
 import torch
 
 from audit.detectors import _mutations, _source
+from audit.scan import pinned
 
 
 def cpu_attrs(ctx):
@@ -30,11 +31,12 @@ def host_tensors(ctx) -> dict[int, str]:
     `.cpu()`, `.to("cpu")`), since there every tensor is a host tensor. Computed once per scan."""
     if (cached := getattr(ctx, "_host_tensors", None)) is not None:
         return cached
-    out = {}
+    out, ctx._pinned_host = {}, set()
     for sid, label, name, obj, t in cpu_attrs(ctx):
         spans = class_spans(type(obj))
-        if any(_mutations.host_factory_attr(f, name, span) == "pinned" for f, span in spans):
+        if pinned.asked(t) or any(_mutations.host_factory_attr(f, name, span) == "pinned" for f, span in spans):
             out[sid] = label  # a pinned staging buffer, of any size: host memory by design
+            ctx._pinned_host.add(sid)
             continue
         if t.dim() > 1 or t.numel() > 64:
             continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
@@ -42,6 +44,12 @@ def host_tensors(ctx) -> dict[int, str]:
             out[sid] = label
     ctx._host_tensors = out
     return out
+
+
+def pinned_host(ctx) -> set[int]:
+    """Storage ids of the host_tensors that are pinned staging buffers (asked for at run time, or so written)."""
+    host_tensors(ctx)
+    return ctx._pinned_host
 
 
 @functools.lru_cache(maxsize=1024)

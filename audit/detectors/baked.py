@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from audit.detectors import _source, register
+from audit.detectors import _host_only, _source, register
 from audit.detectors._host import advanced, host_tensors
 
 
@@ -76,6 +76,8 @@ def varying_shapes(ctx):
         varying = [j for j in range(len(recs[0].inputs))
                    if len({s[j] if j < len(s) else None for s in ins}) > 1]
         origin = not varying or any(not r.in_step[j] for r in recs for j in varying if j < len(r.in_step))
+        if origin and recs[0].op in _LIFTS and _host_only.stays_on_host(ctx, recs):
+            continue  # host data of a changing length, read back on the host alone: no kernel's shape
         if origin:
             groups[(ctx.where(recs[0]), recs[0].op)].append((recs, outs))
     out = []
@@ -87,6 +89,7 @@ def varying_shapes(ctx):
     return out
 
 
+_LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")
 SHAPE_FIX = ("Keep the value in a device tensor that prepare() updates in place and use it as data, not as a "
              "size or bound: slice / arange / allocate the static maximum and mask with the device value "
              "(the dynamic-shape finding on this line has the shape's fix).")
@@ -141,6 +144,8 @@ def varying_host_values(ctx):
             recs = next((g for g in by_shape.values() if len(g) > 1 and len({r.args for r in g}) > 1), None)
             if recs is None:
                 continue
+        if recs[0].args and recs[0].args[0] == "value" and _host_only.stays_on_host(ctx, recs):
+            continue  # built from host data and read back on the host alone: no kernel takes it
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
     changed = _changed(ctx)
     out = []

@@ -13,6 +13,7 @@ from audit.detectors import _host_moves, _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors
 from audit.detectors._host import host_born, host_derived, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
+from audit.scan import pinned
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
              "from pageable host memory, and capture raises 'Cannot copy between CPU and CUDA tensors ...'")
@@ -20,6 +21,9 @@ COPY_IN = ("host data built in the step is copied into a device tensor (`buf.cop
            "one the step computed on the device): "
            "on a GPU that is a copy from pageable host memory, and capture raises 'Cannot copy between CPU and "
            "CUDA tensors ...'")
+PINNED_STEP = ("host data built in the step is pinned in the step and copied to the device: on a GPU the copy is "
+               "captured reading a pinned buffer filled once, with the Python data of the captured step (which the "
+               "allocator may hand out again), so every replay uploads those stale bytes")
 FIX = ("Build the tensor once outside the step (a persistent device buffer, refilled in prepare() with "
        "copy_), or use a device op (torch.full, fill_) for constants.")
 
@@ -58,9 +62,10 @@ def _host_attrs(ctx) -> dict[int, str]:
     """Storage id -> 'owner.attr' of the target's tensor attributes its class makes in pageable host memory
     (a factory naming no device or the CPU), or sends there (`.cpu()`, `.to("cpu")`), also as the members
     of a dict or list attribute (an offload hook's `{name: p.detach().to("cpu")}`)."""
-    out = {sid: label for sid, label, name, obj, _ in cpu_attrs(ctx)
-           if any(_mutations.host_factory_attr(f, name, span) == "pageable" or _host_moves.moved_to_host(f, name, span)
-                  for f, span in class_spans(type(obj)))}
+    out = {sid: label for sid, label, name, obj, t in cpu_attrs(ctx)
+           if not pinned.asked(t)  # asked to be pinned when made (`pin_memory=self.pin`): the source may not say
+           and any(_mutations.host_factory_attr(f, name, span) == "pageable" or _host_moves.moved_to_host(f, name, span)
+                   for f, span in class_spans(type(obj)))}
     out.update({sid: label for sid, label, name, obj, _ in _host_moves.members(ctx)
                 if any(_host_moves.moved_to_host(f, name, span) for f, span in class_spans(type(obj)))})
     return out
@@ -165,7 +170,16 @@ def host_data_to_device(ctx):
                     and r.inputs[0].sid not in born and r.inputs[0].sid not in host \
                     and (not r.in_step[0] or r.inputs[0].sid in made):
                 hits.append((r, COPY_IN))  # `self.buf.copy_(torch.from_numpy(a))`: into a persistent buffer
-    msg = {id(r): m for r, m in hits}
-    return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, msg[id(g[0])], fix=FIX,
-                        severity="blocks-capture")
+    msg = {id(r): _pinned_in_step(r, m) for r, m in hits}
+    return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, msg[id(g[0])][0], fix=FIX,
+                        severity=msg[id(g[0])][1])
             for (_, _, op), g in ctx.per_site(r for r, _ in hits).items()]
+
+
+def _pinned_in_step(r, message: str) -> tuple[str, str]:
+    """(message, severity): a copy from a buffer the step pinned itself (`torch.tensor(d, pin_memory=True)`,
+    `.pin_memory()`; audit.scan.pinned) raises nothing under capture; replay reuses the captured bytes."""
+    src = r.inputs[0] if message == TO_DEVICE else r.inputs[1] if message == COPY_IN else None
+    if src is not None and pinned.asked_sid(src.sid):
+        return PINNED_STEP, "silent-corruption"
+    return message, "blocks-capture"

@@ -18,7 +18,7 @@ import torch
 from audit.detectors import _source, register
 from audit.scan.hooks import NON_BLOCKING
 from audit.detectors._host import (from_device, host_born, host_derived, host_factories, host_made, host_tensors,
-                                   in_place_updates, kept_on_host)
+                                   in_place_updates, kept_on_host, pinned_host)
 
 SYNC_OPS: dict[str, Callable] = {}  # "aten.nonzero" -> rule(record) -> (message, fix) | None
 
@@ -359,11 +359,13 @@ def runtime_reported_syncs(ctx):
 def device_values_into_host_tensors(ctx):
     """(CPU scan) a small tensor the target keeps on the host takes a tensor computed on the device
     (`self.tok_cpu.copy_(tok)`): on a GPU that is a device->host copy into pageable memory, which waits
-    for the device; capture refuses it. (A CUDA scan sees the copy itself: device_to_host.)"""
+    for the device; capture refuses it. Into a pinned buffer with non_blocking=True (an async output buffer)
+    it is a captured memcpy node: no finding. (A CUDA scan sees the copy itself: device_to_host.)"""
     if ctx.cuda:
         return []
-    host = host_tensors(ctx)
-    hits = [r for r in in_place_updates(ctx, host) if from_device(ctx, r, host)] if host else []
+    host, pinned = host_tensors(ctx), pinned_host(ctx)
+    hits = [r for r in in_place_updates(ctx, host) if from_device(ctx, r, host)
+            and not (r.inputs[0].sid in pinned and non_blocking(r))] if host else []  # into pinned, async: a memcpy node
     return [ctx.finding("host-sync", g[0], op, len(g) / ctx.n_steps,
                         f"copies a device tensor into the host tensor `{host[g[0].inputs[0].sid]}`: on a GPU a "
                         "device->host copy into pageable memory that waits for the device (capture refuses it)",

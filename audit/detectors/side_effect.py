@@ -24,7 +24,7 @@ from audit.detectors._state_sites import (called_by_name, caller_of, closure_fun
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines, escaped_members
-from audit.scan import class_state, loaded, state
+from audit.scan import class_state, global_rng, loaded, staging_bytes, state
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
@@ -237,7 +237,8 @@ def python_state_changes(ctx):
     changed = defaultdict(list)  # (owner, attr) -> [(step, change)]
     for s, changes in enumerate(ctx.trace.changes):
         for c in changes:
-            changed[(c.owner, c.attr)].append((s, c))
+            if c.owner not in (global_rng.OWNER, staging_bytes.OWNER):  # their own rules: global_rng, staging_refill
+                changed[(c.owner, c.attr)].append((s, c))
     setattrs = defaultdict(list)  # "owner\0attr" -> records
     for r in ctx.all_records(("setattr",)):
         setattrs[r.note].append(r)

@@ -3,7 +3,8 @@
 The classes are those of the objects reachable from the target and those the state modules define
 (a processor the step instantiates and drops, whose metaclass counts instances on the class). Each
 is recorded under its `<class Q>` label, so the side-effect rule can read the class's (and its
-metaclass's) source for the statement that changed it.
+metaclass's) source for the statement that changed it. The process-wide host random generators are
+added here too (audit.scan.global_rng), and the bytes of pinned staging buffers (audit.scan.staging_bytes).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import types
 
 from torch import nn
 
-from audit.scan import state
+from audit.scan import global_rng, staging_bytes, state
 from audit.scan.fingerprint import PLAIN
 from audit.scan.fingerprint import fp as fingerprint
 
@@ -61,4 +62,6 @@ def snapshot(objects, modules) -> dict:
     snap = state.snapshot(objects, modules)
     for cls in user_classes(objects, modules):
         snap.update(class_state(cls))
+    snap.update(global_rng.snapshot())  # `random` / `np.random`: state in C, no attribute changes
+    snap.update(staging_bytes.snapshot(objects))  # pinned staging buffers written through a numpy view
     return snap

@@ -15,11 +15,9 @@ import itertools
 import sys
 
 import torch
-from torch.overrides import TorchFunctionMode
+from audit.scan import cpu_graphs, cpu_queries, pinned, stream_hooks
 
-from audit.scan import cpu_graphs, stream_hooks
-
-__all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "standing_in"]
+__all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "outside_steps", "standing_in"]
 
 _CUDA_MISSING = ("torch not compiled with cuda", "requires cuda support", "dummy base class", "no nvidia driver",
                  "no cuda gpus are available", "cuda driver initialization failed", "cuda is not available",
@@ -221,7 +219,9 @@ def standing_in(tracer, patched):
                 (cuda, "is_current_stream_capturing", lambda: False),  # an eager step: never capturing
                 (torch.Tensor, "record_stream", record_stream),
                 *((cuda.Event, m, vars(HostEvent)[m]) for m in _EVENT_METHODS),
-                *cpu_graphs.stand_ins(host)):  # a capture begun in the step (torch.cuda.graph, CUDAGraph)
+                *cpu_graphs.stand_ins(host),  # a capture begun in the step (torch.cuda.graph, CUDAGraph)
+                *pinned.step_patches(),
+                *cpu_queries.stand_ins()):  # current_device, get_device_capability, `with torch.cuda.device(d)`, ...  # `.pin_memory()`, `pin_memory=True` in the step (noted: audit.scan.pinned)
             if not isinstance(owner, type):
                 orig = getattr(owner, name)
                 originals[id(orig)] = (orig, new)
@@ -268,24 +268,11 @@ def cpu_only_checks(tracer):
         F.one_hot = orig
 
 
-class _PinnedStandIn(TorchFunctionMode):
-    """`pin_memory=True` and `.pin_memory()` without the mode: page-locked memory needs an accelerator's
-    driver, and a CPU-only torch raises. With it they make ordinary host memory."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.Tensor.pin_memory:
-            return args[0]
-        if kwargs.get("pin_memory"):
-            kwargs = {**kwargs, "pin_memory": False}
-        return func(*args, **kwargs)
-
-
 @contextlib.contextmanager
 def outside_steps():
     """Around make() and prepare() on a CPU-only torch. Serving code stages through pinned buffers made in
-    __init__ (`torch.zeros(n, pin_memory=True)`): the CPU scan builds them in ordinary memory (the source still
-    says pinned, and the copy rules read the source: a pinned buffer is no pageable-copy). Timing code makes
+    __init__ (`torch.zeros(n, pin_memory=True)`): the CPU scan builds them in ordinary memory (audit.scan.pinned
+    remembers they were asked to be pinned: no pageable-copy). Timing and overlapping code makes
     its events (and streams) there: some CPU-only builds make them lazily, others raise ('Tried to instantiate
     dummy base class Event'), and those get the steps' host stand-ins (HostEvent, HostStream)."""
     if torch.cuda.is_available():
@@ -296,7 +283,7 @@ def outside_steps():
     for cls, _ in saved:
         cls.__new__ = _or_host(cls.__new__, HostEvent if cls is cuda.Event else HostStream)
     try:
-        with _PinnedStandIn():
+        with pinned.stand_in():
             yield
     finally:
         for cls, new in saved:

@@ -17,7 +17,7 @@ from audit import detectors
 from audit.errors import AuditError, TargetFailed
 from audit.report.inventory import SEVERITIES, Inventory
 from audit.target import describe_error, resolve
-from audit.scan import cpu_cuda, hooks
+from audit.scan import cpu_cuda, hooks, pinned
 from audit.scan.tracer import Tracer
 
 __all__ = ["scan"]
@@ -60,6 +60,7 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     t_start = time.perf_counter()
     options = {k: v for k, v in (options or {}).items() if v is not None}
     options.setdefault("max_new_tokens", warmup + steps + 1)  # what an hf: StaticCache must hold
+    pinned.forget()  # the pinned storages an earlier scan's target asked for
     res = _build(target, device, path, tp, options)
     obj, total = res.obj, warmup + steps
     tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)

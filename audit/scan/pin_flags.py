@@ -1,0 +1,136 @@
+"""Where a false `pin_memory=` flag came from: a platform probe, or the code's own choice.
+
+Serving code pins its staging buffers where the platform allows it: vLLM keeps
+`self.pin_memory = is_pin_memory_available()` in its runner and passes it down
+(`CpuGpuBuffer(..., pin_memory=self.pin_memory)` -> `torch.zeros(..., pin_memory=pin_memory)`). On a CPU-only
+torch the probe answers False, so the buffer a GPU would pin is pageable here, and uploading it would look
+like a pageable-copy. While the target is built (audit.scan.pinned's stand-in), a factory called with a false
+flag has the flag's expression followed back from the calling frame: through parameters to the caller's
+argument, through a local or `self.x` to its assignment, a few hops at most. A flag computed by a call (the
+probe) counts as pinned; one that is a constant or comes from a constant (`SeqLens(n, pinned=False)`) is the
+code's choice, and stays pageable.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+import os
+import sys
+
+import torch
+
+__all__ = ["probed"]
+
+_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))  # torch's and the audit's frames
+
+
+@functools.lru_cache(maxsize=256)
+def _tree(filename: str):
+    try:
+        return ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _function(frame):
+    """The def node of the frame's function (None at module level or without source)."""
+    t = _tree(frame.f_code.co_filename)
+    for n in ast.walk(t) if t is not None else ():
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == frame.f_code.co_name and \
+                min([n.lineno] + [d.lineno for d in n.decorator_list]) == frame.f_code.co_firstlineno:
+            return n
+    return None
+
+
+def _calls_at(frame):
+    t = _tree(frame.f_code.co_filename)
+    line = frame.f_lineno
+    return [n for n in ast.walk(t) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)] \
+        if t is not None else []
+
+
+def _argument(caller, callee, name: str, index: int):
+    """The expression `caller` passes at its current line for parameter `name` (position `index`) of the
+    function running in frame `callee`: `Cls(...)` or `super().__init__(...)` for an __init__, `f(...)` or
+    `x.f(...)` otherwise."""
+    fn = callee.f_code.co_name
+    cls = type(callee.f_locals.get("self")).__name__ if "self" in callee.f_locals else None
+    shift = 1 if callee.f_code.co_varnames[:1] in (("self",), ("cls",)) else 0  # not passed explicitly
+    for call in _calls_at(caller):
+        name_of = getattr(call.func, "attr", getattr(call.func, "id", None))
+        if name_of != fn and not (fn == "__init__" and name_of == cls):
+            continue
+        kw = next((k.value for k in call.keywords if k.arg == name), None)
+        if kw is not None:
+            return kw
+        if 0 <= index - shift < len(call.args):
+            return call.args[index - shift]
+    return None
+
+
+def _default(fn, name: str):
+    """The default value of parameter `name` in the def node `fn` (`pin_memory=is_pin_memory_available()`)."""
+    if fn is None:
+        return None
+    a = fn.args
+    pos = a.posonlyargs + a.args
+    named = dict(zip([p.arg for p in pos[len(pos) - len(a.defaults):]], a.defaults))
+    named.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None})
+    return named.get(name)
+
+
+def _assigned(node, target) -> list:
+    """The values assigned to `target` (a Name id, or ('self', attr)) anywhere under node."""
+    out = []
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                if (isinstance(t, ast.Name) and t.id == target) or (
+                        isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and (t.value.id, t.attr) == target):
+                    out.append(n.value)
+    return out
+
+
+def _origin(expr, frame, hops: int) -> str:
+    """'probe' (computed by a call), 'constant', or 'unknown'."""
+    if hops <= 0 or expr is None:
+        return "unknown"
+    if isinstance(expr, ast.Constant):
+        return "constant"
+    if isinstance(expr, ast.Call):
+        return "probe"
+    if isinstance(expr, (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.IfExp)):
+        parts = [_origin(e, frame, hops) for e in ast.iter_child_nodes(expr) if isinstance(e, ast.expr)]
+        return "probe" if "probe" in parts else "constant" if parts and all(p == "constant" for p in parts) else "unknown"
+    if isinstance(expr, ast.Name) and frame is not None:
+        code = frame.f_code
+        params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        fn = _function(frame)
+        if expr.id in params:
+            passed = _argument(frame.f_back, frame, expr.id, params.index(expr.id)) if frame.f_back else None
+            return _origin(passed, frame.f_back, hops - 1) if passed is not None else \
+                _origin(_default(fn, expr.id), None, hops - 1)
+        values = _assigned(fn, expr.id) if fn is not None else []
+        return _origin(values[-1], frame, hops - 1) if len(values) == 1 else "unknown"
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and frame is not None:
+        owner = frame.f_locals.get(expr.value.id)
+        t = _tree(frame.f_code.co_filename)
+        values = _assigned(t, (expr.value.id, expr.attr)) if owner is not None and t is not None else []
+        return _origin(values[0], None, hops - 1) if len(values) == 1 else "unknown"
+    return "unknown"
+
+
+def probed() -> bool:
+    """Called from a factory given a false `pin_memory=`: was that flag a platform probe's answer?"""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_SKIP):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    for call in _calls_at(frame):
+        kw = next((k.value for k in call.keywords if k.arg == "pin_memory"), None)
+        if kw is not None:
+            return _origin(kw, frame, 4) == "probe"
+    return False

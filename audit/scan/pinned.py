@@ -1,0 +1,109 @@
+"""Pinned host memory on a CPU-only torch: made in ordinary memory, remembered as asked for.
+
+Serving code stages through page-locked memory (`torch.zeros(n, pin_memory=True)`, `t.pin_memory()`), in
+__init__ and in the step (vLLM's `async_tensor_h2d` pins every step's metadata). A CPU-only torch raises on
+both, which would stop a CPU scan at that line. While the target is built or prepared, a TorchFunctionMode
+makes ordinary memory instead and notes each storage that was asked to be pinned; during the step (warmup
+included) patched factories and `Tensor.pin_memory` do the same. The copy
+rules then tell a pinned staging buffer from a pageable one by what the code did, not only by how its source
+spells it (`pin_memory=self.pin`, `pin_memory=is_pin_memory_available()`), and a buffer pinned inside the step
+by the step itself (its bytes are the Python data of the captured step: a replay copies them again).
+On a CUDA build nothing is replaced: `is_pinned()` answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from audit.scan import pin_flags
+
+__all__ = ["asked", "asked_sid", "forget", "stand_in", "step_patches"]
+
+_ASKED: dict[int, object] = {}  # storage _cdata -> the storage (held: the id stays unique until forget())
+
+
+def _note(t) -> None:
+    if isinstance(t, torch.Tensor):
+        with contextlib.suppress(Exception):  # no storage (a wrapper subclass): nothing to note
+            s = t.untyped_storage()
+            _ASKED[s._cdata] = s
+
+
+class _StandIn(TorchFunctionMode):
+    """`pin_memory=True` and `.pin_memory()` make ordinary host memory, noted as asked to be pinned."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.pin_memory:
+            _note(args[0])
+            return args[0]
+        if kwargs.get("pin_memory"):
+            out = func(*args, **{**kwargs, "pin_memory": False})
+            _note(out)
+            return out
+        out = func(*args, **kwargs)
+        if "pin_memory" in kwargs and pin_flags.probed():  # False only because this machine has no CUDA
+            _note(out)
+        return out
+
+
+_FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
+              "arange", "empty_strided", "rand", "randn", "randint", "randperm", "linspace", "eye")
+
+
+def _unpinned(orig):
+    def factory(*args, **kwargs):
+        if not kwargs.get("pin_memory"):
+            out = orig(*args, **kwargs)
+            if "pin_memory" in kwargs and pin_flags.probed():  # False only because this machine has no CUDA
+                _note(out)
+            return out
+        out = orig(*args, **{**kwargs, "pin_memory": False})
+        _note(out)
+        return out
+
+    factory.__wrapped__ = orig
+    return factory
+
+
+def _pin_memory(self, *args, **kwargs):
+    _note(self)
+    return self
+
+
+def step_patches() -> list:
+    """(owner, name, new) for a step on a CPU-only torch: `.pin_memory()` and the factories' `pin_memory=True`.
+    Patched, not a TorchFunctionMode: a mode active in the step changes how TorchScript code dispatches."""
+    out = [(torch.Tensor, "pin_memory", _pin_memory)]
+    return out + [(torch, n, _unpinned(getattr(torch, n))) for n in _FACTORIES if hasattr(torch, n)]
+
+
+@contextlib.contextmanager
+def stand_in():
+    """Around make() and prepare() on a CPU-only torch; on a CUDA build, nothing."""
+    if torch.cuda.is_available():
+        yield
+        return
+    with _StandIn():
+        yield
+
+
+def asked_sid(sid: int) -> bool:
+    """Was the storage with this id (audit.scan.state.storage_id) asked to be pinned?"""
+    return sid in _ASKED
+
+
+def asked(t: torch.Tensor) -> bool:
+    """Was this tensor's storage asked to be pinned (on a CPU-only torch, where it is not)?"""
+    try:
+        return t.untyped_storage()._cdata in _ASKED
+    except Exception:  # noqa: BLE001 - no storage
+        return False
+
+
+def forget() -> None:
+    """At the start of a scan: the storages of an earlier scan's target are no concern of this one."""
+    _ASKED.clear()

@@ -49,12 +49,17 @@ def via_helper(x):
     return x * (1.0 + 0.0 * n)
 
 
+def quiet(x):
+    random.random()  # LIB_quiet
+    return x
+
+
 def on_device(x):
     return x * 1.0
 """
 
 FORMS = {"py": "accept_py({x})", "coin": "accept_coin({x})", "np": "jitter_np({x})", "from": "jitter_from({x})",
-         "helper": "via_helper({x})"}
+         "helper": "via_helper({x})", "quiet": "quiet({x})"}  # quiet: a library function that runs no torch op
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))

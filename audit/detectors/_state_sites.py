@@ -246,7 +246,27 @@ def called_by_name(ctx, site, step: int):
             own = [f for f in r.stack[:k] if ctx.trace.is_own(f[0])]
             if own:
                 return own[-1][0].co_filename, own[-1][1], own[-1][0].co_name
+    for code in {code for r in ctx.steps[step] for code, _ in r.stack if ctx.trace.is_own(code)}:
+        line = _call_line(code, fn)  # the target calls it itself (`y = quiet(y)`, imported from the library)
+        if line is not None:
+            return code.co_filename, line, code.co_name
     return None
+
+
+def _call_line(code, name: str) -> int | None:
+    """The first line in the function of `code` that calls `name(...)` or `x.name(...)`."""
+    node = _function_node(code)
+    lines = [n.lineno for n in ast.walk(node) if isinstance(n, ast.Call)
+             and getattr(n.func, "attr", getattr(n.func, "id", None)) == name] if node is not None else []
+    return min(lines) if lines else None
+
+
+def _function_node(code):
+    """The def of `code` in its file's syntax tree, or None."""
+    t = _mutations.tree(code.co_filename)
+    return next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.lineno <= code.co_firstlineno <= n.body[0].lineno and n.name == code.co_name), None) \
+        if t is not None else None
 
 
 _CALLS_CACHE: dict = {}
@@ -256,10 +276,7 @@ def _calls(code, name: str) -> bool:
     """Whether the function of `code` calls `name(...)` or `x.name(...)` in its own body."""
     key = (id(code), name)
     if key not in _CALLS_CACHE:
-        t = _mutations.tree(code.co_filename)
-        node = next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and n.lineno <= code.co_firstlineno <= n.body[0].lineno and n.name == code.co_name), None) \
-            if t is not None else None
+        node = _function_node(code)
         _CALLS_CACHE[key] = (code, node is not None and any(
             isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == name
             for n in ast.walk(node)))

@@ -11,6 +11,7 @@ that led there as caller); a reseed in the step (`random.seed(s)`, `np.random.se
 from __future__ import annotations
 
 import ast
+import sys
 from collections import defaultdict
 
 from audit.detectors import _source, register
@@ -76,6 +77,23 @@ def _sites(file: str, first: int | None, fn: str | None, which: set) -> list[tup
     return out
 
 
+def _called_files(codes) -> set[str]:
+    """The files of the Python functions that `codes` call by a plain name, resolved in their modules' globals
+    (`from lib import accept` in the target): a library function that ran no torch op is still found."""
+    by_file = {getattr(m, "__file__", None): m for m in list(sys.modules.values()) if m is not None}
+    out = set()
+    for code in codes:
+        mod, t = by_file.get(code.co_filename), _source.tree(code.co_filename)
+        if mod is None or t is None:
+            continue
+        for node in ast.walk(t):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                fn = getattr(getattr(mod, node.func.id, None), "__code__", None)
+                if fn is not None:
+                    out.add(fn.co_filename)
+    return out
+
+
 @register("cpu-side-effect")
 def global_generators_drawn(ctx):
     """`random.*()` / `np.random.*()` in the step: the host generator advances once, at capture."""
@@ -89,9 +107,9 @@ def global_generators_drawn(ctx):
             continue
         codes = {code for r in ctx.steps[s] for code, _ in r.stack}
         hits = [(c.co_filename, *x) for c in codes for x in _sites(c.co_filename, c.co_firstlineno, c.co_name, which)]
-        if not hits:  # drawn in a helper that ran no torch op: a function of those files called by one that ran
-            hits = [(f, *x) for f in {c.co_filename for c in codes} for x in _sites(f, None, None, which)
-                    if any(_calls(c, x[1]) for c in codes)]
+        if not hits:  # drawn in a function that ran no torch op (a helper; a branch not taken): one called by name
+            files = {c.co_filename for c in codes} | _called_files(codes)  # by one that ran, in its file or imported
+            hits = [(f, *x) for f in files for x in _sites(f, None, None, which) if any(_calls(c, x[1]) for c in codes)]
         for file, line, fn, gen, text in hits:
             ent = found.setdefault((file, line), [0, fn, gen, text, None])
             ent[0] += 1

@@ -25,6 +25,7 @@ from audit.detectors._state_sites import (called_by_name, caller_of, closure_fun
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines, escaped_members
 from audit.scan import class_state, loaded, state
+from audit.scan.process_rngs import OWNER as PROCESS_RNG
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
@@ -245,6 +246,8 @@ def python_state_changes(ctx):
     escaped = escape_lines(ctx)
     own_files = {ent[0].co_filename for ent in ctx.trace.codes.values() if ent[1] == 2}
     for (owner, attr), hits in changed.items():
+        if owner == PROCESS_RNG:  # process_rng.py reports those draws
+            continue
         s, c = hits[0]
         count = len(hits) / ctx.n_steps
         msg = _message(c)

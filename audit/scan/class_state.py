@@ -12,7 +12,7 @@ import types
 
 from torch import nn
 
-from audit.scan import state
+from audit.scan import process_rngs, state
 from audit.scan.fingerprint import PLAIN
 from audit.scan.fingerprint import fp as fingerprint
 
@@ -58,7 +58,7 @@ def class_state(cls: type) -> dict:
 def snapshot(objects, modules) -> dict:
     """state.snapshot of the objects and modules, plus the state of their classes and of the classes
     the modules define."""
-    snap = state.snapshot(objects, modules)
+    snap = state.snapshot(objects, modules) | process_rngs.snapshot()  # `np.random.uniform()` in the step
     for cls in user_classes(objects, modules):
         snap.update(class_state(cls))
     return snap

@@ -3,7 +3,8 @@
 A grouped-GEMM wrapper that wants its batch sizes on the CPU writes `host = torch.empty(E, dtype=torch.long,
 device="cpu"); host.copy_(counts)` instead of `counts.cpu()`: on a GPU a device->host copy into pageable
 memory, which waits (capture refuses it). The factory says where the buffer lives: no device or the CPU for
-`torch.empty`, the CPU named for `torch.zeros_like` / `t.new_empty`. A buffer that follows the device of
+`torch.empty`, the CPU named for `torch.zeros_like` / `t.new_empty`; host data made a tensor (`torch.from_numpy(buf)`,
+`torch.tensor(rows)`) is host memory too. A buffer that follows the device of
 the tensor it is made like, or host data copied into a host buffer, is no read."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from site_util import blocking, clean_or_hit, library_target
 
 LIB = """
+import numpy as np
 import torch
 
 
@@ -30,7 +32,8 @@ MAKES = {
     "hit": ["host = torch.empty(n, dtype=torch.long, device='cpu')",
             "host = torch.zeros(n, dtype=torch.long)",
             "host = torch.zeros_like(counts, device='cpu')",
-            "host = counts.new_empty(n, device=torch.device('cpu'))"],
+            "host = counts.new_empty(n, device=torch.device('cpu'))",
+            "host = torch.from_numpy(np.zeros(n, dtype=np.int64))", "host = torch.tensor([0] * n)"],
     "clean": ["host = torch.empty_like(counts)", "host = counts.new_zeros(n)"],
 }
 

@@ -4,7 +4,8 @@ A library that wants sizes on the host (a grouped GEMM taking batch sizes as a C
 `host = torch.empty(E, dtype=torch.long, device="cpu"); host.copy_(counts)` instead of `counts.cpu()`.
 On a GPU that copy_ is a device->host copy into pageable memory: it waits for the device, and capture
 refuses it. On a CPU scan no tensor is on a device, so the copy looks like any other; the source says
-where the destination lives. The targets' own host attributes are `device_values_into_host_tensors`'s.
+where the destination lives; so does host data made a tensor in the step (`torch.from_numpy(self.np_buf)
+.copy_(counts)` writes a numpy buffer). The targets' own host attributes are `device_values_into_host_tensors`'s.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from audit.detectors import _host, _source, register
 # factories whose tensor is in host memory when the call names no device (torch.zeros(n)) or the CPU
 _PLAIN = set(_source.HOST_FACTORIES)
 # factories that follow another tensor's device unless the call names the CPU (torch.empty_like(t, device="cpu"))
+_LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")
 _FOLLOWING = {"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones",
               "new_full"}
 
@@ -38,8 +40,11 @@ def _host_buffer_call(filename: str, line: int) -> bool:
 
 
 def _step_host_buffers(recs) -> dict[int, object]:
-    """Storage id -> the record that made it, for the host buffers made in one step."""
-    out = {}
+    """Storage id -> the record that made it, for the host buffers made in one step: by a factory on the host,
+    or lifted from host data (`torch.from_numpy(self.np_buf)`, `torch.tensor(rows)` naming no device)."""
+    out = {r.inputs[0].sid: r for r in recs if r.kind == "aten" and r.inputs and r.op in _LIFTS}
+    for sid in _host.built_on_device(recs):
+        out.pop(sid, None)
     for r in recs:
         if (r.kind == "aten" and r.outputs and r.new and r.new[0] and r.stack
                 and _host_buffer_call(r.stack[-1][0].co_filename, r.stack[-1][1])):

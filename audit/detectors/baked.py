@@ -20,6 +20,7 @@ from collections import defaultdict
 
 from audit.detectors import _source, register
 from audit.detectors._host import advanced, host_tensors
+from audit.detectors._host_only import stays_on_host
 
 
 def _aligned(ctx):
@@ -148,6 +149,8 @@ def varying_host_values(ctx):
         recs = items[0]
         if any(j in changed for rs in items for r in rs for j in _body_of(r)):
             continue  # a custom op whose traced body bakes the value: reported there, with this call as caller
+        if all(stays_on_host(ctx, r) for rs in items for r in rs):
+            continue  # host data only host code reads: no device op takes the value (_host_only)
         msg = _arg_diff(recs)
         fix = None
         if recs[0].args and recs[0].args[0] == "value":

@@ -252,7 +252,7 @@ def active(tracer):
             orig = getattr(torch.Tensor, name)
             stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, orig)))
             originals[id(orig)] = (orig, getattr(torch.Tensor, name))  # `_tolist = torch.Tensor.tolist`
-        stack.enter_context(type_hooks.patch_to(patched, _to_wrapper))  # .to, and .type(torch.LongTensor)
+        stack.enter_context(type_hooks.patch_to(patched, _to_wrapper, lambda: _ACTIVE))  # .to, .type(<CPU type>)
         for owner, name in AS_TENSOR:
             orig = getattr(owner, name)
             stack.enter_context(patched(owner, name, _as_tensor_wrapper(name, orig)))

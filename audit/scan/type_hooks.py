@@ -8,6 +8,8 @@ where it goes, so the call is recorded as a host read (`torch.cuda.LongTensor` a
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 LABEL = "Tensor.type"
@@ -20,9 +22,9 @@ def cpu_type(t) -> bool:
     return isinstance(t, type) and t.__module__ == "torch" and t.__name__.endswith("Tensor") and not t.is_cuda
 
 
-def _type_wrapper(orig, hooks):
+def _type_wrapper(orig, active):
     def type(self, dtype=None, non_blocking=False, **kwargs):  # noqa: A001 (torch's name)
-        tr = hooks._ACTIVE
+        tr = active()
         if (dtype is not None and tr is not None and not tr.host_depth and tr._step >= 0 and tr.device.type == "cpu"
                 and self.device.type == "cpu" and cpu_type(dtype)):
             tr.record_event("host", LABEL, self)
@@ -32,13 +34,10 @@ def _type_wrapper(orig, hooks):
     return type
 
 
-def patch_to(patched, to_wrapper):
-    """The context that wraps `Tensor.to` (to_wrapper, hooks') and `Tensor.type` (here) for one scan."""
-    import contextlib
-
-    from audit.scan import hooks
-
+def patch_to(patched, to_wrapper, active):
+    """The context that wraps `Tensor.to` (to_wrapper, hooks') and `Tensor.type` (here) for one scan; active()
+    is the running tracer (hooks' _ACTIVE)."""
     stack = contextlib.ExitStack()
     stack.enter_context(patched(torch.Tensor, "to", to_wrapper(torch.Tensor.to)))
-    stack.enter_context(patched(torch.Tensor, "type", _type_wrapper(torch.Tensor.type, hooks)))
+    stack.enter_context(patched(torch.Tensor, "type", _type_wrapper(torch.Tensor.type, active)))
     return stack

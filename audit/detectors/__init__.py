@@ -21,7 +21,8 @@ from audit.scan.user_code import display_path
 __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 
 FAMILIES = ("host_sync", "guarded_sync", "allocation", "control", "baked", "stale_pointer", "side_effect", "rng",
-            "cross_device", "pageable_copy", "host_data", "streams", "settings", "global_rng", "staging_refill")
+            "cross_device", "pageable_copy", "host_data", "streams", "settings", "global_rng", "staging_refill",
+            "step_host_buffers")
 
 
 @dataclass(frozen=True)

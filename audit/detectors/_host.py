@@ -195,3 +195,16 @@ def kept_on_host(ctx, r) -> bool:
     if ctx.cuda:
         return m.device.type == "cpu"
     return m.sid in from_kept(ctx, r.step) or m.sid in host_data(ctx, r.step)
+
+
+def computes_on_host(ctx, r) -> bool:
+    """An op whose tensor inputs all live in host memory on a GPU as well (host data built in the step,
+    host-only outputs, tensors the target keeps on the host, what torch computed from those alone): it
+    runs on the CPU, so even an op with a data-dependent size (`torch.repeat_interleave(torch.as_tensor(
+    adapters), torch.as_tensor(lens))`, `torch.unique` of a Python list) reads no device value."""
+    if not r.inputs:
+        return False
+    if ctx.cuda:
+        return all(m.device.type == "cpu" for m in r.inputs)
+    host = host_data(ctx, r.step) | from_kept(ctx, r.step)
+    return all(m.sid in host for m in r.inputs)

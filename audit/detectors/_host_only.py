@@ -1,28 +1,36 @@
 """Host data the step builds and reads back on the host alone: no value a graph would bake.
 
-`lens = torch.tensor([len(r) for r in reqs]); n = max(lens.tolist())` builds a tensor from changing Python
+`lens = torch.tensor([len(r) for r in reqs]); n = max(lens.tolist())`, or segment offsets
+`torch.cumsum(torch.tensor(seg_lens), 0).tolist()` (S-LoRA / punica style), build a tensor from changing Python
 data, but no device op, copy or `.to(D)` ever takes it or what the host computes from it. Capture records no
 kernel for it; what the host does with the Python values it reads back is judged where they go (a changing
 scalar argument of a device op is baked at that op, a changed attribute is a cpu-side-effect). So the
 baked-host-value rule skips such a `torch.tensor(...)`, and dynamic-shape skips it when its length changes.
+It is baked as soon as anything made from it meets device data (an operand of a device op, an index into a
+device tensor, a copy into a device buffer), and data built straight onto the device (`device=x.device`) is
+device memory, not host data.
 """
 
 from __future__ import annotations
 
 from audit.detectors import _source
-from audit.detectors._host import host_derived
+from audit.detectors._host import built_on_device, host_derived
+
+LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")
 
 
 def stays_on_host(ctx, lifted) -> bool:
-    """For the lift_fresh records of one call site (one per step): in every step, the lifted tensor and all
-    that ops computed from it alone meet no other tensor in an op, and are neither sent with `.to(D)` nor
-    copied into another tensor."""
+    """For the records of one call site (one per step): in every step, the tensor it made and all that ops
+    computed from it alone meet no other tensor in an op, and are neither sent with `.to(D)` nor copied into
+    another tensor."""
     for r in lifted:
         recs = ctx.steps[r.step]
-        born = host_derived(recs, {r.inputs[0].sid} if r.inputs else set())
+        if not r.inputs or r.inputs[0].sid in built_on_device(recs):
+            return False
+        born = host_derived(recs, {r.inputs[0].sid})
         for q in recs:
             ins = [m.sid for m in q.inputs]
-            if not any(s in born for s in ins):
+            if q is r or not any(s in born for s in ins):
                 continue
             if q.kind == "host" and q.note == "cpu?" and q.stack and \
                     not _source.names_cpu(q.stack[-1][0].co_filename, q.stack[-1][1]):
@@ -32,3 +40,8 @@ def stays_on_host(ctx, lifted) -> bool:
             if q.kind == "aten" and q.op.endswith("_") and q.inputs and q.inputs[0].sid not in born:
                 return False
     return True
+
+
+def lifts_on_host(ctx, items) -> bool:
+    """Every record of every group is a lift of host data that stays on the host (stays_on_host)."""
+    return all(r.op in LIFTS for rs in items for r in rs) and all(stays_on_host(ctx, rs) for rs in items)

@@ -284,6 +284,7 @@ def names_cpu(filename: str, line: int) -> bool:
         if name in _DEVICE_POSITION and n.lineno <= line <= (n.end_lineno or n.lineno):
             at = _DEVICE_POSITION[name]
             dev = [k.value for k in n.keywords if k.arg == "device"] + (n.args[at:at + 1] if at is not None else [])
+            dev += [d for d in [_device_kw(n, filename)] if d is not None]  # `.to(**HOST_KW)`: its "device" entry
             if any(_scopes.names_cpu(t, d, n.lineno) for d in dev):
                 return True
     return False

@@ -153,6 +153,8 @@ def varying_host_values(ctx):
         recs = items[0]
         if any(j in changed for rs in items for r in rs for j in _body_of(r)):
             continue  # a custom op whose traced body bakes the value: reported there, with this call as caller
+        if _host_only.lifts_on_host(ctx, items):
+            continue  # host data only host code reads: no device op takes the value (_host_only)
         msg = _arg_diff(recs)
         fix = None
         if recs[0].args and recs[0].args[0] == "value":

@@ -17,8 +17,8 @@ import torch
 
 from audit.detectors import _source, register
 from audit.scan.hooks import NON_BLOCKING
-from audit.detectors._host import (from_device, host_born, host_derived, host_factories, host_made, host_tensors,
-                                   in_place_updates, kept_on_host, pinned_host)
+from audit.detectors._host import (computes_on_host, from_device, host_born, host_derived, host_factories,
+                                   host_tensors, in_place_updates, kept_on_host, pinned_host)
 
 SYNC_OPS: dict[str, Callable] = {}  # "aten.nonzero" -> rule(record) -> (message, fix) | None
 
@@ -217,7 +217,7 @@ def dispatched_syncs(ctx):
     lifted = {}
     for r in ctx.all_records(("aten",)):
         rule = SYNC_OPS.get(r.op)
-        if rule is None or r.nested or (r.inputs and r.inputs[0].sid in host_made(ctx, r.step)):
+        if rule is None or r.nested or computes_on_host(ctx, r):
             continue
         if r.op in INDEX_PUT and r.frame:
             if r.step not in lifted:

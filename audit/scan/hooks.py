@@ -29,7 +29,7 @@ import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
-from audit.scan import cpu_cuda, dist_hooks, hops, settings_hooks, stream_hooks
+from audit.scan import cpu_cuda, dist_hooks, hops, settings_hooks, stream_hooks, type_hooks
 
 __all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
            "sync_debug_off", "sync_debug_warn", "unaudited"]
@@ -252,7 +252,7 @@ def active(tracer):
             orig = getattr(torch.Tensor, name)
             stack.enter_context(patched(torch.Tensor, name, _host_wrapper(name, orig)))
             originals[id(orig)] = (orig, getattr(torch.Tensor, name))  # `_tolist = torch.Tensor.tolist`
-        stack.enter_context(patched(torch.Tensor, "to", _to_wrapper(torch.Tensor.to)))
+        stack.enter_context(type_hooks.patch_to(patched, _to_wrapper, lambda: _ACTIVE))  # .to, .type(<CPU type>)
         for owner, name in AS_TENSOR:
             orig = getattr(owner, name)
             stack.enter_context(patched(owner, name, _as_tensor_wrapper(name, orig)))

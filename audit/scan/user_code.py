@@ -1,7 +1,8 @@
 """Which source files are whose: what a finding may point at, and whose frames are recorded.
 
 Three kinds of frame:
-- hidden: torch itself, the audit, the stdlib (and `<string>`-like code): never a finding's site;
+- hidden: torch itself, the audit, the stdlib, numpy's array-protocol layer (and `<string>`-like code): never a
+  finding's site;
 - library: code outside torch that the target calls into (transformers, a serving engine, any
   installed package, a helper module elsewhere): a finding's site is its innermost such frame;
 - own: the target's own files (the folder of its FILE.py, the package of its pkg.module, the
@@ -56,6 +57,14 @@ def _hidden_dirs() -> list[str]:
             spec = importlib.util.find_spec(name)
             if spec and spec.origin:
                 dirs.add(os.path.dirname(spec.origin))
+    # numpy's Python layer (np.cumsum(t) -> fromnumeric._wrapit -> t.__array__()) only forwards the array
+    # protocol to torch: the hazard lives in the line that handed numpy the tensor, never in numpy
+    with contextlib.suppress(Exception):
+        import importlib.util
+
+        spec = importlib.util.find_spec("numpy")
+        if spec and spec.origin:
+            dirs.add(os.path.dirname(spec.origin))
     return sorted({norm_dir(d) for d in dirs})
 
 

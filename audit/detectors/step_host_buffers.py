@@ -1,0 +1,75 @@
+"""Host buffers the step makes itself and fills from the device (CPU scans).
+
+A library that wants sizes on the host (a grouped GEMM taking batch sizes as a CPU tensor) often writes
+`host = torch.empty(E, dtype=torch.long, device="cpu"); host.copy_(counts)` instead of `counts.cpu()`.
+On a GPU that copy_ is a device->host copy into pageable memory: it waits for the device, and capture
+refuses it. On a CPU scan no tensor is on a device, so the copy looks like any other; the source says
+where the destination lives; so does host data made a tensor in the step (`torch.from_numpy(self.np_buf)
+.copy_(counts)` writes a numpy buffer). The targets' own host attributes are `device_values_into_host_tensors`'s.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors import _host, _source, register
+
+# factories whose tensor is in host memory when the call names no device (torch.zeros(n)) or the CPU
+_PLAIN = set(_source.HOST_FACTORIES)
+# factories that follow another tensor's device unless the call names the CPU (torch.empty_like(t, device="cpu"))
+_LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")
+_FOLLOWING = {"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones",
+              "new_full"}
+
+
+def _host_buffer_call(filename: str, line: int) -> bool:
+    """A factory call on `line` whose tensor is born in pageable host memory: a `torch.<factory>` naming
+    no device or the CPU, or a `*_like` / `t.new_*` naming the CPU; never one asking for pinned memory."""
+    for n in _source._calls_on(filename, line, _PLAIN | _FOLLOWING):
+        name = getattr(n.func, "attr", getattr(n.func, "id", ""))
+        if any(k.arg == "pin_memory" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+               for k in n.keywords):
+            continue
+        dev = _source._device_kw(n, filename)
+        if dev is not None:
+            if _source._on_cpu(filename, dev):
+                return True
+        elif name in _PLAIN and isinstance(n.func, ast.Attribute) and ast.unparse(n.func.value) == "torch":
+            return True
+    return False
+
+
+def _step_host_buffers(recs) -> dict[int, object]:
+    """Storage id -> the record that made it, for the host buffers made in one step: by a factory on the host,
+    or lifted from host data (`torch.from_numpy(self.np_buf)`, `torch.tensor(rows)` naming no device)."""
+    out = {r.inputs[0].sid: r for r in recs if r.kind == "aten" and r.inputs and r.op in _LIFTS}
+    for sid in _host.built_on_device(recs):
+        out.pop(sid, None)
+    for r in recs:
+        if (r.kind == "aten" and r.outputs and r.new and r.new[0] and r.stack
+                and _host_buffer_call(r.stack[-1][0].co_filename, r.stack[-1][1])):
+            out.setdefault(r.outputs[0].sid, r)
+    return out
+
+
+@register("host-sync")
+def device_values_into_step_host_buffers(ctx):
+    """(CPU scan) a host buffer made in the step by a factory that puts it in host memory takes a tensor
+    computed on the device (`host.copy_(counts)`): a device->host copy into pageable memory on a GPU."""
+    if ctx.cuda:
+        return []
+    hits = []
+    for step, recs in enumerate(ctx.steps):
+        bufs = _step_host_buffers(recs)
+        if not bufs:
+            continue
+        host = _host.host_derived(recs, set(bufs) | _host.host_data(ctx, step) | _host.from_kept(ctx, step)
+                                  | set(_host.host_tensors(ctx)))
+        hits += [r for r in recs if r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) >= 2 and not r.nested
+                 and r.inputs[0].sid in bufs and r.inputs[1].sid not in host]
+    return [ctx.finding("host-sync", g[0], op, len(g) / ctx.n_steps,
+                        "copies a device tensor into a host buffer made in the step (a factory naming no device or "
+                        "the CPU): on a GPU a device->host copy into pageable memory that waits for the device "
+                        "(capture refuses it)",
+                        fix="Keep the values on the device, or take the sizes from host metadata the step is given.")
+            for (_, _, op), g in ctx.per_site(hits).items()]

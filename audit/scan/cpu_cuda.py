@@ -15,7 +15,7 @@ import itertools
 import sys
 
 import torch
-from audit.scan import cpu_graphs, cpu_queries, pinned, stream_hooks
+from audit.scan import cpu_graphs, cpu_queries, dynamo_rules, pinned, stream_hooks
 
 __all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "outside_steps", "standing_in"]
 
@@ -205,6 +205,7 @@ def standing_in(tracer, patched):
         host.sync("torch.accelerator.synchronize")
 
     with contextlib.ExitStack() as stack:
+        stack.enter_context(dynamo_rules.rebuilt_after())  # exits after the patches below are undone
         originals = {}
         for owner, name, new in (
                 (cuda, "synchronize", sync),
@@ -220,8 +221,8 @@ def standing_in(tracer, patched):
                 (torch.Tensor, "record_stream", record_stream),
                 *((cuda.Event, m, vars(HostEvent)[m]) for m in _EVENT_METHODS),
                 *cpu_graphs.stand_ins(host),  # a capture begun in the step (torch.cuda.graph, CUDAGraph)
-                *pinned.step_patches(),
-                *cpu_queries.stand_ins()):  # current_device, get_device_capability, `with torch.cuda.device(d)`, ...  # `.pin_memory()`, `pin_memory=True` in the step (noted: audit.scan.pinned)
+                *pinned.step_patches(),  # `.pin_memory()`, `pin_memory=True` in the step (noted: audit.scan.pinned)
+                *cpu_queries.stand_ins()):  # current_device, get_device_capability, `with torch.cuda.device(d)`, ...
             if not isinstance(owner, type):
                 orig = getattr(owner, name)
                 originals[id(orig)] = (orig, new)

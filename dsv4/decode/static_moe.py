@@ -14,12 +14,12 @@ tokens x top-k, so the step stays graph-ready; the waste is (world-1)/world of t
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from dsv4 import kernels
+from dsv4.decode.aside import joined, shared_aside
 from dsv4.layers.linear import Linear
-from dsv4.layers.moe import MoE
+from dsv4.layers.moe import MoE, swiglu
 from dsv4.ops import quantize as Q
 
 
@@ -114,6 +114,7 @@ class StaticMoE:
         moe, ex = self.moe, self.template
         shape = x.shape
         x, ids = x.flatten(0, -2), ids.flatten()
+        forked = shared_aside(moe.shared_experts, x)  # the shared expert beside the routed ones, or None
         weights, idx = moe.gate(x, ids)
         N, k = idx.shape
         xr = x.unsqueeze(1).expand(N, k, x.shape[-1]).reshape(N * k, -1)
@@ -126,11 +127,11 @@ class StaticMoE:
             g, u = self.expert_linear("w13", xr, flat).chunk(2, dim=-1)
         else:
             g, u = self.expert_linear("w1", xr, flat), self.expert_linear("w3", xr, flat)
-        if ex.limit:
-            u, g = u.clamp(-ex.limit, ex.limit), g.clamp(max=ex.limit)
-        a = F.silu(g) * u * w
+        a = swiglu(g, u, ex.limit) * w
         y = self.expert_linear("w2", a.to(ex.act_dtype), flat).view(N, k, -1).sum(1)
-        if moe.shared_experts is not None:
+        if forked is not None:
+            y = y + joined(forked, after=y)
+        elif moe.shared_experts is not None:
             y = y + moe.shared_experts(x)
         return moe.reduce(y).to(moe.act_dtype).view(shape)
 

@@ -337,7 +337,7 @@ def settings() -> str:
              "DSV4_TRITON_ATTN", "DSV4_TRITON_ATTN_ROPE", "DSV4_TRITON_ATTN_KEYS",
              "DSV4_TRITON_ENTRY", "DSV4_TRITON_TOKEN", "DSV4_TRITON_COMB", "DSV4_TRITON_QKV", "DSV4_TRITON_GATE",
              "DSV4_TRITON_INDEXQ", "DSV4_TRITON_TUNE", "DSV4_PDL", "DSV4_PREFETCH", "DSV4_CUTE_ROUND", "DSV4_CUTE_MMA",
-             "DSV4_CUTE_MMA_SLOTS")
+             "DSV4_CUTE_MMA_SLOTS", "DSV4_ASIDE")
     return ", ".join(f"{n}={os.environ[n]}" for n in names if os.environ.get(n, "").strip())
 
 

@@ -17,7 +17,7 @@ from dsv4 import kernels
 from dsv4.config import ModelConfig
 from dsv4.ops import quantize as Q
 
-__all__ = ["FORMATS", "Linear", "no_reduce", "fuse_rows", "rows_forward"]
+__all__ = ["FORMATS", "Linear", "no_reduce", "fuse_rows", "rows_forward", "linear_forward"]
 
 FORMATS = ("bf16", "fp8", "fp4", "nvfp4")
 
@@ -61,13 +61,7 @@ class Linear(nn.Module):
 
     # ------------------------------------------------------------------ weights
     def dequantized(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        if self.fmt == "bf16":
-            return self.weight.to(dtype)
-        if self.fmt == "fp8":
-            return Q.dequantize_fp8_blockwise(self.weight, self.scale, dtype=dtype)
-        if self.fmt == "fp4":
-            return Q.dequantize_fp4(self.weight, self.scale, dtype=dtype)
-        return Q.dequantize_nvfp4(self.weight, self.scale, self.global_scale, dtype=dtype)
+        return dequantized(self, dtype)
 
     @torch.no_grad()
     def load_dense(self, w: torch.Tensor) -> None:
@@ -87,30 +81,10 @@ class Linear(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def quantize_input(self, x: torch.Tensor) -> torch.Tensor:
-        """The released dynamic FP8 activation rounding (bfloat16 mode, quantized weights only)."""
-        if self.simulate_quant and self.fmt != "bf16":
-            return Q.fp8_fake_quant(x, 128)
-        return x
+        return quantize_input(self, x)
 
     def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-        x = x.to(self.act_dtype)
-        if self.fmt == "fp8" and self.simulate_quant and kernels.rounds_in_kernel(x):
-            y = kernels.dense_gemv(x, self.weight, self.scale, quant=True)  # rounding in the prologue
-            if y is not None:
-                return y.to(out_dtype or self.act_dtype)
-        x = self.quantize_input(x)
-        y = self.kernel(x)  # the decode kernel when switched on and applicable (CUDA), else None
-        if y is not None:
-            return y.to(out_dtype or self.act_dtype)
-        y = torch.matmul(x.float(), self.dequantized(torch.float32).t())
-        return y.to(out_dtype or self.act_dtype)
-
-    def kernel(self, x: torch.Tensor) -> torch.Tensor | None:
-        if self.fmt == "fp8":
-            return kernels.dense_gemv(x, self.weight, self.scale)
-        if self.fmt == "bf16":
-            return kernels.bf16_dense_gemv(x.float(), self.weight)
-        return None
+        return linear_forward(self, x, out_dtype)
 
     def extra_repr(self) -> str:
         return f"{self.in_features} -> {self.out_features}, {self.fmt}"
@@ -172,3 +146,48 @@ def rows_forward(owner: nn.Module, names: tuple[str, ...], x: torch.Tensor,
     if fused is None:
         return tuple(getattr(owner, n)(x, out_dtype) for n in names)
     return fused(x, out_dtype).split([getattr(owner, n).out_features for n in names], dim=-1)
+
+
+# ---------------------------------------------------------------------- the forward as functions
+# They take any object with a Linear's format attributes (fmt, simulate_quant, act_dtype) and its
+# tensors (weight, scale, global_scale as the format has them): a Linear, or the view of one that a
+# custom op rebuilds from its tensor arguments (dsv4/decode/aside.py).
+
+def dequantized(lin, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    if lin.fmt == "bf16":
+        return lin.weight.to(dtype)
+    if lin.fmt == "fp8":
+        return Q.dequantize_fp8_blockwise(lin.weight, lin.scale, dtype=dtype)
+    if lin.fmt == "fp4":
+        return Q.dequantize_fp4(lin.weight, lin.scale, dtype=dtype)
+    return Q.dequantize_nvfp4(lin.weight, lin.scale, lin.global_scale, dtype=dtype)
+
+
+def quantize_input(lin, x: torch.Tensor) -> torch.Tensor:
+    """The released dynamic FP8 activation rounding (bfloat16 mode, quantized weights only)."""
+    if lin.simulate_quant and lin.fmt != "bf16":
+        return Q.fp8_fake_quant(x, 128)
+    return x
+
+
+def linear_forward(lin, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x W^T: the decode kernel when switched on and applicable (CUDA), else the twin."""
+    x = x.to(lin.act_dtype)
+    out_dtype = out_dtype or lin.act_dtype
+    if lin.fmt == "fp8" and lin.simulate_quant and kernels.rounds_in_kernel(x):
+        y = kernels.dense_gemv(x, lin.weight, lin.scale, quant=True)  # rounding in the prologue
+        if y is not None:
+            return y.to(out_dtype)
+    x = quantize_input(lin, x)
+    y = _kernel(lin, x)
+    if y is None:
+        y = torch.matmul(x.float(), dequantized(lin, torch.float32).t())
+    return y.to(out_dtype)
+
+
+def _kernel(lin, x: torch.Tensor) -> torch.Tensor | None:
+    if lin.fmt == "fp8":
+        return kernels.dense_gemv(x, lin.weight, lin.scale)
+    if lin.fmt == "bf16":
+        return kernels.bf16_dense_gemv(x.float(), lin.weight)
+    return None

@@ -51,6 +51,13 @@ class Gate(nn.Module):
         return normalized(scores, idx, self.route_scale), idx
 
 
+def swiglu(g: torch.Tensor, u: torch.Tensor, limit: float | None) -> torch.Tensor:
+    """silu(g) * u with the released clamp (u in [-limit, limit], g <= limit) when limit is set."""
+    if limit:
+        u, g = u.clamp(-limit, limit), g.clamp(max=limit)
+    return F.silu(g) * u
+
+
 class Expert(nn.Module):
     """SwiGLU with the released clamp: u in [-limit, limit], gate <= limit; weight before w2."""
 
@@ -63,9 +70,7 @@ class Expert(nn.Module):
 
     def forward(self, x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         g, u = rows_forward(self, ("w1", "w3"), x, torch.float32)  # one GEMV when stacked
-        if self.limit:
-            u, g = u.clamp(-self.limit, self.limit), g.clamp(max=self.limit)
-        a = F.silu(g) * u
+        a = swiglu(g, u, self.limit)
         if weight is not None:
             a = a * weight.unsqueeze(-1)
         return self.w2(a.to(self.act_dtype), out_dtype=torch.float32)

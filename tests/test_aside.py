@@ -1,0 +1,92 @@
+"""The shared expert on a side stream (dsv4/decode/aside.py), on the CPU.
+
+The fork is forced on for CPU tensors (no stream is involved there): the ops must compute what the
+inline expert computes, inductor must keep the fork ahead of the gate and the join behind the routed
+experts (else nothing overlaps on a GPU), and the join must not cost a copy. Streams, capture and
+replays: tests/test_aside_gpu.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+from torch._inductor.utils import run_and_get_code
+
+import dsv4
+from dsv4 import kernels
+from dsv4.decode import aside
+from dsv4.decode.fuse import compiled
+from dsv4.decode.static import StaticDecoder, StaticLayer
+
+
+def _steps(model, prompt, ids):
+    dec = StaticDecoder(model, prompt.shape[0])
+    dec.prefill(prompt)
+    out = torch.stack([dec.decode(i).clone() for i in ids])
+    model.reset()
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_forked_expert_equals_the_inline_expert(monkeypatch, rng, dtype):
+    model = dsv4.load("tiny", dtype=dtype, n_layers=2, seed=int(torch.randint(0, 999, (1,), generator=rng)))
+    prompt = torch.randint(0, 1024, (2, 7), generator=rng)
+    ids = torch.randint(0, 1024, (5, 2), generator=rng)
+    inline = _steps(model, prompt, ids)
+    calls = []
+    real = aside.shared_expert_aside
+    monkeypatch.setattr(aside, "applies", lambda x: True)
+    monkeypatch.setattr(aside, "shared_expert_aside", lambda *a: calls.append(1) or real(*a))
+    forked = _steps(model, prompt, ids)
+    assert len(calls) == 5 * 2  # every step, every layer
+    assert torch.equal(forked, inline)
+    assert not torch.equal(forked[0], forked[1])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_inductor_forks_before_the_gate_and_joins_after_the_experts(monkeypatch, rng, dtype):
+    monkeypatch.setattr(kernels, "_applies", lambda x: True)  # the kernels' custom ops inside the graph
+    monkeypatch.setattr(aside, "applies", lambda x: True)
+    model = dsv4.load("tiny", dtype=dtype, n_layers=4, seed=int(torch.randint(0, 999, (1,), generator=rng)))
+    dec = StaticDecoder(model, 1)
+    dec.prefill(torch.randint(0, 1024, (1, 6), generator=rng))
+    layer = next(m for m in dec.net.layers if not m.block.ffn.gate.hash)  # a learned gate: GEMV, then top-k
+    X = torch.randn(1, 1, model.cfg.hc_mult, model.cfg.dim, generator=rng).to(model.cfg.act_dtype)
+    ids, pos = torch.randint(0, 1024, (1, 1), generator=rng), dec.pos.clone()
+    torch._dynamo.reset()
+    counters.clear()
+    got, code = run_and_get_code(compiled(layer.forward), X, ids, pos)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    src = "\n".join(code)
+    calls = [m.group(1) for m in re.finditer(r"torch\.ops\.dsv4\.(\w+)\.default\(", src)]
+    fork, join, gate = calls.index("shared_expert_aside"), calls.index("join_aside"), calls.index("moe_gate")
+    assert calls[gate - 1] == "bf16_gemv"  # the gate's GEMV
+    assert fork < gate - 1 < gate < join
+    if dtype == "bfloat16":  # the routed experts are the kernels' grouped op (float32 takes the twin)
+        experts = [i for i, c in enumerate(calls) if c == "fp4_grouped_gemv"]
+        assert len(experts) == 2 and gate < experts[0] < experts[1] < join
+    joined_buf = re.search(r"torch\.ops\.dsv4\.join_aside\.default\((\w+),", src).group(1)
+    assert not re.search(rf"\b{joined_buf}\b = .*(clone|copy)", src)  # the join adds no copy
+    if dtype == "float32":
+        want = StaticLayer.forward(layer, X, ids, pos)
+        assert ((got - want).abs().max() / want.abs().max()).item() < 1e-5
+
+
+def test_stays_inline_without_a_gpu_or_when_switched_off(monkeypatch, rng):
+    model = dsv4.load("tiny", dtype="float32", n_layers=1)
+    expert = model.layers[0].ffn.shared_experts
+    StaticLayer(model.layers[0])  # stacks w1 | w3
+    x = torch.randn(2, model.cfg.dim, generator=rng)
+    before = kernels.use(True)
+    try:
+        assert aside.shared_aside(expert, x) is None  # CPU tensor
+        monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))
+        assert aside.applies(x)
+        monkeypatch.setenv("DSV4_ASIDE", "0")
+        assert not aside.applies(x)
+    finally:
+        kernels.use(before)
+    assert aside.shared_aside(None, x) is None

@@ -1,0 +1,58 @@
+"""On a GPU: the shared expert forked onto a side stream (dsv4/decode/aside.py) runs there, changes no bit
+of the step, and captured graphs holding the fork replay bitwise (the fused graphs with the fork on by
+default: tests/test_fuse_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dsv4
+from dsv4 import kernels
+from dsv4.decode import aside
+from dsv4.decode.graph import CUDAGraphDecoder
+from dsv4.decode.static import StaticDecoder
+from dsv4.decode.verify import verify_replay
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def kernels_on():
+    before = kernels.use(True)
+    yield
+    kernels.use(before)
+
+
+def _decode(model, prompt, ids):
+    dec = StaticDecoder(model, prompt.shape[0])
+    dec.prefill(prompt)
+    out = torch.stack([dec.decode(i).clone() for i in ids])
+    model.reset()
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_fork_runs_on_the_side_stream_and_changes_no_bit(dtype, kernels_on, monkeypatch, rng):
+    model = dsv4.load("tiny", device="cuda", dtype=dtype, seed=int(torch.randint(0, 999, (1,), generator=rng)))
+    prompt = torch.randint(0, 1024, (2, 7), generator=rng).cuda()
+    ids = torch.randint(0, 1024, (6, 2), generator=rng)
+    monkeypatch.setenv("DSV4_ASIDE", "0")
+    inline = _decode(model, prompt, ids)
+    monkeypatch.setenv("DSV4_ASIDE", "1")
+    streams = []
+    real = aside._expert
+    monkeypatch.setattr(aside, "_expert", lambda *a: streams.append(torch.cuda.current_stream()) or real(*a))
+    forked = _decode(model, prompt, ids)
+    side = aside._side(torch.device("cuda"))
+    assert len(streams) == 6 * model.cfg.n_layers and all(s == side for s in streams)
+    assert side != torch.cuda.current_stream()
+    assert torch.equal(forked, inline)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_full_graph_with_the_fork_replays_bitwise(fuse, kernels_on, rng):
+    model = dsv4.load("tiny", device="cuda", dtype="bfloat16", seed=int(torch.randint(0, 999, (1,), generator=rng)))
+    dec = CUDAGraphDecoder(model, mode="full", batch_size=3, fuse=fuse)
+    res = verify_replay(dec, steps=24, seed=int(torch.randint(0, 2**31, (1,), generator=rng)))
+    assert res.ok, res.first_mismatch

@@ -1,6 +1,5 @@
-"""On a GPU: the shared expert forked onto a side stream (dsv4/decode/aside.py) runs there, changes no bit
-of the step, and captured graphs holding the fork replay bitwise (the fused graphs with the fork on by
-default: tests/test_fuse_gpu.py)."""
+"""On a GPU: the shared expert forked onto a side stream (dsv4/decode/aside.py, DSV4_ASIDE=1) runs there,
+changes no bit of the step, and captured graphs holding the fork replay bitwise, fused or not."""
 
 from __future__ import annotations
 
@@ -51,8 +50,22 @@ def test_fork_runs_on_the_side_stream_and_changes_no_bit(dtype, kernels_on, monk
 
 
 @pytest.mark.parametrize("fuse", [False, True])
-def test_full_graph_with_the_fork_replays_bitwise(fuse, kernels_on, rng):
+def test_full_graph_with_the_fork_replays_bitwise(fuse, kernels_on, monkeypatch, rng):
+    monkeypatch.setenv("DSV4_ASIDE", "1")
     model = dsv4.load("tiny", device="cuda", dtype="bfloat16", seed=int(torch.randint(0, 999, (1,), generator=rng)))
     dec = CUDAGraphDecoder(model, mode="full", batch_size=3, fuse=fuse)
     res = verify_replay(dec, steps=24, seed=int(torch.randint(0, 2**31, (1,), generator=rng)))
     assert res.ok, res.first_mismatch
+
+
+def test_fused_graph_with_the_fork_follows_the_reference_path_float32(kernels_on, monkeypatch, rng):
+    monkeypatch.setenv("DSV4_ASIDE", "1")
+    model = dsv4.load("tiny", device="cuda", dtype="float32")
+    ids = torch.randint(0, 1024, (1, 200), generator=rng).cuda()  # 196 decode steps
+    model.prefill(ids[:, :4])
+    ref = [model.decode(ids[:, i]) for i in range(4, 200)]
+    dec = CUDAGraphDecoder(model, mode="full", fuse=True)
+    dec.prefill(ids[:, :4])
+    for k, i in enumerate(range(4, 200)):
+        out = dec.decode(ids[:, i].cpu())
+        assert ((out - ref[k]).norm() / ref[k].norm()).item() <= 1e-5, f"step {k}"

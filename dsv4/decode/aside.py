@@ -20,8 +20,9 @@ the side stream joins the capture (fork and join become graph edges, its allocat
 graph's pool). Replays equal eager runs bit for bit: each kernel computes the same values whatever
 runs beside it.
 
-On when the decode kernels are on and x is on a GPU, unless DSV4_ASIDE=0; the w1 | w3 rows must be
-stacked (dsv4/layers/linear.fuse_rows; NVFP4 shared experts stay inline).
+Opt-in (DSV4_ASIDE=1) with the decode kernels on and x on a GPU, until an H200 has timed it (it was
+written in a session without one; dsv4/kernels/NOTES.md, session 19); the w1 | w3 rows must be stacked
+(dsv4/layers/linear.fuse_rows; NVFP4 shared experts stay inline).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ _SIDE: dict[int, torch.cuda.Stream] = {}
 
 
 def switched_on() -> bool:
-    return os.environ.get("DSV4_ASIDE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return os.environ.get("DSV4_ASIDE", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _side(device: torch.device) -> torch.cuda.Stream:
@@ -103,7 +104,7 @@ def applies(x: Tensor) -> bool:
 
 def shared_aside(expert: Expert | None, x: Tensor) -> tuple[Tensor, Tensor] | None:
     """Forks the shared expert of x [N, dim] onto the side stream: (its output, the input it reads) for
-    `joined`, or None when it runs inline (no shared expert, CPU, kernels off, DSV4_ASIDE=0, rows unstacked)."""
+    `joined`, or None when it runs inline (no shared expert, CPU, kernels off, DSV4_ASIDE unset, rows unstacked)."""
     w13 = (getattr(expert, "fused_rows", None) or {}).get("w1+w3") if expert is not None else None
     if w13 is None or not applies(x):
         return None

@@ -316,4 +316,6 @@ def resolve(target, device: str, path: str = "reference", tp: int = 1, options: 
     if missing:
         raise AuditError(f"target {label}: the factory returned a {type(obj).__name__} without "
                          f"{' and '.join(m + '()' for m in missing)} (an AuditTarget needs prepare(i) and step())")
+    if isinstance(target, str) and target.startswith("hf:"):  # the architecture's folder (models/llama/) is the
+        roots = _code_roots(type(obj.model))  # model's own code: the caller of a cache or mask utility's finding
     return Resolved(obj, name, label, roots)

@@ -103,6 +103,24 @@ def test_every_dynamic_finding_is_explained(dynamic_inv):
     assert "past_seen_tokens" in (TF / "models/llama/modeling_llama.py").read_text().splitlines()[int(pos.line) - 1]
 
 
+def test_library_findings_name_the_architecture_line_that_called_them(dynamic_inv):
+    """hf:DIR has no file of the user's: the architecture's own folder (models/llama/) is the model's code, so
+    a finding in a shared utility (the cache's torch.cat, the mask helpers) names the modeling line that
+    called into it: the attention's cache update, the model's mask construction."""
+    from transformers.models.llama.modeling_llama import LlamaAttention, LlamaModel
+
+    modeling = TF / "models/llama/modeling_llama.py"
+    update = _lines(modeling, r"\.update\(", within=LlamaAttention.forward)
+    mask = _lines(modeling, r"create_causal_mask\(", within=LlamaModel.forward)
+    assert len(update) == 1 and len(mask) == 1
+    bad = dynamic_inv.blocking()
+    for file, want in (("transformers/cache_utils.py", update), ("transformers/masking_utils.py", mask)):
+        rows = bad[bad.file == file]
+        assert len(rows), file
+        assert set(rows.caller_file) == {"transformers/models/llama/modeling_llama.py"}, rows.caller_file.unique()
+        assert set(rows.caller_line.astype(int)) == want, (file, rows[["line", "caller_line"]].to_string())
+
+
 def test_wrapper_file_findings_name_the_line_that_called_the_model():
     call = next(n for n, t in enumerate(WRAPPER.read_text().splitlines(), 1) if "# CALLS:" in t and "self.model(" in t)
     inv = audit.scan(f"{WRAPPER}:make", device="cpu")

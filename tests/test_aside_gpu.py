@@ -1,5 +1,6 @@
-"""On a GPU: the shared expert forked onto a side stream (dsv4/decode/aside.py, DSV4_ASIDE=1) runs there,
-changes no bit of the step, and captured graphs holding the fork replay bitwise, fused or not."""
+"""On a GPU: the shared expert and the compressors forked onto a side stream (dsv4/decode/aside.py,
+DSV4_ASIDE=1) run there, change no bit of the step, and captured graphs holding the forks replay bitwise,
+fused or not."""
 
 from __future__ import annotations
 
@@ -32,19 +33,26 @@ def _decode(model, prompt, ids):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_fork_runs_on_the_side_stream_and_changes_no_bit(dtype, kernels_on, monkeypatch, rng):
+def test_forks_run_on_the_side_stream_and_change_no_bit(dtype, kernels_on, monkeypatch, rng):
     model = dsv4.load("tiny", device="cuda", dtype=dtype, seed=int(torch.randint(0, 999, (1,), generator=rng)))
     prompt = torch.randint(0, 1024, (2, 7), generator=rng).cuda()
     ids = torch.randint(0, 1024, (6, 2), generator=rng)
     monkeypatch.setenv("DSV4_ASIDE", "0")
     inline = _decode(model, prompt, ids)
     monkeypatch.setenv("DSV4_ASIDE", "1")
-    streams = []
-    real = aside._expert
-    monkeypatch.setattr(aside, "_expert", lambda *a: streams.append(torch.cuda.current_stream()) or real(*a))
+    streams = {"expert": [], "compressor": []}
+    real_e, real_c = aside._expert, kernels.compress_token
+
+    def on(kind, real):
+        return lambda *a, **k: streams[kind].append(torch.cuda.current_stream()) or real(*a, **k)
+
+    monkeypatch.setattr(aside, "_expert", on("expert", real_e))
+    monkeypatch.setattr(kernels, "compress_token", on("compressor", real_c))
     forked = _decode(model, prompt, ids)
     side = aside._side(torch.device("cuda"))
-    assert len(streams) == 6 * model.cfg.n_layers and all(s == side for s in streams)
+    n_comp = sum(1 + (layer.attn.indexer is not None) for layer in model.layers if layer.attn.ratio)
+    assert len(streams["expert"]) == 6 * model.cfg.n_layers and len(streams["compressor"]) == 6 * n_comp
+    assert all(s == side for s in streams["expert"] + streams["compressor"])
     assert side != torch.cuda.current_stream()
     assert torch.equal(forked, inline)
 

@@ -1,32 +1,41 @@
-"""The shared expert on a second stream, beside the gate and the routed experts.
+"""Work that reads only a layer's input, on a second stream beside the chain that follows it.
 
-At batch 1 a layer's FFN is a chain of small launches (the gate GEMV, its top-k, the routed experts'
-two grouped GEMVs), none of which fills the memory pipe on its own. The shared expert reads the FFN
-input and nothing the chain writes, so it can run on a side stream from that input to a join before
-the sum: its weights (25 MB of FP8 on flash) stream while the chain runs.
+At batch 1 a layer is a chain of small launches, none of which fills the memory pipe on its own. Two
+pieces read only the sub-layer's input and nothing of the chain, so they can run on a side stream from
+that input to a join just before their output is read:
+- the shared expert (its weights, 25 MB of FP8 on flash, stream while the gate, its top-k and the routed
+  experts run); the join is before the sum with the routed experts;
+- a compressed layer's compressors (their bf16 wkv | wgate GEMV and one-launch step, which write the
+  compressed caches), beside the attention entry and the indexer's queries; the join is before the
+  indexer's scores or, without an indexer, before the sparse attention.
 
-Two custom ops, opaque to inductor, which keeps fusing around them:
-- `dsv4::shared_expert_aside` forks: the side stream waits for the current stream's work so far,
-  then runs the expert (fused w1 | w3, SwiGLU, w2: the same functions as `Expert.forward`).
-- `dsv4::join_aside` makes the current stream wait for the side stream. It is declared as mutating
-  the expert's output, so every read of that output is ordered after the wait; it writes nothing.
+Custom ops, opaque to inductor, which keeps fusing around them:
+- a fork (`shared_expert_aside`, `compressor_aside`): the side stream waits for the current stream's
+  work so far, then runs the piece with the same functions as the inline path (`linear_forward`,
+  `swiglu`, `kernels.compress_token`). A fork carries the `nondeterministic_seeded` tag, the one tag
+  inductor's post-grad locality pass leaves in place (random ops keep their order): that pass moves each
+  node down next to its consumers and sank the fork to the join, where nothing is left to overlap;
+- `join_aside`: the current stream waits for the side stream. It is declared as mutating the forked
+  outputs, so every later read of them is ordered after the wait (inductor reinplaces it: no copy), and
+  it takes the chain's own results (`after`), which the same pass would otherwise pull below it.
 
-Memory: tensors made inside the fork are allocated while the side stream is current, and the caching
-allocator hands their blocks back only to side-stream allocations; every fork begins by waiting for
-the current stream, so a block the next fork reuses has no reader left on the current stream. The
-input x was allocated on the current stream and is read on the side stream: the join takes it as an
-argument, so it stays alive until the current stream has waited for the side stream. Under capture
-the side stream joins the capture (fork and join become graph edges, its allocations go to the
-graph's pool). Replays equal eager runs bit for bit: each kernel computes the same values whatever
-runs beside it.
+Memory: tensors made inside a fork are allocated while the side stream is current, and the caching
+allocator hands their blocks back only to side-stream allocations; every fork begins by waiting for the
+current stream, so a block the next fork reuses has no reader left on the current stream. The fork's
+input was allocated on the current stream and is read on the side stream: the join takes it (`keep`), so
+it stays alive until the current stream has waited. Under capture the side stream joins the capture
+(fork and join become graph edges, its allocations go to the graph's pool). Replays equal eager runs bit
+for bit: each kernel computes the same values whatever runs beside it.
 
-Opt-in (DSV4_ASIDE=1) with the decode kernels on and x on a GPU, until an H200 has timed it (it was
-written in a session without one; dsv4/kernels/NOTES.md, session 19); the w1 | w3 rows must be stacked
-(dsv4/layers/linear.fuse_rows; NVFP4 shared experts stay inline).
+Opt-in (DSV4_ASIDE=1) with the decode kernels on and the input on a GPU, until an H200 has timed it (it
+was written in a session without one; dsv4/kernels/NOTES.md, session 19). The rows read together must be
+stacked (w1 | w3, wkv | wgate: dsv4/layers/linear.fuse_rows), and a compressor forks only where its
+one-launch step applies; elsewhere the pieces run inline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from types import SimpleNamespace
 
@@ -35,6 +44,7 @@ from torch import Tensor
 from torch.library import custom_op
 
 from dsv4 import kernels
+from dsv4.layers.compressor import Compressor
 from dsv4.layers.linear import Linear, linear_forward
 from dsv4.layers.moe import Expert, swiglu
 
@@ -53,6 +63,22 @@ def _side(device: torch.device) -> torch.cuda.Stream:
     return _SIDE[index]
 
 
+@contextlib.contextmanager
+def _on_side(device: torch.device):
+    """Work issued inside runs on the device's side stream, after everything issued so far on the current one."""
+    if device.type != "cuda":
+        yield
+        return
+    side = _side(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        yield
+
+
+def _tensors(lin) -> list[Tensor]:
+    return [getattr(lin, n) for n in Linear.param_specs(1, 1, lin.fmt)]
+
+
 def _view(fmt: str, quant: bool, act_dtype: torch.dtype, tensors: list[Tensor]) -> SimpleNamespace:
     """A Linear's format and tensors, as linear_forward reads them."""
     names = list(Linear.param_specs(1, 1, fmt))
@@ -65,18 +91,14 @@ def _expert(x: Tensor, w13: list[Tensor], w2: list[Tensor], fmt: str, quant: boo
     return linear_forward(_view(fmt, quant, act, w2), swiglu(g, u, limit).to(act), torch.float32)
 
 
-# Tagged as order-sensitive (the tag inductor gives ops that draw random numbers): the fork's place in
-# the step is its meaning, and inductor's locality pass would otherwise sink it down to the join, after
-# the gate and the routed experts, where nothing is left to overlap.
-@custom_op("dsv4::shared_expert_aside", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
+ORDERED = (torch.Tag.nondeterministic_seeded,)  # the fork stays where the step issues it (module docstring)
+
+
+@custom_op("dsv4::shared_expert_aside", mutates_args=(), tags=ORDERED)
 def shared_expert_aside(x: Tensor, w13: list[Tensor], w2: list[Tensor], fmt: str, quant: bool,
                         limit: float, act: torch.dtype) -> Tensor:
     """The shared expert of x -> fp32, run on the side stream of x's device."""
-    if not x.is_cuda:
-        return _expert(x, w13, w2, fmt, quant, limit, act)
-    side = _side(x.device)
-    side.wait_stream(torch.cuda.current_stream(x.device))
-    with torch.cuda.stream(side):
+    with _on_side(x.device):
         return _expert(x, w13, w2, fmt, quant, limit, act)
 
 
@@ -85,16 +107,35 @@ def _(x, w13, w2, fmt, quant, limit, act):
     return x.new_empty((x.shape[0], w2[0].shape[0]), dtype=torch.float32)
 
 
-@custom_op("dsv4::join_aside", mutates_args=("aside",))
-def join_aside(aside: Tensor, keep: Tensor, after: Tensor) -> None:
-    """The current stream waits for the side stream. `keep` (the fork's input) lives until here; `after`
-    (the routed experts' sum) is computed before it, so inductor cannot pull that chain below the join."""
-    if aside.is_cuda:
-        torch.cuda.current_stream(aside.device).wait_stream(_side(aside.device))
+@custom_op("dsv4::compressor_aside", mutates_args=("both", "out"), tags=ORDERED)
+def compressor_aside(x: Tensor, pos: Tensor, w: list[Tensor], quant: bool, act: torch.dtype, ape: Tensor,
+                     norm: Tensor, eps: float, freqs: Tensor, rounding: str, ratio: int, overlap: bool,
+                     both: Tensor, out: Tensor) -> None:
+    """One compressor's decode step of x [B, 1, dim] (its state `both` and cache `out` written in place), run
+    on the side stream: the wkv | wgate GEMV, then the one-launch step (`kernels.compress_token`)."""
+    with _on_side(x.device):
+        kv, z = linear_forward(_view("bf16", quant, act, w), x, torch.float32).chunk(2, dim=-1)
+        ran = kernels.compress_token(kv[:, 0], z[:, 0], both, pos, out, ratio, overlap, norm, eps, freqs, rounding,
+                                     ape=ape)
+    if not ran:
+        raise RuntimeError("compressor_aside: the one-launch step does not apply (checked before the fork)")
+
+
+@compressor_aside.register_fake
+def _(x, pos, w, quant, act, ape, norm, eps, freqs, rounding, ratio, overlap, both, out):
+    return None
+
+
+@custom_op("dsv4::join_aside", mutates_args=("done",))
+def join_aside(done: list[Tensor], keep: list[Tensor], after: list[Tensor]) -> None:
+    """The current stream waits for the side stream: `done` (what the forks wrote) is readable after this.
+    `keep` (the forks' inputs) lives until here; `after` (the chain's own results) is computed before it."""
+    if done and done[0].is_cuda:
+        torch.cuda.current_stream(done[0].device).wait_stream(_side(done[0].device))
 
 
 @join_aside.register_fake
-def _(aside, keep, after):
+def _(done, keep, after):
     return None
 
 
@@ -108,8 +149,7 @@ def shared_aside(expert: Expert | None, x: Tensor) -> tuple[Tensor, Tensor] | No
     w13 = (getattr(expert, "fused_rows", None) or {}).get("w1+w3") if expert is not None else None
     if w13 is None or not applies(x):
         return None
-    tensors = lambda lin: [getattr(lin, n) for n in Linear.param_specs(1, 1, lin.fmt)]  # noqa: E731
-    y = shared_expert_aside(x, tensors(w13), tensors(expert.w2), w13.fmt, w13.simulate_quant,
+    y = shared_expert_aside(x, _tensors(w13), _tensors(expert.w2), w13.fmt, w13.simulate_quant,
                             float(expert.limit or 0), w13.act_dtype)
     return y, x
 
@@ -117,5 +157,21 @@ def shared_aside(expert: Expert | None, x: Tensor) -> tuple[Tensor, Tensor] | No
 def joined(forked: tuple[Tensor, Tensor], after: Tensor) -> Tensor:
     """The forked expert's output, readable on the current stream once `after` is computed."""
     y, x = forked
-    join_aside(y, x, after)
+    join_aside([y], [x], [after])
     return y
+
+
+def compressors_aside(comps: list[Compressor], states: list, outs: list[Tensor], x: Tensor, pos: Tensor) -> bool:
+    """Forks the decode step of every compressor in `comps` (its state, its cache) onto the side stream when
+    all of them can (see the module docstring); False: none forked, the caller runs them inline."""
+    if not applies(x):
+        return False
+    rows = [(getattr(c, "fused_rows", None) or {}).get("wkv+wgate") for c in comps]
+    if any(r is None for r in rows) or not all(
+            kernels.compress_token_applies(st.both, out, c.ratio, c.overlap, c.freqs, c.rounding)
+            for c, st, out in zip(comps, states, outs)):
+        return False
+    for c, r, st, out in zip(comps, rows, states, outs):
+        compressor_aside(x, pos, _tensors(r), r.simulate_quant, r.act_dtype, c.ape, c.norm.weight, c.norm.eps,
+                         c.freqs, c.rounding, c.ratio, c.overlap, st.both, out)
+    return True

@@ -15,6 +15,7 @@ import torch
 
 from dsv4 import kernels
 from dsv4.cache import CompressorState, write_slot
+from dsv4.decode.aside import compressors_aside, join_aside
 from dsv4.layers.attention import Attention
 from dsv4.layers.compressor import Compressor
 from dsv4.layers.indexer import Indexer
@@ -70,6 +71,7 @@ class StaticAttention:
                pos: torch.Tensor) -> torch.Tensor:
         """Cache updates + sparse attention -> o [B,1,H,D], rotated back by the inverse RoPE."""
         a, cache, W = self.attn, self.attn.cache, self.cfg.window_size
+        forked = bool(a.ratio) and compressors_aside(*self.compressors(), x, pos)  # beside the entry and the queries
         cos, sin = rope_angles(pos.view(1), a.freqs)  # the query position's; the kernels may rotate o back too
         if self.one_launch_entry(x):  # q and kv as projected: finished here, the key written into its slot
             q = kernels.attention_entry(q[:, 0], kv[:, 0], a.kv_norm.weight, cos[0], sin[0], pos, cache.window,
@@ -80,11 +82,14 @@ class StaticAttention:
         masks = [(self.window_slots <= pos).expand(x.shape[0], 1, W)]
         comp = sel = None
         if a.ratio:
-            compressor_step(a.compressor, x, pos, cache.comp_state, cache.comp)
+            if not forked:
+                compressor_step(a.compressor, x, pos, cache.comp_state, cache.comp)
             visible = self.comp_slots < (pos + 1) // a.ratio
             comp, comp_mask = cache.comp, visible.expand(x.shape[0], 1, -1)
             if a.indexer is not None:
-                sel, comp_mask = self.select(x, qr, pos, visible)
+                sel, comp_mask = self.select(x, q, qr, pos, visible, forked)
+            elif forked:
+                join_aside([cache.comp], [x], [q])
             masks.append(comp_mask)
         mask = torch.cat(masks, 2)
         o = kernels.sparse_attention(q, cache.window, mask, a.attn_sink, a.scale, self.cfg.act_dtype,
@@ -94,12 +99,23 @@ class StaticAttention:
         keys = window_then_entries(cache.window, comp, sel)
         return a.unrope(sparse_attention_ref(q, keys, mask, a.attn_sink, a.scale, self.cfg.act_dtype), pos.view(1))
 
-    def select(self, x, qr, pos, visible):
+    def compressors(self) -> tuple[list[Compressor], list[CompressorState], list[torch.Tensor]]:
+        """This layer's compressors with their states and caches (the attention's, then the indexer's)."""
+        a, c = self.attn, self.attn.cache
+        if a.indexer is None:
+            return [a.compressor], [c.comp_state], [c.comp]
+        return [a.compressor, a.indexer.compressor], [c.comp_state, c.index_state], [c.comp, c.index_keys]
+
+    def select(self, x, q, qr, pos, visible, forked: bool = False):
         """Indexer top-k with a fixed k: invisible blocks score -inf and are masked -> (indices [B, k] of
-        the picked compressed entries, their mask [B, 1, k])."""
+        the picked compressed entries, their mask [B, 1, k]). forked: the compressors run on the side stream;
+        the join comes after the queries, before the scores read the keys."""
         a, cache = self.attn, self.attn.cache
-        compressor_step(a.indexer.compressor, x, pos, cache.index_state, cache.index_keys)
+        if not forked:
+            compressor_step(a.indexer.compressor, x, pos, cache.index_state, cache.index_keys)
         iq, iw = a.indexer.queries(x, qr, pos.view(1))
+        if forked:
+            join_aside([cache.comp, cache.index_keys], [x], [q, iq, iw])
         scores = Indexer.scores(iq, iw, cache.index_keys)[:, 0]
         scores = scores.masked_fill(~visible, float("-inf"))
         top = kernels.topk(scores, self.topk)  # one Triton launch (index order), or None: torch.topk

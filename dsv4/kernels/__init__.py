@@ -26,7 +26,7 @@ import torch
 
 __all__ = ["enabled", "use", "available", "expert_gemv", "expert_rounds_in_kernel", "dense_gemv", "rounds_in_kernel",
            "bf16_dense_gemv", "hc_mix_sums", "hc_comb", "sparse_attention", "sinkhorn", "compress_entry",
-           "compress_token", "attention_entry", "index_query", "moe_gate", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "pdl"]
+           "compress_token", "compress_token_applies", "attention_entry", "index_query", "moe_gate", "topk", "fp4_grouped_gemv", "nvfp4_grouped_gemv", "fp8_gemv", "pdl"]
 
 _STATE: dict[str, bool | None] = {"forced": None}
 MAX_DENSE_ROWS = 64  # decode sizes; larger inputs (prefill) keep the twin's GEMM
@@ -286,6 +286,16 @@ def compress_entry(pooled: torch.Tensor, pos: torch.Tensor, out: torch.Tensor, r
     return True
 
 
+def compress_token_applies(both: torch.Tensor, out: torch.Tensor, ratio: int, overlap: bool, freqs: torch.Tensor,
+                           rounding: str) -> bool:
+    """Whether `compress_token` runs the one-launch step for this compressor's state and cache."""
+    if not _applies(out) or _off("TOKEN", out.shape[0]):
+        return False
+    from dsv4.kernels import _triton_token
+
+    return _triton_token.applies(both, out, ratio, overlap, 2 * freqs.numel(), rounding)
+
+
 def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor, pos: torch.Tensor,
                    out: torch.Tensor, ratio: int, overlap: bool, weight: torch.Tensor, eps: float,
                    freqs: torch.Tensor, rounding: str, ape: torch.Tensor | None = None) -> bool:
@@ -293,13 +303,11 @@ def compress_token(kv_new: torch.Tensor, z_new: torch.Tensor, both: torch.Tensor
     and where the block completes the pooling, shift, finish and cache write): True when it ran, False
     to use the torch step and the entry kernel. With `ape` ([m, c*hd]) z_new is the projection's output and the
     kernel adds ape's row pos % m. On by LAYER_KERNEL_ROWS; DSV4_TRITON_TOKEN=0 for the others."""
-    if not _applies(out) or _off("TOKEN", out.shape[0]):
+    if not compress_token_applies(both, out, ratio, overlap, freqs, rounding):
         return False
-    from dsv4.kernels import _triton_token, ops
+    from dsv4.kernels import ops
     from dsv4.layers.rope import rope_angles
 
-    if not _triton_token.applies(both, out, ratio, overlap, 2 * freqs.numel(), rounding):
-        return False
     cos, sin = rope_angles((pos // ratio) * ratio, freqs)  # the block's position
     ops.compress_token(kv_new, z_new, both, pos, out, weight, cos, sin, ratio, overlap, eps, rounding, ape)
     return True

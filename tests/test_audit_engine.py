@@ -382,8 +382,10 @@ class Rotating:
     def prepare(self, i):
         self.i = i % 3
         self.x = torch.randn(1, 8)  # rebound: read from another storage each step
+        self.m = torch.ones(2, 4)  # rebound too, first touched by a view (which writes nothing)
     def step(self):
-        y = self.x @ self.w
+        m = self.m.view(1, -1)
+        y = self.x @ self.w + m
         torch.tanh(y, out=self.pool[self.i])  # a rotating out= buffer: written, not read
         return self.pool[self.i]
 def make(device):
@@ -396,4 +398,5 @@ def test_stale_pointer_says_whether_the_rebound_tensor_is_read_or_written(tmp_pa
     inv = audit.scan(f"{path}:make", device="cpu", steps=4)
     msgs = list(inv.df[inv.df.category == "stale-input-pointer"].message)
     assert any(m.startswith("reads `x`") for m in msgs), msgs
+    assert any(m.startswith("reads `m`") for m in msgs), msgs
     assert any(m.startswith("writes into `pool[") for m in msgs), msgs

@@ -40,6 +40,11 @@ def _holder(ctx, sids) -> str | None:
     return next((name for name, t in state.tensor_attrs(ctx.trace.objects) if state.storage_id(t) in sids), None)
 
 
+def _mutates(r) -> bool:
+    """Whether the op may write an argument (in-place, out=); unknown schemas count as writing."""
+    return getattr(getattr(r.func, "_schema", None), "is_mutable", True)
+
+
 @register("stale-input-pointer")
 def rebound_inputs(ctx):
     """An outside input's storage changes between steps: replay would read the captured one."""
@@ -66,8 +71,9 @@ def rebound_inputs(ctx):
         name = f"`{holder}`" if holder else f"input {j}"
         ptrs = " -> ".join(hex(x.ptr) for _, x in reads[:3])
         what = "storage" if len({x.sid for _, x in reads}) > 1 else "address of one buffer"
-        # an out= or in-place target is written, not read: the replay writes into the captured storage
-        written = any(x.sid in {o.sid for o in rr.outputs} for rr, x in reads)
+        # an out= or in-place target is written, not read: the replay writes into the captured storage (a view's
+        # output shares its input's storage too, but its schema is not mutable: a view writes nothing)
+        written = any(x.sid in {o.sid for o in rr.outputs} and _mutates(rr) for rr, x in reads)
         verb, at = ("writes into", "at") if written else ("reads", "from")
         msg = (f"{verb} {name} ({list(m.shape)} {str(m.dtype).replace('torch.', '')}) {at} a different {what} "
                f"across steps ({ptrs}); it is not produced inside the step")

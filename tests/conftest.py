@@ -41,3 +41,14 @@ def _fresh_global_rng():
     seed = int.from_bytes(os.urandom(4), "little")
     print(f"global torch seed {seed}")
     torch.manual_seed(seed)
+
+
+@pytest.fixture
+def kernels_on():
+    """The decode kernels switched on for one test (dsv4.kernels.use), then back to the previous setting."""
+    from dsv4 import kernels
+
+    before = kernels.use(True)
+    yield
+    kernels.use(before)
+

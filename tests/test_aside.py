@@ -20,14 +20,7 @@ from dsv4 import kernels
 from dsv4.decode import aside
 from dsv4.decode.fuse import compiled
 from dsv4.decode.static import StaticDecoder, StaticLayer
-
-
-def _steps(model, prompt, ids):
-    dec = StaticDecoder(model, prompt.shape[0])
-    dec.prefill(prompt)
-    out = torch.stack([dec.decode(i).clone() for i in ids])
-    model.reset()
-    return out
+from static_steps import static_decode
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -36,7 +29,7 @@ def test_forked_pieces_equal_the_inline_step(monkeypatch, rng, dtype):
     model = dsv4.load("tiny", dtype=dtype, n_layers=4, seed=int(torch.randint(0, 999, (1,), generator=rng)))
     prompt = torch.randint(0, 1024, (2, 7), generator=rng)
     ids = torch.randint(0, 1024, (5, 2), generator=rng)
-    inline = _steps(model, prompt, ids)
+    inline = static_decode(model, prompt, ids)
     calls = {"expert": 0, "compressor": 0}
     real_e, real_c = aside.shared_expert_aside, aside.compressor_aside
 
@@ -46,7 +39,7 @@ def test_forked_pieces_equal_the_inline_step(monkeypatch, rng, dtype):
     monkeypatch.setattr(aside, "applies", lambda x: True)
     monkeypatch.setattr(aside, "shared_expert_aside", count("expert", real_e))
     monkeypatch.setattr(aside, "compressor_aside", count("compressor", real_c))
-    forked = _steps(model, prompt, ids)
+    forked = static_decode(model, prompt, ids)
     n_comp = sum(1 + (layer.attn.indexer is not None) for layer in model.layers if layer.attn.ratio)
     assert calls == {"expert": 5 * 4, "compressor": 5 * n_comp} and n_comp >= 3
     assert torch.equal(forked, inline)

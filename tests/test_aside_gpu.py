@@ -11,25 +11,11 @@ import dsv4
 from dsv4 import kernels
 from dsv4.decode import aside
 from dsv4.decode.graph import CUDAGraphDecoder
-from dsv4.decode.static import StaticDecoder
 from dsv4.decode.verify import verify_replay
+from static_steps import static_decode
 
 pytestmark = pytest.mark.gpu
 
-
-@pytest.fixture
-def kernels_on():
-    before = kernels.use(True)
-    yield
-    kernels.use(before)
-
-
-def _decode(model, prompt, ids):
-    dec = StaticDecoder(model, prompt.shape[0])
-    dec.prefill(prompt)
-    out = torch.stack([dec.decode(i).clone() for i in ids])
-    model.reset()
-    return out
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -38,7 +24,7 @@ def test_forks_run_on_the_side_stream_and_change_no_bit(dtype, kernels_on, monke
     prompt = torch.randint(0, 1024, (2, 7), generator=rng).cuda()
     ids = torch.randint(0, 1024, (6, 2), generator=rng)
     monkeypatch.setenv("DSV4_ASIDE", "0")
-    inline = _decode(model, prompt, ids)
+    inline = static_decode(model, prompt, ids)
     monkeypatch.setenv("DSV4_ASIDE", "1")
     streams = {"expert": [], "compressor": []}
     real_e, real_c = aside._expert, kernels.compress_token
@@ -48,7 +34,7 @@ def test_forks_run_on_the_side_stream_and_change_no_bit(dtype, kernels_on, monke
 
     monkeypatch.setattr(aside, "_expert", on("expert", real_e))
     monkeypatch.setattr(kernels, "compress_token", on("compressor", real_c))
-    forked = _decode(model, prompt, ids)
+    forked = static_decode(model, prompt, ids)
     side = aside._side(torch.device("cuda"))
     n_comp = sum(1 + (layer.attn.indexer is not None) for layer in model.layers if layer.attn.ratio)
     assert len(streams["expert"]) == 6 * model.cfg.n_layers and len(streams["compressor"]) == 6 * n_comp

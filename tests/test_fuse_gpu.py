@@ -6,18 +6,11 @@ import pytest
 import torch
 
 import dsv4
-from dsv4 import kernels
 from dsv4.decode.graph import CUDAGraphDecoder
 from dsv4.decode.verify import verify_replay
 
 pytestmark = pytest.mark.gpu
 
-
-@pytest.fixture
-def kernels_on():
-    before = kernels.use(True)
-    yield
-    kernels.use(before)
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 129280, 4096), (1, 512, 4096), (3, 1024, 4096), (16, 256, 4096),

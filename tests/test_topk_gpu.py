@@ -20,12 +20,6 @@ SHAPES = [(R, n, k) for R, n in ((1, 6), (3, 32), (16, 32), (2, 100), (1, 4096),
           for k in sorted({1, 6, 512, n}) if k <= n]
 
 
-@pytest.fixture
-def kernels_on():
-    before = kernels.use(True)
-    yield
-    kernels.use(before)
-
 
 def _want(x, k):
     idx = torch.sort(x, dim=-1, descending=True, stable=True).indices[:, :k].sort(dim=-1).values

@@ -85,6 +85,18 @@ def test_target_raising_mid_step_writes_partial_inventory(tmp_path):
     assert data["summary"]["audited_steps"] == 2 and "bad token" in data["summary"]["error"]
     assert any(x["category"] == "host-sync" and x["line"] == 9 for x in data["findings"])
     assert "Partial inventory" in (out / "inventory.md").read_text()
+    assert "scan stopped, no verdict" in res.stdout and "graph-ready:" not in res.stdout
+
+
+def test_target_raising_in_its_first_step_gets_no_verdict(tmp_path):
+    """Nothing ran, so nothing was found: that is no evidence that the step is graph-ready."""
+    f = tmp_path / "broken.py"
+    f.write_text("class T:\n    def prepare(self, i):\n        pass\n    def step(self):\n"
+                 "        raise RuntimeError('size mismatch')\n\ndef make(device):\n    return T()\n")
+    res = _run("scan", "--target", f"{f}:make", "--out", tmp_path / "out")
+    assert res.exit_code == 1 and "size mismatch" in res.stderr
+    assert "scan stopped, no verdict" in res.stdout
+    assert "graph-ready:" not in res.stdout and "no findings" not in res.stdout
 
 
 def test_report_bad_input(tmp_path):

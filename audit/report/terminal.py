@@ -35,13 +35,15 @@ def summary_table(inv: Inventory) -> Table:
 
 def print_summary(console: Console, inv: Inventory, paths: dict | None) -> None:
     m = inv.meta
+    stopped = bool(m.get("error"))  # the target raised: what ran is all the inventory can speak for
     if len(inv):
         console.print(summary_table(inv))
-    else:
+    elif not stopped:
         console.print("[green]no findings[/]: nothing in the audited step stands in the way of a CUDA graph")
     sev = m.get("findings", {})
     blocking = sev.get("blocks-capture", 0) + sev.get("silent-corruption", 0)
-    verdict = "[bold red]not graph-ready[/]" if blocking else "[bold green]graph-ready[/]"
+    verdict = ("[bold red]scan stopped, no verdict[/]" if stopped else
+               "[bold red]not graph-ready[/]" if blocking else "[bold green]graph-ready[/]")
     console.print(f"{verdict}: {blocking} blocking or silent finding(s), {len(inv)} in all", highlight=False)
     console.print(f"traced {m.get('traced_ops', 0)} ops over {m.get('audited_steps', 0)} audited step(s) in "
                   f"{m.get('traced_seconds', 0):.2f} s ({m.get('ops_per_second', 0):.0f} ops/s); "

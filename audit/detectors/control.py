@@ -97,6 +97,21 @@ def _skipped_in_loop(x, nxt):
     return None
 
 
+def _parted_inside(a, b):
+    """Both executions came through the same line into the same function and part inside it (a ring cache's
+    `if full:` under the caller's `if cache is not None:`): the branch between their lines there, the
+    innermost decision; an enclosing branch of the caller's, which both entered, decided nothing."""
+    sa, sb = a.stack, b.stack
+    i = 0
+    while i < min(len(sa), len(sb)) and sa[i][0] is sb[i][0] and sa[i][1] == sb[i][1]:
+        i += 1
+    if 0 < i < min(len(sa), len(sb)) and sa[i][0] is sb[i][0]:
+        line = _source.branch_between(sa[i][0].co_filename, sa[i][1], sb[i][1])
+        if line:
+            return _at(sa[i][0], line)
+    return None
+
+
 def locate(ctx, p, a, b, q=None, nxt=None):
     """(file, line, function) of the statement where two executions part ways.
 
@@ -105,6 +120,8 @@ def locate(ctx, p, a, b, q=None, nxt=None):
     if (found := _parted_before(p, q)):
         return found
     if (a is None) != (b is None) and (found := _skipped_in_loop(a or b, nxt)):
+        return found
+    if a is not None and b is not None and (found := _parted_inside(a, b)):
         return found
     if a is None or b is None or not _same_path(a, b):  # the same path: another module ran (below)
         for x in (a, b):

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _handoff, _implicit, _mutations, _source, register
+from audit.detectors import _elements, _handoff, _implicit, _mutations, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -280,6 +280,7 @@ def python_state_changes(ctx):
                 caller = (hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s) or _implicit.class_call(
                     class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
                           or _user_call_into(ctx, c, s, own_files, site[2])
+                          or _elements.container_call(ctx, c.owner, own_files, _executed(ctx, s, True), site[2])
                           or _user_call_of(ctx, site, s, own_files)
                           or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True))
                           or called_by_name(ctx, site, s))

@@ -1,0 +1,98 @@
+"""The target's line that calls an object kept in one of its containers.
+
+Stopping criteria, logits processors and hooks live in a list or dict the target holds
+(`self.criteria = [MaxLength(...)]`) and are called through a loop variable
+(`for c in self.criteria: c(ids)`, `any(c(ids) for c in self.criteria)`) or a subscript
+(`self.criteria[0](ids)`). A counter such an object keeps changes in library code that ran no torch op;
+its caller is that target line, which no search for calls on the attribute itself finds.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors._mutations import tree
+
+__all__ = ["container_call"]
+
+_FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def container_call(ctx, owner: str, own_files, ran: set, site_fn: str):
+    """(file, line, function) of the target's call of the element of a container attribute that `owner`
+    names (`criteria.0`, `procs.temp.__self__`), functions that ran in the step first; None when `owner`
+    is no container's element or no such line exists."""
+    parts = owner.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        if not isinstance(_reach(ctx.target, parts[:i]), (list, tuple, dict)):
+            continue
+        hits = [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
+                for line, fn in element_calls(f, parts[i - 1], site_fn)]
+        if hits:
+            _, line, f, fn = min(hits)
+            return (f, line, fn)
+    return None
+
+
+def _reach(obj, parts):
+    """The object at `parts` from the target (attributes, list indices, dict keys), else None."""
+    for p in parts:
+        if isinstance(obj, (list, tuple)) and p.lstrip("-").isdigit() and -len(obj) <= int(p) < len(obj):
+            obj = obj[int(p)]
+        elif isinstance(obj, dict) and p in obj:
+            obj = obj[p]
+        elif isinstance(obj, dict) and p.lstrip("-").isdigit() and int(p) in obj:
+            obj = obj[int(p)]
+        else:
+            try:
+                obj = getattr(obj, p)
+            except Exception:  # a property that raises, a name the snapshot made up
+                return None
+    return obj
+
+
+def _holds(n, attr: str) -> bool:
+    """`<x>.attr`, or a view of it that yields its elements (`.values()`, `enumerate(...)`, `reversed(...)`)."""
+    if isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name):
+        return True
+    if isinstance(n, ast.Call):
+        if isinstance(n.func, ast.Attribute) and n.func.attr in ("values", "items") and not n.args:
+            return _holds(n.func.value, attr)
+        if isinstance(n.func, ast.Name) and n.func.id in ("enumerate", "reversed", "list", "tuple") and n.args:
+            return _holds(n.args[0], attr)
+    return False
+
+
+def _names(target) -> set:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def element_calls(filename: str, attr: str, site_fn: str) -> list[tuple[int, str]]:
+    """(line, function) of the calls in `filename` on an element of the container held in `<x>.attr`:
+    through a loop or comprehension variable over it, or a subscript of it; `site_fn` is the element's
+    method that ran (`__call__`: the element called itself; another name: that method called on it), or,
+    when no line makes that call, any call on an element (a method that calls the site's)."""
+    t = tree(filename)
+    if t is None:
+        return []
+    out = []
+    for func in (n for n in ast.walk(t) if isinstance(n, _FUNC)):
+        loop = set()
+        for n in ast.walk(func):
+            if isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)) and _holds(n.iter, attr):
+                loop |= _names(n.target)
+
+        def element(n) -> bool:
+            return (isinstance(n, ast.Name) and n.id in loop) or \
+                (isinstance(n, ast.Subscript) and _holds(n.value, attr))
+
+        name = getattr(func, "name", "<lambda>")
+        for n in ast.walk(func):
+            if not isinstance(n, ast.Call):
+                continue
+            if element(n.func):
+                out.append((site_fn != "__call__", n.lineno, name))
+            elif isinstance(n.func, ast.Attribute) and element(n.func.value):
+                out.append((n.func.attr != site_fn, n.lineno, name))
+    best = min((o[0] for o in out), default=False)
+    return sorted({(line, name) for other, line, name in out if other == best})

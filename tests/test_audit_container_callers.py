@@ -1,0 +1,50 @@
+"""The caller of a counter kept by a library object the target holds in a list or dict.
+
+Stopping criteria and logits processors sit in a container (`self.criteria = [MaxLength(64)]`) and are
+called through a loop or comprehension variable, or a subscript. The criterion's `self.n += 1` runs no
+torch op, so no op stack leads back to the target: the caller is found in the target's source, at the
+line that calls an element of the container (not the library line again).
+"""
+
+from __future__ import annotations
+
+import random
+
+from site_util import blocking, install_library, library_hit, module_target, write_target
+
+LIB = """
+class MaxLength:
+    def __init__(self, limit):
+        self.limit, self.n = limit, 0
+
+    def __call__(self, ids):
+        self.n += 1  # LIBSITE
+        return self.n >= self.limit
+
+    def check(self, ids):
+        return self(ids)
+"""
+
+CALLS = {
+    "genexpr": ("stop = any(c(h) for c in self.crits)  # SITE", "[MaxLength(10**6)]"),
+    "for": ("for c in self.crits:  # noqa\n            stop = c(h)  # SITE", "[MaxLength(10**6)]"),
+    "enumerate": ("stop = [c(h) for _, c in enumerate(self.crits)]  # SITE", "[MaxLength(10**6)]"),
+    "subscript": ("stop = self.crits[0](h)  # SITE", "[MaxLength(10**6)]"),
+    "dict values": ("stop = [c(h) for c in self.crits.values()]  # SITE", "dict(len=MaxLength(10**6))"),
+    "method": ("stop = [c.check(h) for c in self.crits]  # SITE", "[MaxLength(10**6)]"),
+}
+
+
+def test_a_counter_in_a_contained_criterion_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    form = random.choice(sorted(CALLS))
+    call, held = CALLS[form]
+    mod, lib = install_library(tmp_path, monkeypatch, LIB, "crit_lib")
+    tpl = module_target(imports=f"from {mod} import MaxLength", init=f"        self.crits = {held}", step=f"""\
+        h = torch.tanh(self.x)
+        {call}
+        self.out.copy_(h)
+        return self.out""")
+    path, site = write_target(tmp_path / "target" / "crit_target.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "cpu-side-effect", lib, path, site)

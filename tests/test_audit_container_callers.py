@@ -1,6 +1,6 @@
 """The caller of a counter kept by a library object the target holds in a list or dict.
 
-Stopping criteria and logits processors sit in a container (`self.criteria = [MaxLength(64)]`) and are
+Stopping criteria and logits processors (objects, or closures a library factory made) sit in a container (`self.criteria = [MaxLength(64)]`) and are
 called through a loop or comprehension variable, or a subscript. The criterion's `self.n += 1` runs no
 torch op, so no op stack leads back to the target: the caller is found in the target's source, at the
 line that calls an element of the container (not the library line again).
@@ -45,6 +45,38 @@ def test_a_counter_in_a_contained_criterion_has_the_targets_call_as_caller(tmp_p
         self.out.copy_(h)
         return self.out""")
     path, site = write_target(tmp_path / "target" / "crit_target.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "cpu-side-effect", lib, path, site)
+
+
+CLOSURE_LIB = """
+def make_counter():
+    n = 0
+
+    def proc(h):
+        nonlocal n
+        n += 1  # LIBSITE
+        return h
+
+    return proc
+"""
+
+CLOSURE_CALLS = {
+    "loop": ("for p in self.procs:  # noqa\n            h = p(h)  # SITE", "[make_counter()]"),
+    "dict": ("h = self.procs['count'](h)  # SITE", "dict(count=make_counter())"),
+}
+
+
+def test_a_counting_closure_kept_in_a_container_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    call, held = CLOSURE_CALLS[random.choice(sorted(CLOSURE_CALLS))]
+    mod, lib = install_library(tmp_path, monkeypatch, CLOSURE_LIB, "closure_lib")
+    tpl = module_target(imports=f"from {mod} import make_counter", init=f"        self.procs = {held}", step=f"""\
+        h = torch.tanh(self.x)
+        {call}
+        self.out.copy_(h)
+        return self.out""")
+    path, site = write_target(tmp_path / "target" / "closure_target.py", tpl, seed=random.randrange(2**31),
                               d=random.choice([4, 8]))
     bad = blocking(path, forget=mod)
     library_hit(bad, "cpu-side-effect", lib, path, site)

@@ -1,6 +1,7 @@
 """The target's line that calls an object kept in one of its containers.
 
-Stopping criteria, logits processors and hooks live in a list or dict the target holds
+Stopping criteria, logits processors and hooks (objects, or closures a library factory made) live in
+an attribute of the target or in a list or dict the target holds
 (`self.criteria = [MaxLength(...)]`) and are called through a loop variable
 (`for c in self.criteria: c(ids)`, `any(c(ids) for c in self.criteria)`) or a subscript
 (`self.criteria[0](ids)`). A counter such an object keeps changes in library code that ran no torch op;
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import ast
 
+from audit.detectors._implicit import implicit_uses
 from audit.detectors._mutations import tree
+from audit.detectors._state_sites import closure_functions
 
 __all__ = ["container_call"]
 
@@ -20,18 +23,57 @@ _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 def container_call(ctx, owner: str, own_files, ran: set, site_fn: str):
     """(file, line, function) of the target's call of the element of a container attribute that `owner`
-    names (`criteria.0`, `procs.temp.__self__`), functions that ran in the step first; None when `owner`
-    is no container's element or no such line exists."""
-    parts = owner.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        if not isinstance(_reach(ctx.target, parts[:i]), (list, tuple, dict)):
-            continue
-        hits = [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
-                for line, fn in element_calls(f, parts[i - 1], site_fn)]
-        if hits:
-            _, line, f, fn = min(hits)
-            return (f, line, fn)
+    names (`criteria.0`, `procs.temp.__self__`), or of a closure (`<closure make_proc.<locals>.proc>`) kept
+    in an attribute or a container of the target, functions that ran in the step first; None when there
+    is no such line."""
+    if owner.startswith("<closure "):
+        held = {id(fn) for fn in closure_functions(ctx, owner)}
+        paths, site_fn = (_paths_to(ctx.target, held) if held else []), "__call__"
+    else:
+        paths = [owner.split(".")]
+    for parts in paths:
+        if len(parts) == 1:  # the closure is an attribute itself: `self.proc(h)`
+            hits = [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
+                    for line, fn in implicit_uses(f, parts[0], "__call__")]
+            if hits:
+                return _best(hits)
+        for i in range(len(parts) - 1, 0, -1):
+            if not isinstance(_reach(ctx.target, parts[:i]), (list, tuple, dict)):
+                continue
+            hits = [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
+                    for line, fn in element_calls(f, parts[i - 1], site_fn)]
+            if hits:
+                return _best(hits)
     return None
+
+
+def _best(hits):
+    _, line, f, fn = min(hits)
+    return (f, line, fn)
+
+
+def _paths_to(root, ids: set, depth: int = 3) -> list[list[str]]:
+    """The paths (attribute names, list indices, dict keys) from the target to the objects in `ids`."""
+    out, seen = [], set()
+
+    def walk(obj, path):
+        if id(obj) in ids:
+            out.append(path)
+            return
+        if len(path) >= depth or id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (list, tuple)):
+            items = [(str(k), v) for k, v in enumerate(obj)]
+        elif isinstance(obj, dict):
+            items = [(str(k), v) for k, v in obj.items()]
+        else:
+            items = list(getattr(obj, "__dict__", {}).items()) if not isinstance(obj, type) else []
+        for k, v in items:
+            walk(v, path + [k])
+
+    walk(root, [])
+    return out
 
 
 def _reach(obj, parts):

@@ -80,3 +80,44 @@ def test_a_counting_closure_kept_in_a_container_has_the_targets_call_as_caller(t
                               d=random.choice([4, 8]))
     bad = blocking(path, forget=mod)
     library_hit(bad, "cpu-side-effect", lib, path, site)
+
+
+CALLBACK_LIB = """
+class TokenCounter:
+    def __init__(self):
+        self.count = 0
+
+    def on_step(self, h):
+        self.count += 1  # LIBSITE
+
+    __call__ = on_step
+
+
+def run_callback(cb, h):
+    return cb(h)
+"""
+
+CALLBACKS = {  # the object also held as self.counter: its shortest path is not the one the step calls through
+    "bound list": ("self.counter = TokenCounter()\n        self.cbs = [self.counter.on_step]",
+                   "for cb in self.cbs:  # noqa\n            cb(h)  # SITE"),
+    "partial dict": ("self.cbs = dict(count=functools.partial(TokenCounter().on_step))", "self.cbs['count'](h)  # SITE"),
+    "handed to a helper": ("self.counter = TokenCounter()", "run_callback(self.counter.on_step, h)  # SITE"),
+    "object handed to a helper": ("self.counter = TokenCounter()", "run_callback(self.counter, h)  # SITE"),
+}
+
+
+def test_a_counter_behind_a_callback_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    """A bound method in a callback list, a partial of one (the object is reachable through it alone: without
+    following the partial's method the change is not seen at all), an object handed to a library helper."""
+    init, call = CALLBACKS[random.choice(sorted(CALLBACKS))]
+    mod, lib = install_library(tmp_path, monkeypatch, CALLBACK_LIB, "callback_lib")
+    tpl = module_target(imports=f"import functools\nfrom {mod} import TokenCounter, run_callback",
+                        init=f"        {init}", step=f"""\
+        h = torch.tanh(self.x)
+        {call}
+        self.out.copy_(h)
+        return self.out""")
+    path, site = write_target(tmp_path / "target" / "callback_target.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "cpu-side-effect", lib, path, site)

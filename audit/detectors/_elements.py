@@ -11,6 +11,8 @@ its caller is that target line, which no search for calls on the attribute itsel
 from __future__ import annotations
 
 import ast
+import functools
+import types
 
 from audit.detectors._implicit import implicit_uses
 from audit.detectors._mutations import tree
@@ -28,11 +30,13 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str):
     is no such line."""
     if owner.startswith("<closure "):
         held = {id(fn) for fn in closure_functions(ctx, owner)}
-        paths, site_fn = (_paths_to(ctx.target, held) if held else []), "__call__"
-    else:
-        paths = [owner.split(".")]
+        site_fn = "__call__"
+    else:  # every path to the object: a bound method of it kept in a callback list, a partial of one
+        obj = _reach(ctx.target, owner.split("."))
+        held = {id(obj)} if obj is not None else set()
+    paths = [owner.split(".")] + [p for p in (_paths_to(ctx.target, held) if held else []) if p != owner.split(".")]
     for parts in paths:
-        if len(parts) == 1:  # the closure is an attribute itself: `self.proc(h)`
+        if len(parts) == 1 and owner.startswith("<closure "):  # the closure is an attribute itself: `self.proc(h)`
             hits = [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
                     for line, fn in implicit_uses(f, parts[0], "__call__")]
             if hits:
@@ -44,7 +48,31 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str):
                     for line, fn in element_calls(f, parts[i - 1], site_fn)]
             if hits:
                 return _best(hits)
-    return None
+    hits = [((f, fn) not in ran, line, f, fn) for parts in paths if len(parts) == 1 for f in sorted(own_files)
+            for line, fn in handed_to(f, parts[0])]
+    return _best(hits) if hits else None
+
+
+def handed_to(filename: str, attr: str) -> list[tuple[int, str]]:
+    """(line, function) of the calls in `filename` that take the object held in `<x>.attr`, or a method of it,
+    as an argument (`run_criterion(self.crit, ids)`: a library helper that calls it), outside `__init__`
+    and `prepare`."""
+    t = tree(filename)
+    out = []
+    for func in (n for n in ast.walk(t) if isinstance(n, _FUNC)) if t is not None else ():
+        name = getattr(func, "name", "<lambda>")
+        if name in ("__init__", "prepare"):
+            continue
+        out += [(n.lineno, name) for n in ast.walk(func) if isinstance(n, ast.Call)
+                and any(_passes(a, attr) for a in list(n.args) + [k.value for k in n.keywords])]
+    return sorted(set(out))
+
+
+def _passes(a, attr: str) -> bool:
+    """`<x>.attr` or one of its methods (`self.counter.on_step`) as an argument."""
+    while isinstance(a, ast.Attribute) and a.attr != attr:
+        a = a.value
+    return isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name)
 
 
 def _best(hits):
@@ -63,7 +91,11 @@ def _paths_to(root, ids: set, depth: int = 3) -> list[list[str]]:
         if len(path) >= depth or id(obj) in seen:
             return
         seen.add(id(obj))
-        if isinstance(obj, (list, tuple)):
+        if isinstance(obj, types.MethodType):
+            items = [("__self__", obj.__self__)]
+        elif isinstance(obj, functools.partial):
+            items = [("func", obj.func)]
+        elif isinstance(obj, (list, tuple)):
             items = [(str(k), v) for k, v in enumerate(obj)]
         elif isinstance(obj, dict):
             items = [(str(k), v) for k, v in obj.items()]

@@ -121,3 +121,31 @@ def test_a_counter_behind_a_callback_has_the_targets_call_as_caller(tmp_path, mo
                               d=random.choice([4, 8]))
     bad = blocking(path, forget=mod)
     library_hit(bad, "cpu-side-effect", lib, path, site)
+
+
+DRIVER_LIB = LIB + """
+
+class Driver:
+    def __init__(self, criteria):
+        self.criteria = list(criteria)
+"""
+
+HELD = {  # the criterion on a library driver's list the target iterates; kept on the target's class
+    "nested list": ("self.drv = Driver([MaxLength(10**6)])", "stop = [c(h) for c in self.drv.criteria]  # SITE"),
+    "class attribute": ("type(self).crit = MaxLength(10**6)", "stop = self.crit(h)  # SITE"),
+}
+
+
+def test_a_counter_held_deeper_or_on_the_class_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    """Without the class-held object's own class searched, its change had no source line at all."""
+    init, call = HELD[random.choice(sorted(HELD))]
+    mod, lib = install_library(tmp_path, monkeypatch, DRIVER_LIB, "driver_lib")
+    tpl = module_target(imports=f"from {mod} import Driver, MaxLength", init=f"        {init}", step=f"""\
+        h = torch.tanh(self.x)
+        {call}
+        self.out.copy_(h)
+        return self.out""")
+    path, site = write_target(tmp_path / "target" / "driver_target.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "cpu-side-effect", lib, path, site)

@@ -15,15 +15,16 @@ import functools
 import types
 
 from audit.detectors._implicit import implicit_uses
-from audit.detectors._mutations import tree
+from audit.detectors._mutations import method_calls, tree
 from audit.detectors._state_sites import closure_functions
+from audit.scan import class_state
 
 __all__ = ["container_call"]
 
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
-def container_call(ctx, owner: str, own_files, ran: set, site_fn: str):
+def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr: str = ""):
     """(file, line, function) of the target's call of the element of a container attribute that `owner`
     names (`criteria.0`, `procs.temp.__self__`), or of a closure (`<closure make_proc.<locals>.proc>`) kept
     in an attribute or a container of the target, functions that ran in the step first; None when there
@@ -31,14 +32,23 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str):
     if owner.startswith("<closure "):
         held = {id(fn) for fn in closure_functions(ctx, owner)}
         site_fn = "__call__"
+    elif owner.startswith("<class "):  # an object kept on the target's class, called as `self.crit(ids)`
+        cls = class_state.CLASSES.get(owner)
+        obj = getattr(cls, site_attr.split(".")[0], None) if cls is not None and "." in site_attr else None
+        held = {id(obj)} if obj is not None else set()
     else:  # every path to the object: a bound method of it kept in a callback list, a partial of one
         obj = _reach(ctx.target, owner.split("."))
         held = {id(obj)} if obj is not None else set()
-    paths = [owner.split(".")] + [p for p in (_paths_to(ctx.target, held) if held else []) if p != owner.split(".")]
+    if owner.startswith("<class "):
+        paths = [[site_attr.split(".")[0]]] if held else []
+    else:
+        paths = [owner.split(".")] + [p for p in (_paths_to(ctx.target, held) if held else []) if p != owner.split(".")]
     for parts in paths:
-        if len(parts) == 1 and owner.startswith("<closure "):  # the closure is an attribute itself: `self.proc(h)`
+        if len(parts) == 1 and owner.startswith(("<closure ", "<class ")):  # an attribute itself: `self.proc(h)`
             hits = [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
                     for line, fn in implicit_uses(f, parts[0], "__call__")]
+            hits = hits or [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
+                            for line, fn, _ in method_calls(f, parts[0]) if fn not in ("__init__", "prepare")]
             if hits:
                 return _best(hits)
         for i in range(len(parts) - 1, 0, -1):
@@ -126,8 +136,9 @@ def _reach(obj, parts):
 
 
 def _holds(n, attr: str) -> bool:
-    """`<x>.attr`, or a view of it that yields its elements (`.values()`, `enumerate(...)`, `reversed(...)`)."""
-    if isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name):
+    """`<x>.attr` (`self.gen.criteria` too), or a view of it that yields its elements (`.values()`,
+    `enumerate(...)`, `reversed(...)`)."""
+    if isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, (ast.Name, ast.Attribute)):
         return True
     if isinstance(n, ast.Call):
         if isinstance(n.func, ast.Attribute) and n.func.attr in ("values", "items") and not n.args:

@@ -135,7 +135,9 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
         return list(dict.fromkeys(files)), ""
     if change.owner.startswith("<class "):  # `cls.instances += 1`: in the class, its bases or its metaclass
         cls = class_state.CLASSES.get(change.owner)
-        return _class_files(cls.__mro__[:-1] + type(cls).__mro__[:-2] if cls is not None else ()), ""
+        held = getattr(cls, _head(change.attr), None) if "." in change.attr else None  # an object kept on it
+        return _class_files((cls.__mro__[:-1] + type(cls).__mro__[:-2] if cls is not None else ()) +
+                            (type(held).__mro__[:-1] if held is not None else ())), ""
     obj = object_at(ctx, change.owner)
     if isinstance(obj, functools.partial):  # its function mutates an argument the partial froze: a bare name
         fn = inspect.unwrap(obj.func)
@@ -280,7 +282,7 @@ def python_state_changes(ctx):
                 caller = (hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s) or _implicit.class_call(
                     class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
                           or _user_call_into(ctx, c, s, own_files, site[2])
-                          or _elements.container_call(ctx, c.owner, own_files, _executed(ctx, s, True), site[2])
+                          or _elements.container_call(ctx, c.owner, own_files, _executed(ctx, s, True), site[2], c.attr)
                           or _user_call_of(ctx, site, s, own_files)
                           or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True))
                           or called_by_name(ctx, site, s))

@@ -33,8 +33,7 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
         held = {id(fn) for fn in closure_functions(ctx, owner)}
         site_fn = "__call__"
     elif owner.startswith("<class "):  # an object kept on the target's class, called as `self.crit(ids)`
-        cls = class_state.CLASSES.get(owner)
-        obj = getattr(cls, site_attr.split(".")[0], None) if cls is not None and "." in site_attr else None
+        obj = class_held(ctx, owner, site_attr)
         held = {id(obj)} if obj is not None else set()
     else:  # every path to the object: a bound method of it kept in a callback list, a partial of one
         obj = _reach(ctx.target, owner.split("."))
@@ -83,6 +82,19 @@ def _passes(a, attr: str) -> bool:
     while isinstance(a, ast.Attribute) and a.attr != attr:
         a = a.value
     return isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name)
+
+
+def class_held(ctx, owner: str, attr: str):
+    """The object a `<class Q>` state key's dotted attribute names (`crit` of `crit.n`): on a class of the
+    target's objects first (another class of that name may be loaded in the process), else None."""
+    if "." not in attr:
+        return None
+    head = attr.split(".")[0]
+    classes = [c for _, o in ctx.trace.objects for c in type(o).__mro__] + [class_state.CLASSES.get(owner)]
+    for cls in classes:
+        if cls is not None and f"<class {cls.__qualname__}>" == owner and head in vars(cls):
+            return vars(cls)[head]
+    return None
 
 
 def _best(hits):

@@ -135,7 +135,7 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
         return list(dict.fromkeys(files)), ""
     if change.owner.startswith("<class "):  # `cls.instances += 1`: in the class, its bases or its metaclass
         cls = class_state.CLASSES.get(change.owner)
-        held = getattr(cls, _head(change.attr), None) if "." in change.attr else None  # an object kept on it
+        held = _elements.class_held(ctx, change.owner, change.attr)  # an object kept on it (`crit.n`)
         return _class_files((cls.__mro__[:-1] + type(cls).__mro__[:-2] if cls is not None else ()) +
                             (type(held).__mro__[:-1] if held is not None else ())), ""
     obj = object_at(ctx, change.owner)

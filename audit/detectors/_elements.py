@@ -57,6 +57,14 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
                     for line, fn in element_calls(f, parts[i - 1], site_fn)]
             if hits:
                 return _best(hits)
+    return None
+
+
+def handed_call(ctx, owner: str, own_files, ran: set):
+    """(file, line, function) of the target's call that hands the object held in one of its attributes to
+    a library helper that calls it (`run_criterion(self.crit, ids)`); None when there is none."""
+    obj = None if owner.startswith("<") else _reach(ctx.target, owner.split("."))
+    paths = [owner.split(".")] + (_paths_to(ctx.target, {id(obj)}) if obj is not None else [])
     hits = [((f, fn) not in ran, line, f, fn) for parts in paths if len(parts) == 1 for f in sorted(own_files)
             for line, fn in handed_to(f, parts[0])]
     return _best(hits) if hits else None

@@ -1,7 +1,8 @@
 """The caller of a counter kept by a library object the target holds in a list or dict.
 
-Stopping criteria and logits processors (objects, or closures a library factory made) sit in a container (`self.criteria = [MaxLength(64)]`) and are
-called through a loop or comprehension variable, or a subscript. The criterion's `self.n += 1` runs no
+Stopping criteria and logits processors (objects, or closures a library factory made) sit in a container
+(`self.criteria = [MaxLength(64)]`) and are called through a loop or comprehension variable, a lambda handed
+the container (`map`, `functools.reduce`), or a subscript. The criterion's `self.n += 1` runs no
 torch op, so no op stack leads back to the target: the caller is found in the target's source, at the
 line that calls an element of the container (not the library line again).
 """
@@ -32,6 +33,7 @@ CALLS = {
     "subscript": ("stop = self.crits[0](h)  # SITE", "[MaxLength(10**6)]"),
     "dict values": ("stop = [c(h) for c in self.crits.values()]  # SITE", "dict(len=MaxLength(10**6))"),
     "method": ("stop = [c.check(h) for c in self.crits]  # SITE", "[MaxLength(10**6)]"),
+    "map lambda": ("stop = any(map(lambda c: c(h), self.crits))  # SITE", "[MaxLength(10**6)]"),
 }
 
 
@@ -65,13 +67,16 @@ def make_counter():
 CLOSURE_CALLS = {
     "loop": ("for p in self.procs:  # noqa\n            h = p(h)  # SITE", "[make_counter()]"),
     "dict": ("h = self.procs['count'](h)  # SITE", "dict(count=make_counter())"),
+    "reduce": ("h = functools.reduce(lambda s, p: p(s), self.procs, h)  # SITE", "[make_counter()]"),
 }
 
 
 def test_a_counting_closure_kept_in_a_container_has_the_targets_call_as_caller(tmp_path, monkeypatch):
     call, held = CLOSURE_CALLS[random.choice(sorted(CLOSURE_CALLS))]
     mod, lib = install_library(tmp_path, monkeypatch, CLOSURE_LIB, "closure_lib")
-    tpl = module_target(imports=f"from {mod} import make_counter", init=f"        self.procs = {held}", step=f"""\
+    tpl = module_target(imports=f"import functools\nfrom {mod} import make_counter",
+                        init=f"        self.procs = {held}",
+                        step=f"""\
         h = torch.tanh(self.x)
         {call}
         self.out.copy_(h)
@@ -97,10 +102,11 @@ def run_callback(cb, h):
     return cb(h)
 """
 
-CALLBACKS = {  # the object also held as self.counter: its shortest path is not the one the step calls through
+CALLBACKS = {  # also held as self.counter: its shortest path is not the one the step calls through
     "bound list": ("self.counter = TokenCounter()\n        self.cbs = [self.counter.on_step]",
                    "for cb in self.cbs:  # noqa\n            cb(h)  # SITE"),
-    "partial dict": ("self.cbs = dict(count=functools.partial(TokenCounter().on_step))", "self.cbs['count'](h)  # SITE"),
+    "partial dict": ("self.cbs = dict(count=functools.partial(TokenCounter().on_step))",
+                     "self.cbs['count'](h)  # SITE"),
     "handed to a helper": ("self.counter = TokenCounter()", "run_callback(self.counter.on_step, h)  # SITE"),
     "object handed to a helper": ("self.counter = TokenCounter()", "run_callback(self.counter, h)  # SITE"),
 }

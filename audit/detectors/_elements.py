@@ -174,7 +174,8 @@ def _names(target) -> set:
 
 def element_calls(filename: str, attr: str, site_fn: str) -> list[tuple[int, str]]:
     """(line, function) of the calls in `filename` on an element of the container held in `<x>.attr`:
-    through a loop or comprehension variable over it, or a subscript of it; `site_fn` is the element's
+    through a loop or comprehension variable over it, a lambda handed it with the container (`map`,
+    `functools.reduce`), or a subscript of it; `site_fn` is the element's
     method that ran (`__call__`: the element called itself; another name: that method called on it), or,
     when no line makes that call, any call on an element (a method that calls the site's)."""
     t = tree(filename)
@@ -186,6 +187,8 @@ def element_calls(filename: str, attr: str, site_fn: str) -> list[tuple[int, str
         for n in ast.walk(func):
             if isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)) and _holds(n.iter, attr):
                 loop |= _names(n.target)
+            elif isinstance(n, ast.Call) and any(_holds(a, attr) for a in n.args):  # map(lambda c: c(ids), self.crits)
+                loop |= {p.arg for a in n.args if isinstance(a, ast.Lambda) for p in a.args.args}
 
         def element(n) -> bool:
             return (isinstance(n, ast.Name) and n.id in loop) or \

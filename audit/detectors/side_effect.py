@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _handoff, _implicit, _mutations, _source, register
+from audit.detectors import _elements, _handoff, _implicit, _mutations, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -135,7 +135,9 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
         return list(dict.fromkeys(files)), ""
     if change.owner.startswith("<class "):  # `cls.instances += 1`: in the class, its bases or its metaclass
         cls = class_state.CLASSES.get(change.owner)
-        return _class_files(cls.__mro__[:-1] + type(cls).__mro__[:-2] if cls is not None else ()), ""
+        held = _elements.class_held(ctx, change.owner, change.attr)  # an object kept on it (`crit.n`)
+        return _class_files((cls.__mro__[:-1] + type(cls).__mro__[:-2] if cls is not None else ()) +
+                            (type(held).__mro__[:-1] if held is not None else ())), ""
     obj = object_at(ctx, change.owner)
     if isinstance(obj, functools.partial):  # its function mutates an argument the partial froze: a bare name
         fn = inspect.unwrap(obj.func)
@@ -280,9 +282,11 @@ def python_state_changes(ctx):
                 caller = (hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s) or _implicit.class_call(
                     class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
                           or _user_call_into(ctx, c, s, own_files, site[2])
+                          or _elements.container_call(ctx, c.owner, own_files, _executed(ctx, s, True), site[2], c.attr)
                           or _user_call_of(ctx, site, s, own_files)
                           or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True))
-                          or called_by_name(ctx, site, s))
+                          or called_by_name(ctx, site, s)
+                          or _elements.handed_call(ctx, c.owner, own_files, _executed(ctx, s, True)))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
     for c, count, msg, owner in unsited:  # one object reached two ways (an attribute and a closure cell): once

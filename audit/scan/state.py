@@ -68,8 +68,8 @@ def _bound_args(p: functools.partial) -> list[tuple[str, object]]:
 def _instance_items(obj) -> list[tuple[str, object]]:
     """An object's attributes: its __dict__, then any __slots__ that are set; a functools.partial's
     frozen arguments, by the names of its function's parameters."""
-    if isinstance(obj, functools.partial):
-        return _bound_args(obj)
+    if isinstance(obj, functools.partial):  # a bound method it wraps: its object (`partial(counter.on_step)`)
+        return _bound_args(obj) + ([("func", obj.func)] if isinstance(obj.func, types.MethodType) else [])
     items = list(getattr(obj, "__dict__", {}).items())
     for name in _slot_names(type(obj)):
         try:

@@ -1,0 +1,157 @@
+"""The caller of a counter kept by a library object the target holds in a list or dict.
+
+Stopping criteria and logits processors (objects, or closures a library factory made) sit in a container
+(`self.criteria = [MaxLength(64)]`) and are called through a loop or comprehension variable, a lambda handed
+the container (`map`, `functools.reduce`), or a subscript. The criterion's `self.n += 1` runs no
+torch op, so no op stack leads back to the target: the caller is found in the target's source, at the
+line that calls an element of the container (not the library line again).
+"""
+
+from __future__ import annotations
+
+import random
+
+from site_util import blocking, install_library, library_hit, module_target, write_target
+
+LIB = """
+class MaxLength:
+    def __init__(self, limit):
+        self.limit, self.n = limit, 0
+
+    def __call__(self, ids):
+        self.n += 1  # LIBSITE
+        return self.n >= self.limit
+
+    def check(self, ids):
+        return self(ids)
+"""
+
+CALLS = {
+    "genexpr": ("stop = any(c(h) for c in self.crits)  # SITE", "[MaxLength(10**6)]"),
+    "for": ("for c in self.crits:  # noqa\n            stop = c(h)  # SITE", "[MaxLength(10**6)]"),
+    "enumerate": ("stop = [c(h) for _, c in enumerate(self.crits)]  # SITE", "[MaxLength(10**6)]"),
+    "subscript": ("stop = self.crits[0](h)  # SITE", "[MaxLength(10**6)]"),
+    "dict values": ("stop = [c(h) for c in self.crits.values()]  # SITE", "dict(len=MaxLength(10**6))"),
+    "method": ("stop = [c.check(h) for c in self.crits]  # SITE", "[MaxLength(10**6)]"),
+    "map lambda": ("stop = any(map(lambda c: c(h), self.crits))  # SITE", "[MaxLength(10**6)]"),
+}
+
+
+def test_a_counter_in_a_contained_criterion_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    form = random.choice(sorted(CALLS))
+    call, held = CALLS[form]
+    mod, lib = install_library(tmp_path, monkeypatch, LIB, "crit_lib")
+    tpl = module_target(imports=f"from {mod} import MaxLength", init=f"        self.crits = {held}", step=f"""\
+        h = torch.tanh(self.x)
+        {call}
+        self.out.copy_(h)
+        return self.out""")
+    path, site = write_target(tmp_path / "target" / "crit_target.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "cpu-side-effect", lib, path, site)
+
+
+CLOSURE_LIB = """
+def make_counter():
+    n = 0
+
+    def proc(h):
+        nonlocal n
+        n += 1  # LIBSITE
+        return h
+
+    return proc
+"""
+
+CLOSURE_CALLS = {
+    "loop": ("for p in self.procs:  # noqa\n            h = p(h)  # SITE", "[make_counter()]"),
+    "dict": ("h = self.procs['count'](h)  # SITE", "dict(count=make_counter())"),
+    "reduce": ("h = functools.reduce(lambda s, p: p(s), self.procs, h)  # SITE", "[make_counter()]"),
+}
+
+
+def test_a_counting_closure_kept_in_a_container_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    call, held = CLOSURE_CALLS[random.choice(sorted(CLOSURE_CALLS))]
+    mod, lib = install_library(tmp_path, monkeypatch, CLOSURE_LIB, "closure_lib")
+    tpl = module_target(imports=f"import functools\nfrom {mod} import make_counter",
+                        init=f"        self.procs = {held}",
+                        step=f"""\
+        h = torch.tanh(self.x)
+        {call}
+        self.out.copy_(h)
+        return self.out""")
+    path, site = write_target(tmp_path / "target" / "closure_target.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "cpu-side-effect", lib, path, site)
+
+
+CALLBACK_LIB = """
+class TokenCounter:
+    def __init__(self):
+        self.count = 0
+
+    def on_step(self, h):
+        self.count += 1  # LIBSITE
+
+    __call__ = on_step
+
+
+def run_callback(cb, h):
+    return cb(h)
+"""
+
+CALLBACKS = {  # also held as self.counter: its shortest path is not the one the step calls through
+    "bound list": ("self.counter = TokenCounter()\n        self.cbs = [self.counter.on_step]",
+                   "for cb in self.cbs:  # noqa\n            cb(h)  # SITE"),
+    "partial dict": ("self.cbs = dict(count=functools.partial(TokenCounter().on_step))",
+                     "self.cbs['count'](h)  # SITE"),
+    "handed to a helper": ("self.counter = TokenCounter()", "run_callback(self.counter.on_step, h)  # SITE"),
+    "object handed to a helper": ("self.counter = TokenCounter()", "run_callback(self.counter, h)  # SITE"),
+}
+
+
+def test_a_counter_behind_a_callback_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    """A bound method in a callback list, a partial of one (the object is reachable through it alone: without
+    following the partial's method the change is not seen at all), an object handed to a library helper."""
+    init, call = CALLBACKS[random.choice(sorted(CALLBACKS))]
+    mod, lib = install_library(tmp_path, monkeypatch, CALLBACK_LIB, "callback_lib")
+    tpl = module_target(imports=f"import functools\nfrom {mod} import TokenCounter, run_callback",
+                        init=f"        {init}", step=f"""\
+        h = torch.tanh(self.x)
+        {call}
+        self.out.copy_(h)
+        return self.out""")
+    path, site = write_target(tmp_path / "target" / "callback_target.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "cpu-side-effect", lib, path, site)
+
+
+DRIVER_LIB = LIB + """
+
+class Driver:
+    def __init__(self, criteria):
+        self.criteria = list(criteria)
+"""
+
+HELD = {  # the criterion on a library driver's list the target iterates; kept on the target's class
+    "nested list": ("self.drv = Driver([MaxLength(10**6)])", "stop = [c(h) for c in self.drv.criteria]  # SITE"),
+    "class attribute": ("type(self).crit = MaxLength(10**6)", "stop = self.crit(h)  # SITE"),
+}
+
+
+def test_a_counter_held_deeper_or_on_the_class_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    """Without the class-held object's own class searched, its change had no source line at all."""
+    init, call = HELD[random.choice(sorted(HELD))]
+    mod, lib = install_library(tmp_path, monkeypatch, DRIVER_LIB, "driver_lib")
+    tpl = module_target(imports=f"from {mod} import Driver, MaxLength", init=f"        {init}", step=f"""\
+        h = torch.tanh(self.x)
+        {call}
+        self.out.copy_(h)
+        return self.out""")
+    path, site = write_target(tmp_path / "target" / "driver_target.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "cpu-side-effect", lib, path, site)

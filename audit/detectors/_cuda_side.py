@@ -18,10 +18,11 @@ _COUNTERS = {f"torch.cuda.{n}" for n in ("memory_allocated", "memory_reserved", 
                                           "max_memory_reserved", "memory_cached", "max_memory_cached")}
 
 
-def cuda_side(test: ast.AST):
+def cuda_side(test: ast.AST, resolve=None):
     """"body" or "orelse": the side of an `if` with this test that runs on CUDA and not on the CPU;
-    None when the test does not settle it."""
-    on_cuda, on_cpu = _eval(test, _CUDA), _eval(test, _CPU)
+    None when the test does not settle it. `resolve(expr)`: the (value, line) assignments of a name or
+    `self.attr` (_scopes.values), for a test on an object made only on one device (`s is not None`)."""
+    on_cuda, on_cpu = _eval(test, _CUDA, resolve), _eval(test, _CPU, resolve)
     if on_cuda is True and on_cpu is False:
         return "body"
     if on_cuda is False and on_cpu is True:
@@ -29,13 +30,13 @@ def cuda_side(test: ast.AST):
     return None
 
 
-def _eval(n, dev: str):
+def _eval(n, dev: str, resolve=None):
     """The test's truth value on device type `dev`, or None when it depends on more than the device."""
     if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
-        v = _eval(n.operand, dev)
+        v = _eval(n.operand, dev, resolve)
         return None if v is None else not v
     if isinstance(n, ast.BoolOp):
-        vals = [_eval(v, dev) for v in n.values]
+        vals = [_eval(v, dev, resolve) for v in n.values]
         if any(v is None for v in vals):
             return None
         return all(vals) if isinstance(n.op, ast.And) else any(vals)
@@ -45,6 +46,8 @@ def _eval(n, dev: str):
         return dev == _CUDA
     if isinstance(n, ast.Compare) and len(n.ops) == 1 and (held := _counter_exceeds(n)) is not None:
         return held if dev == _CUDA else not held
+    if resolve is not None and (held := _made_on(n, dev, resolve)) is not None:
+        return held
     if isinstance(n, ast.Compare) and len(n.ops) == 1:
         sides = [n.left, n.comparators[0]]
         name = next((_device_name(s) for s in sides if _device_name(s) is not None), None)
@@ -56,6 +59,28 @@ def _eval(n, dev: str):
         if isinstance(op, (ast.NotEq, ast.IsNot)):
             return dev != name
     return None
+
+
+def _made_on(n, dev: str, resolve):
+    """`s is not None`, `s is None` or bare `s`, where every assignment of `s` is `A if <device test> else
+    None` (or the other way round): a stream or event made only on CUDA (`s = torch.cuda.current_stream()
+    if x.is_cuda else None`). True when `s` holds an object on device `dev`; None when not settled."""
+    name, want = n, True
+    if isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Is, ast.IsNot)) and \
+            isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value is None:
+        name, want = n.left, isinstance(n.ops[0], ast.IsNot)
+    if not isinstance(name, (ast.Name, ast.Attribute)):
+        return None
+    vals, held = resolve(name), set()
+    for v, _ in vals or ():
+        if not isinstance(v, ast.IfExp):
+            return None
+        none = [isinstance(x, ast.Constant) and x.value is None for x in (v.body, v.orelse)]
+        test = _eval(v.test, dev) if none[0] != none[1] else None
+        if test is None:
+            return None
+        held.add(test if none[1] else not test)
+    return (held.pop() == want) if len(held) == 1 else None
 
 
 def _counter_exceeds(n: ast.Compare):

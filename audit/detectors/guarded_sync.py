@@ -44,10 +44,29 @@ def _sync_call(call) -> str | None:
     return None
 
 
-def _guarded(file: str, test: ast.AST) -> bool:
+def _guarded(file: str, test: ast.AST, line: int) -> bool:
     """Whether the `if` test picks a side by device (so a CPU scan only ever runs one side)."""
     tree = _source.tree(file)
-    return tree is not None and _scopes.device_test(tree, test)
+    return tree is not None and (_scopes.device_test(tree, test) or cuda_side(test, _resolver(file, line)) is not None)
+
+
+def _resolver(file: str, line: int):
+    """The assignments a name or `self.attr` read on `line` can see (for `s is not None` tests)."""
+    tree = _source.tree(file)
+    return lambda expr: _scopes.values(tree, expr, line) if tree is not None else None
+
+
+def _in_test(node: ast.If):
+    """The operands of an `a and b and ...` test that run only where a GPU is: those after a prefix that
+    holds on CUDA alone (`if x.is_cuda and not stream.query():`, `if s is not None and s.query():`)."""
+    if not isinstance(node.test, ast.BoolOp) or not isinstance(node.test.op, ast.And):
+        return []
+    vals = node.test.values
+    for i in range(1, len(vals)):
+        prefix = ast.BoolOp(op=ast.And(), values=vals[:i]) if i > 1 else vals[0]
+        if cuda_side(prefix, node.resolve) == "body":
+            return vals[i:]
+    return []
 
 
 def _ran(ctx) -> tuple[dict, set]:
@@ -87,7 +106,7 @@ def _direct_library_calls(ctx, file: str, first: int, name: str):
 def _untaken(node: ast.If, file: str, lines: set, library: bool):
     """The statements of whichever side of `node` ran no op in the scan (and could run under capture);
     in library code only the side the test itself says a GPU runs (_cuda_side)."""
-    want = cuda_side(node.test) if library else None
+    want = cuda_side(node.test, node.resolve) if library else None
     if library and want is None:
         return
     for side, body, safe in zip(("body", "orelse"), (node.body, node.orelse), _source.skipped_under_capture(node.test)):
@@ -127,9 +146,9 @@ def syncs_in_untaken_device_branches(ctx):
             continue
         caller = rec if isinstance(rec, tuple) or rec is None else ctx.caller_into(rec, file, name)
         for node in _guards(func):
-            if not _guarded(file, node.test):
-                continue
-            for st in _untaken(node, file, lines, rec is not None):
+            node.resolve = _resolver(file, node.lineno)
+            guarded = _guarded(file, node.test, node.lineno)
+            for st in [*(_untaken(node, file, lines, rec is not None) if guarded else ()), *_in_test(node)]:
                 for call in ast.walk(st):
                     what = _sync_call(call)
                     if what and (file, call.lineno) not in seen:

@@ -8,10 +8,9 @@
   Sync-debug mode misses the first two (docs/hazards.md), so patching is the only reliable signal.
   On a machine without CUDA they would raise: there audit.scan.cpu_cuda stands in for them, in
   warmup too (`unaudited`), so a step written for the GPU still runs on a CPU scan.
-- Streams and events (CUDA scans): switches and cross-stream waits, for the unjoined-stream rule
-  (audit.scan.stream_hooks).
-- `nn.Module.__setattr__`: the source line of a Python-side state change inside the step.
-- torch's global settings (default dtype, matmul precision, backend flags): audit.scan.settings_hooks.
+- Streams and events (CUDA scans): switches and cross-stream waits (audit.scan.stream_hooks).
+- `nn.Module.__setattr__`: the source line of a Python-side state change inside the step. torch's global
+  settings: audit.scan.settings_hooks; module hooks registered in the step: audit.scan.hook_registry.
 - GPU only: sync-debug mode "warn", each warning recorded where Python sees it (the line that
   synchronized), and torch.cuda._gpu_trace callbacks (those cannot be removed, so they are
   registered once per process, forward to the active tracer, and are idle otherwise).
@@ -29,7 +28,7 @@ import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
-from audit.scan import cpu_cuda, dist_hooks, hops, settings_hooks, stream_hooks, type_hooks
+from audit.scan import cpu_cuda, dist_hooks, hook_registry, hops, settings_hooks, stream_hooks, type_hooks
 
 __all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
            "sync_debug_off", "sync_debug_warn", "unaudited"]
@@ -275,6 +274,7 @@ def active(tracer):
             if not isinstance(owner, type):
                 originals[id(orig)] = (orig, getattr(owner, name))
         stack.enter_context(settings_hooks.watching(tracer, patched, originals))  # torch's global settings
+        stack.enter_context(hook_registry.watching(tracer, patched))  # module hooks registered in the step
         for mod, name, new in cpu_cuda.alias_sites(originals):
             stack.enter_context(patched(mod, name, new))
         if not have_cuda:  # no CUDA here: stand-ins that record instead of raising

@@ -1,0 +1,41 @@
+"""Whether a span of source places tensors on a device it is given (`device=device`, `.to(self.device)`,
+`.cuda()`): code written for a GPU. There a factory that names no device (`torch.tensor(0.01)`) makes a
+host tensor on purpose, on every machine; in code that never names a device it follows whatever the
+target runs on, and a CPU scan cannot tell."""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+from audit.detectors import _scopes
+from audit.detectors._source import tree
+
+
+@functools.lru_cache(maxsize=512)
+def sends_to_device(filename: str, lines: tuple[int, int] | None = None) -> bool:
+    """A call in the span (or the file) that names a device other than the CPU: a `device=` keyword,
+    `.to(<device>)` or `.cuda()`; a keyword or argument that names the CPU does not count."""
+    t = tree(filename)
+    for node in ast.walk(t) if t is not None else ():
+        if not isinstance(node, ast.Call) or (lines and not lines[0] <= node.lineno <= lines[1]):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "cuda":
+            return True
+        dev = [k.value for k in node.keywords if k.arg == "device"]
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "to" and node.args:
+            dev.append(node.args[0])
+        if any(_device_expr(d) and not _scopes.names_cpu(t, d, node.lineno) for d in dev):
+            return True
+    return False
+
+
+def _device_expr(n) -> bool:
+    """A device as written: a name or attribute holding one (`device`, `self.device`, `x.device`), a string,
+    or `torch.device(...)`; a dtype (`.to(torch.float16)`) or a tensor (`.to(other)`) is none."""
+    if isinstance(n, ast.Constant):
+        return isinstance(n.value, str)
+    if isinstance(n, ast.Call):
+        return ast.unparse(n.func) in ("torch.device", "device")
+    name = n.attr if isinstance(n, ast.Attribute) else n.id if isinstance(n, ast.Name) else ""
+    return "device" in name.lower() or name.lower() in ("dev", "gpu")

@@ -26,6 +26,22 @@ class MaxLength:
         return self(ids)
 """
 
+
+def _caller_is_the_targets_call(tmp_path, monkeypatch, source: str, prefix: str, imports: str, init: str, call: str):
+    """Installs `source` as a library, writes a target whose step runs `call` (its `# SITE` line) with `init`
+    in __init__, scans it: the library's counter (`# LIBSITE`) is a cpu-side-effect with the SITE line as caller."""
+    mod, lib = install_library(tmp_path, monkeypatch, source, prefix)
+    tpl = module_target(imports=imports.format(mod=mod), init=f"        {init}", step=f"""\
+        h = torch.tanh(self.x)
+        {call}
+        self.out.copy_(h)
+        return self.out""")
+    path, site = write_target(tmp_path / "target" / f"{prefix}_target.py", tpl, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "cpu-side-effect", lib, path, site)
+
+
 CALLS = {
     "genexpr": ("stop = any(c(h) for c in self.crits)  # SITE", "[MaxLength(10**6)]"),
     "for": ("for c in self.crits:  # noqa\n            stop = c(h)  # SITE", "[MaxLength(10**6)]"),
@@ -40,16 +56,8 @@ CALLS = {
 def test_a_counter_in_a_contained_criterion_has_the_targets_call_as_caller(tmp_path, monkeypatch):
     form = random.choice(sorted(CALLS))
     call, held = CALLS[form]
-    mod, lib = install_library(tmp_path, monkeypatch, LIB, "crit_lib")
-    tpl = module_target(imports=f"from {mod} import MaxLength", init=f"        self.crits = {held}", step=f"""\
-        h = torch.tanh(self.x)
-        {call}
-        self.out.copy_(h)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "crit_target.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8]))
-    bad = blocking(path, forget=mod)
-    library_hit(bad, "cpu-side-effect", lib, path, site)
+    _caller_is_the_targets_call(tmp_path, monkeypatch, LIB, "crit", "from {mod} import MaxLength",
+                                f"self.crits = {held}", call)
 
 
 CLOSURE_LIB = """
@@ -73,18 +81,8 @@ CLOSURE_CALLS = {
 
 def test_a_counting_closure_kept_in_a_container_has_the_targets_call_as_caller(tmp_path, monkeypatch):
     call, held = CLOSURE_CALLS[random.choice(sorted(CLOSURE_CALLS))]
-    mod, lib = install_library(tmp_path, monkeypatch, CLOSURE_LIB, "closure_lib")
-    tpl = module_target(imports=f"import functools\nfrom {mod} import make_counter",
-                        init=f"        self.procs = {held}",
-                        step=f"""\
-        h = torch.tanh(self.x)
-        {call}
-        self.out.copy_(h)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "closure_target.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8]))
-    bad = blocking(path, forget=mod)
-    library_hit(bad, "cpu-side-effect", lib, path, site)
+    _caller_is_the_targets_call(tmp_path, monkeypatch, CLOSURE_LIB, "closure",
+                                "import functools\nfrom {mod} import make_counter", f"self.procs = {held}", call)
 
 
 CALLBACK_LIB = """
@@ -116,17 +114,8 @@ def test_a_counter_behind_a_callback_has_the_targets_call_as_caller(tmp_path, mo
     """A bound method in a callback list, a partial of one (the object is reachable through it alone: without
     following the partial's method the change is not seen at all), an object handed to a library helper."""
     init, call = CALLBACKS[random.choice(sorted(CALLBACKS))]
-    mod, lib = install_library(tmp_path, monkeypatch, CALLBACK_LIB, "callback_lib")
-    tpl = module_target(imports=f"import functools\nfrom {mod} import TokenCounter, run_callback",
-                        init=f"        {init}", step=f"""\
-        h = torch.tanh(self.x)
-        {call}
-        self.out.copy_(h)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "callback_target.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8]))
-    bad = blocking(path, forget=mod)
-    library_hit(bad, "cpu-side-effect", lib, path, site)
+    _caller_is_the_targets_call(tmp_path, monkeypatch, CALLBACK_LIB, "callback",
+                                "import functools\nfrom {mod} import TokenCounter, run_callback", init, call)
 
 
 DRIVER_LIB = LIB + """
@@ -145,13 +134,5 @@ HELD = {  # the criterion on a library driver's list the target iterates; kept o
 def test_a_counter_held_deeper_or_on_the_class_has_the_targets_call_as_caller(tmp_path, monkeypatch):
     """Without the class-held object's own class searched, its change had no source line at all."""
     init, call = HELD[random.choice(sorted(HELD))]
-    mod, lib = install_library(tmp_path, monkeypatch, DRIVER_LIB, "driver_lib")
-    tpl = module_target(imports=f"from {mod} import Driver, MaxLength", init=f"        {init}", step=f"""\
-        h = torch.tanh(self.x)
-        {call}
-        self.out.copy_(h)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "driver_target.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8]))
-    bad = blocking(path, forget=mod)
-    library_hit(bad, "cpu-side-effect", lib, path, site)
+    _caller_is_the_targets_call(tmp_path, monkeypatch, DRIVER_LIB, "driver", "from {mod} import Driver, MaxLength",
+                                init, call)

@@ -209,22 +209,28 @@ def host_values(recs) -> set:
             and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")}
 
 
+def lifted_here(ctx, r) -> set:
+    """(CPU scan) storage ids of the host values lifted at record r's line in its step; computed once per step
+    for every detector that asks (on a CUDA scan: empty, the devices tell host from device)."""
+    if ctx.cuda:
+        return set()
+    cache = ctx.__dict__.setdefault("_lifted", {})
+    if r.step not in cache:
+        cache[r.step] = host_values(ctx.steps[r.step])
+    return {sid for sid, f, ln in cache[r.step] if (f, ln) == tuple(r.frame[:2])}
+
+
 @register("host-sync")
 def dispatched_syncs(ctx):
     """Aten ops that synchronize (SYNC_OPS), unless they are the inside of a hooked host read, or a
     bool-mask assignment of a host scalar that torch turns into masked_fill_ (masked_fill_dispatch)."""
     hits = []
-    lifted = {}
     for r in ctx.all_records(("aten",)):
         rule = SYNC_OPS.get(r.op)
         if rule is None or r.nested or computes_on_host(ctx, r):
             continue
-        if r.op in INDEX_PUT and r.frame:
-            if r.step not in lifted:
-                lifted[r.step] = host_values(ctx.steps[r.step]) if not ctx.cuda else set()
-            here = {sid for sid, f, ln in lifted[r.step] if (f, ln) == tuple(r.frame[:2])}
-            if masked_fill_dispatch(r, here, ctx.cuda):
-                continue
+        if r.op in INDEX_PUT and r.frame and masked_fill_dispatch(r, lifted_here(ctx, r), ctx.cuda):
+            continue
         res = rule(r)
         if res:
             hits.append((r, res))

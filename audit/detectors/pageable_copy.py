@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from audit.detectors import register
 from audit.detectors._host import host_made
-from audit.detectors.host_sync import (INDEX_PUT, copy_sides, from_host_data, host_scalar_put, host_values,
+from audit.detectors.host_sync import (INDEX_PUT, copy_sides, from_host_data, host_scalar_put, lifted_here,
                                        masked_fill_dispatch, non_blocking)
 
 PINNED = ("pinned host->device copy inside the step (captured as a memcpy node; the pinned buffer must be "
@@ -61,13 +61,11 @@ SCALAR_PUT_FIX = ("Use x.index_fill_(dim, idx, value) (the scalar travels as a k
 def scalar_value_puts(ctx):
     """Both scans: the hidden copy of a Python scalar assigned through an index tensor (host_sync.host_scalar_put;
     a bool mask with a host scalar becomes masked_fill_ and copies nothing)."""
-    hits, lifted = [], {}
+    hits = []
     for r in ctx.all_records(("aten",)):
         if r.op not in INDEX_PUT or r.nested or not r.frame or r.inputs[0].sid in host_made(ctx, r.step):
             continue
-        if r.step not in lifted:
-            lifted[r.step] = host_values(ctx.steps[r.step]) if not ctx.cuda else set()
-        here = {sid for sid, f, ln in lifted[r.step] if (f, ln) == tuple(r.frame[:2])}
+        here = lifted_here(ctx, r)
         if not masked_fill_dispatch(r, here, ctx.cuda) and host_scalar_put(r, here, ctx.cuda):
             hits.append(r)
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, SCALAR_PUT, fix=SCALAR_PUT_FIX)

@@ -9,11 +9,10 @@
   On a machine without CUDA they would raise: there audit.scan.cpu_cuda stands in for them, in
   warmup too (`unaudited`), so a step written for the GPU still runs on a CPU scan.
 - Streams and events (CUDA scans): switches and cross-stream waits (audit.scan.stream_hooks).
-- `nn.Module.__setattr__`: the source line of a Python-side state change inside the step. torch's global
-  settings: audit.scan.settings_hooks; module hooks registered in the step: audit.scan.hook_registry.
-- GPU only: sync-debug mode "warn", each warning recorded where Python sees it (the line that
-  synchronized), and torch.cuda._gpu_trace callbacks (those cannot be removed, so they are
-  registered once per process, forward to the active tracer, and are idle otherwise).
+- `nn.Module.__setattr__`: the line of a Python state change. torch's settings: audit.scan.settings_hooks;
+  module hooks registered in the step: audit.scan.hook_registry; torch.distributed: audit.scan.dist_hooks.
+- GPU only: sync-debug mode "warn", each warning recorded where Python sees it (the line that synchronized),
+  and torch.cuda._gpu_trace callbacks (registered once per process: they cannot be removed; idle otherwise).
 """
 
 from __future__ import annotations
@@ -275,6 +274,7 @@ def active(tracer):
                 originals[id(orig)] = (orig, getattr(owner, name))
         stack.enter_context(settings_hooks.watching(tracer, patched, originals))  # torch's global settings
         stack.enter_context(hook_registry.watching(tracer, patched))  # module hooks registered in the step
+        stack.enter_context(dist_hooks.completing(tracer, patched))  # a collective's own ops inside work.wait()
         for mod, name, new in cpu_cuda.alias_sites(originals):
             stack.enter_context(patched(mod, name, new))
         if not have_cuda:  # no CUDA here: stand-ins that record instead of raising

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _elements, _handoff, _implicit, _mutations, _source, register
+from audit.detectors import _elements, _handoff, _implicit, _module_refs, _mutations, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -127,7 +127,8 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
     if change.owner.startswith("<module "):
         mod = loaded.module_named(change.owner[8:-1])
         obj = _global_object(mod, change.attr) if mod is not None and "." in change.attr else None
-        return [(getattr(mod, "__file__", None), None, True)], _foreign_class(ctx, obj)
+        refs = _module_refs.referring_files(mod, _head(change.attr), _executed(ctx, step))  # `ps.STATS[k] += 1`
+        return [(getattr(mod, "__file__", None), None, True), *refs], _foreign_class(ctx, obj)
     if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran,
         files = [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
         for fn in closure_functions(ctx, change.owner):  # or in the closure's own function (a library hook's)

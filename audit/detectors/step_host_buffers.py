@@ -5,14 +5,17 @@ A library that wants sizes on the host (a grouped GEMM taking batch sizes as a C
 On a GPU that copy_ is a device->host copy into pageable memory: it waits for the device, and capture
 refuses it. On a CPU scan no tensor is on a device, so the copy looks like any other; the source says
 where the destination lives; so does host data made a tensor in the step (`torch.from_numpy(self.np_buf)
-.copy_(counts)` writes a numpy buffer). The targets' own host attributes are `device_values_into_host_tensors`'s.
+.copy_(counts)` writes a numpy buffer). So does a buffer an object of the target keeps in pageable memory
+(a KV swap space filled with `self.host[i].copy_(blk, non_blocking=True)`); the small host tensors a target
+keeps on purpose (counters) are `device_values_into_host_tensors`'s.
 """
 
 from __future__ import annotations
 
 import ast
 
-from audit.detectors import _host, _source, register
+from audit.detectors import _host, _mutations, _places, _source, register
+from audit.scan import pinned
 
 # factories whose tensor is in host memory when the call names no device (torch.zeros(n)) or the CPU
 _PLAIN = set(_source.HOST_FACTORIES)
@@ -72,4 +75,40 @@ def device_values_into_step_host_buffers(ctx):
                         "the CPU): on a GPU a device->host copy into pageable memory that waits for the device "
                         "(capture refuses it)",
                         fix="Keep the values on the device, or take the sizes from host metadata the step is given.")
+            for (_, _, op), g in ctx.per_site(hits).items()]
+
+
+def _kept_pageable(ctx, small: dict) -> dict[int, str]:
+    """Storage id -> 'owner.attr' of the tensor attributes (beyond the small ones) whose class makes them with a
+    factory naming no device or the CPU, not pinned, while it puts other tensors on a device: host memory on a
+    GPU too (a class that names no device anywhere keeps everything wherever the caller moves it)."""
+    return {sid: label for sid, label, name, obj, t in _host.cpu_attrs(ctx)
+            if sid not in small and not pinned.asked(t) and any(
+                _mutations.host_factory_attr(f, name, span) == "pageable" and _places.sends_to_device(f, span)
+                for f, span in _host.class_spans(type(obj)))}
+
+
+@register("host-sync")
+def device_values_into_kept_pageable_buffers(ctx):
+    """(CPU scan) a host buffer an object of the target keeps in pageable memory (a class attribute made by a
+    factory naming no device or the CPU and not pinned, beside tensors it puts on a device: a KV swap space
+    `torch.zeros(n, block, d)`) takes a tensor computed on the device (`self.host[i].copy_(blk, non_blocking=True)`):
+    on a GPU a device->host copy into pageable memory waits for the device, non_blocking or not, and capture
+    refuses it. The small host tensors (counters, host scalars) are device_values_into_host_tensors's; a pinned
+    buffer is a memcpy node; data computed from host tensors alone is no read."""
+    if ctx.cuda:
+        return []
+    small = _host.host_tensors(ctx)
+    kept = _kept_pageable(ctx, small)
+    hits = []
+    for step, recs in enumerate(ctx.steps if kept else ()):
+        host = _host.host_derived(recs, set(kept) | set(small) | _host.host_data(ctx, step))
+        hits += [r for r in recs if r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) >= 2 and not r.nested
+                 and r.inputs[0].sid in kept and r.inputs[1].sid not in host]
+    return [ctx.finding("host-sync", g[0], op, len(g) / ctx.n_steps,
+                        f"copies a device tensor into the host buffer `{kept[g[0].inputs[0].sid]}` (made in pageable "
+                        "memory): on a GPU a device->host copy into pageable memory that waits for the device, even "
+                        "with non_blocking=True (capture refuses it)",
+                        fix="Make the host buffer pinned (pin_memory=True) and copy with non_blocking=True, or keep "
+                            "the data on the device.")
             for (_, _, op), g in ctx.per_site(hits).items()]

@@ -2,6 +2,7 @@
 
 A library's device branches are read only when the test says for sure which side runs on CUDA and
 which on the CPU: `x.is_cuda`, `x.device.type == "cuda"`, `dev.type != "cpu"`, `torch.cuda.is_available()`,
+a process group's backend compared with NCCL (`dist.get_backend(group) == "nccl"`: NCCL runs on CUDA only),
 and `not` / `and` / `or` of those. A comparison of one of the CUDA caching allocator's byte counters
 (`torch.cuda.memory_reserved() > limit`, `memory_allocated`, `max_memory_*`, `memory_cached`) is read the same
 way: without CUDA they read 0, so the side where the counter exceeds the bound never runs on a CPU scan,
@@ -46,6 +47,10 @@ def _eval(n, dev: str, resolve=None):
         return dev == _CUDA
     if isinstance(n, ast.Compare) and len(n.ops) == 1 and (held := _counter_exceeds(n)) is not None:
         return held if dev == _CUDA else not held
+    if isinstance(n, ast.Compare) and len(n.ops) == 1 and (held := nccl_backend(n)) is not None:
+        return held if dev == _CUDA else not held
+    if isinstance(n, ast.Call) and _dotted(n.func).endswith("is_nccl_available"):
+        return dev == _CUDA  # a CUDA build of torch, as torch.cuda.is_available() on a machine with a GPU
     if resolve is not None and (held := _made_on(n, dev, resolve)) is not None:
         return held
     if isinstance(n, ast.Compare) and len(n.ops) == 1:
@@ -81,6 +86,24 @@ def _made_on(n, dev: str, resolve):
             return None
         held.add(test if none[1] else not test)
     return (held.pop() == want) if len(held) == 1 else None
+
+
+def nccl_backend(n: ast.Compare):
+    """For a test of a process group's backend against NCCL (`dist.get_backend(group) == "nccl"`,
+    `== Backend.NCCL`, `"nccl" in dist.get_backend()`): True when it holds on an NCCL group, False for `!=` /
+    `not in`; None when it is no such test. NCCL runs on CUDA devices only: a CPU scan's group is gloo, and a
+    GPU deployment of a tensor-parallel library takes the NCCL side."""
+    left, right, op = n.left, n.comparators[0], n.ops[0]
+    backend = [isinstance(s, ast.Call) and _dotted(s.func).endswith("get_backend") for s in (left, right)]
+    nccl = [(isinstance(s, ast.Constant) and isinstance(s.value, str) and s.value.lower() == "nccl")
+            or (isinstance(s, ast.Attribute) and s.attr == "NCCL") for s in (left, right)]
+    if not ((backend[0] and nccl[1]) or (backend[1] and nccl[0])):
+        return None
+    if isinstance(op, (ast.Eq, ast.Is)) or (isinstance(op, ast.In) and nccl[0]):
+        return True
+    if isinstance(op, (ast.NotEq, ast.IsNot)) or (isinstance(op, ast.NotIn) and nccl[0]):
+        return False
+    return None
 
 
 def _counter_exceeds(n: ast.Compare):

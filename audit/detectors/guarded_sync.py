@@ -17,9 +17,11 @@ import inspect
 
 from audit.detectors import _handoff, _scopes, _source, register
 from audit.detectors._cuda_side import cuda_side
+from audit.scan import dist_hooks
 from audit.scan.user_code import LIBRARY, frame_kind
 
-SYNC_CALLS = {"synchronize", "item", "tolist", "cpu", "numpy", "query", "elapsed_time", "empty_cache"}
+SYNC_CALLS = {"synchronize", "item", "tolist", "cpu", "numpy", "query", "elapsed_time", "empty_cache",
+              *dist_hooks.HOST_WAITS}  # torch.distributed's: barrier(), the object collectives, is_completed()
 # `int(lens.max())`: a Python number made from a tensor reduction reads it back
 _REDUCTIONS = {"max", "min", "sum", "mean", "amax", "amin", "argmax", "argmin", "any", "all", "norm", "prod",
                "count_nonzero"}
@@ -82,9 +84,12 @@ def _ran(ctx) -> tuple[dict, set]:
                     funcs.setdefault((code.co_filename, code.co_firstlineno), (code.co_name, r))
                 lines.add((code.co_filename, line))
     for (file, first), (name, rec) in list(funcs.items()):
-        if rec is None:  # the target's own function: the library functions it calls unconditionally
-            for call, code in _direct_library_calls(ctx, file, first, name):
-                funcs.setdefault((code.co_filename, code.co_firstlineno), (code.co_name, (file, call.lineno, name)))
+        # the library functions called unconditionally by the target's own function, or by a library function
+        # that ran ops (a helper `_maybe_sync(x)` running none), with the target's line that led there as caller
+        via = (file, None, name) if rec is None else ctx.caller_into(rec, file, name)
+        for call, code in _direct_library_calls(ctx, file, first, name) if isinstance(via, tuple) else ():
+            funcs.setdefault((code.co_filename, code.co_firstlineno),
+                             (code.co_name, (file, call.lineno, name) if rec is None else via))
     return funcs, lines
 
 

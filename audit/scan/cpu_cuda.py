@@ -11,6 +11,7 @@ A target whose factory already needs CUDA cannot be built here: `needs_gpu` tell
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import sys
 
@@ -127,8 +128,10 @@ def alias_sites(originals) -> list:
     """(module, global name, new) for each module global bound to a function we replace, as
     `from torch.cuda import synchronize` binds it at import: patching `torch.cuda.synchronize`
     does not reach that name, so the step would call the real function (on a CPU-only torch it
-    raises; on a GPU the wait goes unrecorded). `originals` maps id(original) -> (original, new).
-    torch's and the auditor's own modules are left alone."""
+    raises; on a GPU the wait goes unrecorded). A `functools.partial` of one bound there (`_bcast =
+    partial(dist.broadcast_object_list, src=0)`) holds the function the same way: it gets a partial of the
+    new one. `originals` maps id(original) -> (original, new). torch's and the auditor's own modules are
+    left alone."""
     if not originals:
         return []
     out = []
@@ -142,6 +145,9 @@ def alias_sites(originals) -> list:
             hit = originals.get(id(v))
             if hit is not None and hit[0] is v:
                 out.append((mod, name, hit[1]))
+            elif isinstance(v, functools.partial) and (hit := originals.get(id(v.func))) is not None \
+                    and hit[0] is v.func:  # `_bcast = partial(dist.broadcast_object_list, src=0)`: the same binding
+                out.append((mod, name, functools.partial(hit[1], *v.args, **v.keywords)))
     return out
 
 

@@ -326,14 +326,23 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
 
 
 def _host_factory(filename: str, call) -> bool:
-    """`torch.<factory>(...)` naming no device or the CPU."""
-    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _ATTR_FACTORIES
-            and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
+    """`torch.<factory>(...)` naming no device or the CPU; `torch.<f>_like(t, ...)` or `t.new_<f>(...)` naming the
+    CPU (without a device they follow t's: `torch.zeros_like(self.dev, device="cpu")` is a host pool)."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return False
+    if call.func.attr in _FOLLOWING:
+        return any(k.arg == "device" and _on_cpu(filename, k.value) for k in call.keywords)
+    return (call.func.attr in _ATTR_FACTORIES and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
             and all(k.arg != "device" or _on_cpu(filename, k.value) for k in call.keywords))
 
 
+_FOLLOWING = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "new_empty",
+                        "new_zeros", "new_ones", "new_full"})
+
+
 _SAME_DEVICE = frozenset({"float", "double", "half", "bfloat16", "long", "int", "bool", "contiguous", "clone",
-                          "abs", "neg", "exp", "sqrt", "t", "mul", "add", "sub", "div", "view", "reshape"})
+                          "abs", "neg", "exp", "sqrt", "t", "mul", "add", "sub", "div", "view", "reshape",
+                          "share_memory_", "zero_", "fill_", "normal_", "uniform_"})  # in place: same memory
 
 
 def _host_computed(filename: str, node) -> bool:

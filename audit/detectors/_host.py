@@ -10,7 +10,7 @@ import itertools
 
 import torch
 
-from audit.detectors import _mutations, _places, _source
+from audit.detectors import _module_tensors, _mutations, _places, _source
 from audit.scan import pinned
 
 
@@ -46,6 +46,7 @@ def host_tensors(ctx) -> dict[int, str]:
                 _mutations.host_factory_attr(f, name, span) == "pageable" and _places.sends_to_device(f, span)
                 for f, span in spans):
             out[sid] = label
+    out.update(_module_tensors.host_globals(ctx))  # `_DEFAULT_SPLITS = torch.tensor([8])` at module level
     ctx._host_tensors = out
     return out
 

@@ -264,6 +264,8 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
                 snap[(f"<module {name}>", k)] = fingerprint(v.get("<unset>"))
             elif _is_user_object(v):  # a global metrics / config object: its attributes
                 snap.update(((f"<module {name}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
+            else:  # another object (an async collective's Work handle kept for the next step): rebinding it is state
+                snap[(f"<module {name}>", k)] = fingerprint(v)
     return snap
 
 

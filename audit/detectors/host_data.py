@@ -150,7 +150,7 @@ def host_data_to_device(ctx):
         born = host_born(recs) | host_factories(recs)
         on_device = {r.inputs[0].sid for r in recs if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")
                      and r.stack and r.inputs and _source.builds_on_device(*_src(r))}  # already sent: not host data
-        born |= host_derived(recs, born - on_device)
+        built, born = born, host_derived(recs, born - on_device)  # built straight onto a device: not host memory
         made = set()
         if any(r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born for r in recs):
             pageable = _host_attrs(ctx) if pageable is None else pageable
@@ -160,7 +160,7 @@ def host_data_to_device(ctx):
             if not r.stack:
                 continue
             if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs[:1] and \
-                    r.inputs[0].sid in born:
+                    r.inputs[0].sid in built:
                 if _source.builds_on_device(*_src(r)):
                     hits.append((r, FROM_DATA))
             elif r.kind == "host" and r.note == "cpu?" and r.inputs and r.inputs[0].sid in born and \

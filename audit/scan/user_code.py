@@ -65,7 +65,16 @@ def _hidden_dirs() -> list[str]:
         spec = importlib.util.find_spec("numpy")
         if spec and spec.origin:
             dirs.add(os.path.dirname(spec.origin))
-    return sorted({norm_dir(d) for d in dirs})
+    # typing_extensions, the stdlib typing's backport (one file): its `deprecated` wrapper around torch functions
+    # (`torch.testing.assert_allclose`, `dist.reduce_scatter_tensor`) only forwards the call, as the stdlib would
+    files = set()
+    with contextlib.suppress(Exception):
+        import importlib.util
+
+        spec = importlib.util.find_spec("typing_extensions")
+        if spec and spec.origin:
+            files.add(os.path.realpath(spec.origin))
+    return sorted({norm_dir(d) for d in dirs} | files)
 
 
 def _stdlib_dirs() -> list[str]:

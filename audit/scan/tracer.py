@@ -29,7 +29,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, hops, loaded, module_hooks, state, threads
+from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, hops, loaded, module_hooks, state, threads, wrappers
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -161,7 +161,7 @@ class Tracer:
         meta = self._meta
         inputs = tuple([meta(t) for t in tensors])
         produced = self._produced
-        in_step = tuple([m.tid in produced for m in inputs])
+        in_step = wrappers.in_step(self, tensors, inputs, tuple([m.tid in produced for m in inputs]))  # DTensor
         name = _OPNAMES.get(func)
         if name is None:
             name = _OPNAMES[func] = f"{func.namespace}.{func._opname}"
@@ -186,6 +186,7 @@ class Tracer:
                 produced.add(m.tid)
                 out_metas.append(m)
                 new.append(fresh)
+            wrappers.note_outputs(self, outs, idx)  # a wrapper subclass's inner tensors are made here
         mods = self._modstack
         stack = self.stack(sys._getframe(2))
         if (site := compiled_frames.script_site(stack, name)) is not None:  # inside a torch.jit.script function

@@ -22,6 +22,7 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN
 from audit.scan.fingerprint import fp as fingerprint
+from audit.scan import script_state
 from audit.scan.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
@@ -70,7 +71,7 @@ def _instance_items(obj) -> list[tuple[str, object]]:
     frozen arguments, by the names of its function's parameters."""
     if isinstance(obj, functools.partial):  # a bound method it wraps: its object (`partial(counter.on_step)`)
         return _bound_args(obj) + ([("func", obj.func)] if isinstance(obj.func, types.MethodType) else [])
-    items = list(getattr(obj, "__dict__", {}).items())
+    items = list(getattr(obj, "__dict__", {}).items()) + script_state.attrs(obj)  # a scripted module's, in C++
     for name in _slot_names(type(obj)):
         try:
             items.append((name, getattr(obj, name)))

@@ -1,7 +1,7 @@
 """The target's lines that run a dunder method of an object by syntax alone.
 
-A library wrapper's `__getattr__` that counts look-ups runs on `self.mlp.scale`, its `__call__` on
-`self.mlp(h)`, its `__getitem__` on `self.table[k]`: no call names the method, so a search for
+A library wrapper's `__getattr__` that counts look-ups runs on `self.mlp.scale`, its `__call__` (or a
+module's `forward`) on `self.mlp(h)`, its `__getitem__` on `self.table[k]`: no call names the method, so a search for
 method calls finds none of them. These are the lines where the object held in `<x>.holder` (or a
 local alias of it) meets the syntax that invokes the dunder.
 """
@@ -24,7 +24,7 @@ def _uses(node, is_obj, dunder: str) -> bool:
     if dunder in ("__getitem__", "__setitem__", "__delitem__"):
         want = {"__setitem__": ast.Store, "__delitem__": ast.Del}.get(dunder, ast.Load)
         return isinstance(node, ast.Subscript) and isinstance(node.ctx, want) and is_obj(node.value)
-    if dunder == "__call__":
+    if dunder in ("__call__", "forward"):  # calling a module runs its forward (a scripted one: no frame)
         return isinstance(node, ast.Call) and is_obj(node.func)
     if dunder in ("__enter__", "__exit__"):
         return isinstance(node, (ast.With, ast.AsyncWith)) and any(is_obj(i.context_expr) for i in node.items)
@@ -40,7 +40,7 @@ def _uses(node, is_obj, dunder: str) -> bool:
 
 
 DUNDERS = frozenset({"__getattr__", "__getattribute__", "__setattr__", "__delattr__", "__getitem__",
-                     "__setitem__", "__delitem__", "__call__", "__enter__", "__exit__", "__iter__",
+                     "__setitem__", "__delitem__", "__call__", "forward", "__enter__", "__exit__", "__iter__",
                      "__next__", "__len__", "__contains__"})
 
 

@@ -12,6 +12,7 @@ import re
 
 from audit.detectors import _scopes
 from audit.detectors._source import _FUNC, HOST_FACTORIES, _on_cpu, tree
+from audit.detectors._targets import written
 
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
             "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse", "rotate",
@@ -105,10 +106,8 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
 
         for node in ast.walk(func):
             hit = False
-            if isinstance(node, (ast.Assign, ast.Delete)):
-                hit = any(target(x) for x in node.targets)
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-                hit = target(node.target)
+            if isinstance(node, (ast.Assign, ast.Delete, ast.AugAssign, ast.AnnAssign)):
+                hit = any(target(x) for x in written(node))  # `self.n, self.last = n + 1, t` included
             elif isinstance(node, ast.Call) and _func_name(node) in IN_PLACE_FUNCS and node.args:
                 a = node.args[0]
                 hit = target(a) or rooted(a) and _same_object(a) or (isinstance(a, ast.Name) and a.id in aliases)
@@ -163,12 +162,8 @@ def _func_name(call: ast.Call) -> str | None:
 
 
 def _stores(node) -> list[ast.Attribute]:
-    """The attribute targets an assignment statement writes (`a.b = v`, `a.b += v`)."""
-    if isinstance(node, ast.Assign):
-        return [t for t in node.targets if isinstance(t, ast.Attribute)]
-    if isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Attribute):
-        return [node.target]
-    return []
+    """The attribute targets an assignment statement writes (`a.b = v`, `a.b += v`, `a.b, a.c = v, w`)."""
+    return [t for t in written(node) if isinstance(t, ast.Attribute) and not isinstance(node, ast.Delete)]
 
 
 def method_calls(filename: str, holder: str, global_name: bool = False) -> list[tuple[int, str, str]]:
@@ -220,7 +215,7 @@ def stores_element(filename: str, line: int, attr: str, key, global_name: bool =
     t = tree(filename)
     for node in ast.walk(t) if t is not None else ():
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.lineno == line:
-            for x in getattr(node, "targets", None) or [node.target]:
+            for x in written(node):
                 if isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Constant) and x.slice.value == key and \
                         ((isinstance(x.value, ast.Name) and x.value.id == attr) if global_name else
                          (isinstance(x.value, ast.Attribute) and x.value.attr == attr)):

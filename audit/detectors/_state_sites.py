@@ -13,7 +13,7 @@ import re
 import sys
 import types
 
-from audit.detectors import _mutations
+from audit.detectors import _hook_guards, _mutations
 from audit.scan import class_state, loaded, module_hooks, state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
 
@@ -189,10 +189,10 @@ def hooked_call(ctx, site, step: int):
     counts only at calls of a C module. None when no hooked call ran the site's function."""
     file, line, _ = site
     calls = ctx.trace.hook_calls[step] if step < len(ctx.trace.hook_calls) else ()
-    for hooks, mtype, stack in calls:
+    for hooks, mod, stack in calls:
         fns = [fn for fn in map(module_hooks.function_of, hooks)
                if fn is not None and fn.__code__.co_filename == file and _holds(fn.__code__, line)]
-        if not fns or not _admits(fns[0], line, mtype):
+        if not fns or not _admits(fns[0], line, mod):
             continue
         own = ctx.trace.own_frames(stack)
         if own:
@@ -200,9 +200,11 @@ def hooked_call(ctx, site, step: int):
     return None
 
 
-def _admits(fn, line: int, mtype: type) -> bool:
-    """Whether a module of type `mtype` passes the `isinstance(<the hook's module parameter>, C)` tests
-    of the `if`s around `line` in hook `fn` (True when there are none, or C cannot be read)."""
+def _admits(fn, line: int, mod) -> bool:
+    """Whether module `mod` passes the `isinstance(<the hook's module parameter>, C)` tests of the `if`s
+    around `line` in hook `fn`, and their other tests made of reads alone (`hasattr(mod, "lora_A")`,
+    `_hook_guards`); True when there are none, or they cannot be read."""
+    mtype = type(mod)
     t = _mutations.tree(fn.__code__.co_filename)
     node = next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.Lambda))
                  and getattr(n, "lineno", 0) == fn.__code__.co_firstlineno), None) if t is not None else None
@@ -219,6 +221,8 @@ def _admits(fn, line: int, mtype: type) -> bool:
             with contextlib.suppress(Exception):
                 if not issubclass(mtype, _resolve(test.args[1], fn.__globals__)):
                     return False
+        elif not _hook_guards.passes(n, line, param, mod, fn.__globals__):
+            return False
     return True
 
 

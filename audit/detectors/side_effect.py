@@ -24,7 +24,7 @@ from audit.detectors._state_sites import (called_by_name, caller_of, closure_fun
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines, escaped_members
-from audit.scan import class_state, global_rng, loaded, staging_bytes, state
+from audit.scan import class_state, global_rng, loaded, script_state, staging_bytes, state
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
@@ -147,7 +147,7 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
             return [(inspect.getsourcefile(fn), (start, start + len(lines)), True)], ""
         except (OSError, TypeError):
             return [], ""
-    return _class_files(type(obj).__mro__ if obj is not None else ()), _foreign_class(ctx, obj)
+    return _class_files(script_state.source_class(obj).__mro__ if obj is not None else ()), _foreign_class(ctx, obj)
 
 
 def _class_files(classes) -> list:
@@ -184,7 +184,7 @@ def _foreign_class(ctx, obj) -> str:
     """`module.Class` of an object none of whose classes is defined in the user's files, else ""."""
     if obj is None:
         return ""
-    for cls in type(obj).__mro__[:-1]:
+    for cls in script_state.source_class(obj).__mro__[:-1]:  # a scripted module: the class it was scripted from
         try:
             if is_user_file(inspect.getsourcefile(cls) or "", ctx.trace.roots):
                 return ""

@@ -5,7 +5,8 @@
   on the step's call of the module. Each generated line is one node; it is matched to the call,
   operator or attribute of the same kind, at the same rank, in the traced function's source (FILE,
   the def at LINE), so the site is the line the user wrote.
-- A `torch.jit.script` function (or a scripted module's method) runs in the TorchScript interpreter: no
+- A `torch.jit.script` function (or a scripted module's method, or a `torch.jit.trace`d one, whose nodes
+  carry the Python stack of the trace: `FILE(LINE): forward`, first frame outside torch) runs in the TorchScript interpreter: no
   Python frame at all, so the ops inside it would land on the line that called it. While one runs
   (its `__call__` is wrapped during the audited steps), each op is matched to the graph node of the
   same aten name, at the same rank in this call, and the node's source range gives the line
@@ -23,10 +24,13 @@ import sys
 
 import torch
 
+from audit.scan.user_code import HIDDEN, frame_kind
+
 __all__ = ["fx_site", "script_calls", "script_site"]
 
 _FX = re.compile(r"^<eval_with_key>\.\d+ from (.+):(\d+) in (\w+)$")
 _RANGE = re.compile(r'File "(.+)", line (\d+)')
+_TRACED = re.compile(r"^(.+)\((\d+)\): (\w+)$", re.M)
 _READS = frozenset({"aten::Int", "aten::Float", "aten::Bool", "aten::item", "aten::ScalarImplicit",
                     "aten::IntImplicit", "aten::FloatImplicit", "aten::tolist"})
 
@@ -122,16 +126,28 @@ def _script_nodes(fn) -> dict:
 
     def walk(block):
         for n in block.nodes():
-            m = _RANGE.search(n.sourceRange() or "")
-            if m and n.kind().startswith("aten::"):
+            src = n.sourceRange() or ""
+            m = _RANGE.search(src)
+            at = (m.group(1), int(m.group(2)), None) if m else _traced_at(src)
+            if at and n.kind().startswith("aten::"):
                 kind = "aten::_local_scalar_dense" if n.kind() in _READS else n.kind()
-                out.setdefault(kind, []).append((m.group(1), int(m.group(2))))
+                out.setdefault(kind, []).append(at)
             for b in n.blocks():
                 walk(b)
 
     with contextlib.suppress(Exception):
         walk(fn.inlined_graph)
     return out
+
+
+def _traced_at(src: str):
+    """(file, line, function) of a `torch.jit.trace`d node: its range is the Python stack at trace time,
+    innermost first (`FILE(LINE): forward`), whose first frame outside torch, the audit and the stdlib is the line
+    the user wrote."""
+    for m in _TRACED.finditer(src):
+        if frame_kind(m.group(1)) != HIDDEN:
+            return m.group(1), int(m.group(2)), m.group(3)
+    return None
 
 
 class _Calls:
@@ -189,6 +205,6 @@ def script_site(stack: tuple, op: str):
         return None
     rank = ranks.get(kind, 0)
     ranks[kind] = rank + 1
-    file, line = nodes[min(rank, len(nodes) - 1)]
+    file, line, name = nodes[min(rank, len(nodes) - 1)]  # name: a traced node's own function
     orig = getattr(getattr(fn, "_torchdynamo_inline", None), "__code__", None)  # the Python function scripted
-    return (orig if orig is not None and orig.co_filename == file else _code(file, fn.name, line)), line
+    return (orig if orig is not None and orig.co_filename == file else _code(file, name or fn.name, line)), line

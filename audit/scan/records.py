@@ -64,7 +64,7 @@ class Trace:
     seconds: float = 0.0                               # wall time inside audited steps
     codes: dict = field(default_factory=dict)          # id(code) -> (code, kind): user_code.HIDDEN/LIBRARY/OWN
     roots: tuple = ()                                  # the target's own folders/files (normalized)
-    hook_calls: list = field(default_factory=list)     # per audited step: (hooks, module type, stack) per hooked module call
+    hook_calls: list = field(default_factory=list)     # per audited step: (hooks, module, stack) per hooked module call
 
     def is_own(self, code) -> bool:
         """The code object is in the target's own files (or the model package)."""

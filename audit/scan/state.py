@@ -22,6 +22,7 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN
 from audit.scan.fingerprint import fp as fingerprint
+from audit.scan import script_state
 from audit.scan.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
@@ -70,7 +71,7 @@ def _instance_items(obj) -> list[tuple[str, object]]:
     frozen arguments, by the names of its function's parameters."""
     if isinstance(obj, functools.partial):  # a bound method it wraps: its object (`partial(counter.on_step)`)
         return _bound_args(obj) + ([("func", obj.func)] if isinstance(obj.func, types.MethodType) else [])
-    items = list(getattr(obj, "__dict__", {}).items())
+    items = list(getattr(obj, "__dict__", {}).items()) + script_state.attrs(obj)  # a scripted module's, in C++
     for name in _slot_names(type(obj)):
         try:
             items.append((name, getattr(obj, name)))
@@ -185,12 +186,22 @@ def _plain_dict(obj) -> list[tuple[str, object]]:
 
 def _functions(obj):
     """Plain functions hung on an object: attributes, and members of its list / tuple / dict attributes
-    (a list of logits-processor closures, a module's forward-hook dict)."""
+    (a list of logits-processor closures, a module's forward-hook dict), also behind a bound method or a
+    partial (a patched `mod.forward = types.MethodType(fwd, mod)` or `partial(fwd, mod, orig)`)."""
     for k, v in list(getattr(obj, "__dict__", {}).items()):
-        if isinstance(v, types.FunctionType):
-            yield v
+        if (fn := _plain_function(v)) is not None:
+            yield fn
         elif isinstance(v, (list, tuple, dict)) and len(v) <= 4096:
             yield from (x for x in (v.values() if isinstance(v, dict) else v) if isinstance(x, types.FunctionType))
+
+
+def _plain_function(v):
+    """The Python function a value calls: itself, a bound method's function, a partial's (nested), else None."""
+    for _ in range(4):
+        if isinstance(v, types.FunctionType):
+            return v
+        v = v.__func__ if isinstance(v, types.MethodType) else v.func if isinstance(v, functools.partial) else None
+    return None
 
 
 GENERATED: dict[str, dict] = {}  # `<globals Q>` -> {id: function} exec'd into a plain namespace

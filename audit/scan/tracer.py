@@ -249,7 +249,7 @@ class Tracer:
     def _pre_hook(self, mod, args):
         self._modstack.append(self._names.get(id(mod)) or type(mod).__name__)
         if hs := module_hooks.hooks_of(mod, self):  # the hooks this call runs, and who called the module
-            self.trace.hook_calls[-1].append((hs, type(mod), self.stack(sys._getframe(1))))
+            self.trace.hook_calls[-1].append((hs, mod, self.stack(sys._getframe(1))))
 
     def _post_hook(self, mod, args, out):
         if self._modstack:

@@ -52,3 +52,19 @@ def kernels_on():
     yield
     kernels.use(before)
 
+
+
+@pytest.fixture
+def one_rank():
+    """A one-rank gloo process group for the test, destroyed after it (the distributed audit tests)."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not built")
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

@@ -15,17 +15,6 @@ from site_util import blocking, library_hit, library_target, table
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not built")
 
 
-@pytest.fixture()
-def one_rank():
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialized in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 LIB = """
 import torch
 import torch.distributed as dist

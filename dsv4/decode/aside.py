@@ -24,12 +24,15 @@ allocator hands their blocks back only to side-stream allocations; every fork be
 current stream, so a block the next fork reuses has no reader left on the current stream. The fork's
 input was allocated on the current stream and is read on the side stream: the join takes it (`keep`), so
 it stays alive until the current stream has waited. Under capture the side stream joins the capture
-(fork and join become graph edges, its allocations go to the graph's pool). Replays equal eager runs bit
-for bit: each kernel computes the same values whatever runs beside it.
+(fork and join become graph edges, its allocations go to the graph's pool). The intent was replays equal
+to eager runs bit for bit (each kernel computes the same values whatever runs beside it); the H200 says
+otherwise (below), so one of these assumptions fails under capture.
 
-Opt-in (DSV4_ASIDE=1) with the decode kernels on and the input on a GPU, until an H200 has timed it (it
-was written in a session without one; dsv4/kernels/NOTES.md, session 19). The rows read together must be
-stacked (w1 | w3, wkv | wgate: dsv4/layers/linear.fuse_rows), and a compressor forks only where its
+Off by default and NOT replay-safe: on the H200 (dsv4/kernels/NOTES.md, session 20) a full graph with the
+forks differed from its eager run at the first step (NaN in a layer's state at batch 1, the logits at batch
+16), and the step was slower (8.18 ms against 6.98 inline, flash-h200, batch 1, ctx 1024). Opting in warns.
+It needs the decode kernels on and the input on a GPU; the rows read together must be stacked (w1 | w3,
+wkv | wgate: dsv4/layers/linear.fuse_rows), and a compressor forks only where its
 one-launch step applies; elsewhere the pieces run inline.
 """
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from types import SimpleNamespace
 
 import torch
@@ -52,7 +56,11 @@ _SIDE: dict[int, torch.cuda.Stream] = {}
 
 
 def switched_on() -> bool:
-    return os.environ.get("DSV4_ASIDE", "0").strip().lower() in ("1", "true", "yes", "on")
+    on = os.environ.get("DSV4_ASIDE", "0").strip().lower() in ("1", "true", "yes", "on")
+    if on:
+        warnings.warn("DSV4_ASIDE=1: the side-stream forks are not replay-safe (a graph replay differed from "
+                      "eager on the H200) and were slower; see dsv4/decode/aside.py", RuntimeWarning, stacklevel=2)
+    return on
 
 
 def _side(device: torch.device) -> torch.cuda.Stream:

@@ -86,22 +86,28 @@ def measure(path: Path, factory: str, devices=("cpu", "cuda")) -> dict:
     return res
 
 
-def measure_all() -> list[dict]:
+def measure_all(progress: bool = False) -> list[dict]:
     """Every planted target, with plantedlib importable for the scans only (other tests install
-    their own shifted copy of it)."""
+    their own shifted copy of it). `progress` names each target on stderr as it starts, so a run cut
+    short by a time limit says where it was."""
     sys.path.insert(0, SITE)
     try:
-        return [measure(p, f) for p, f in targets()]
+        rows = []
+        for n, (p, f) in enumerate(targets(), 1):
+            if progress:
+                print(f"[{n}] {p.parent.name}/{p.name}:{f}", file=sys.stderr, flush=True)
+            rows.append(measure(p, f))
+        return rows
     finally:
         sys.path.remove(SITE)
         for name in [m for m in sys.modules if m == "plantedlib" or m.startswith("plantedlib.")]:
             del sys.modules[name]
 
 
-def main(argv: list[str]) -> int:
-    rows = measure_all()
-    if "--json" in argv:
-        Path(argv[argv.index("--json") + 1]).write_text(json.dumps(rows, indent=1, default=str))
+def report(rows: list[dict], json_path: str | None = None) -> None:
+    """The table (one line per target, each CUDA finding off its plants under it), TOTAL last."""
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows, indent=1, default=str))
     print(f"{'target':58} {'cpu off':>7} {'cuda off':>8} {'missed':>6}  cuda error")
     for r in rows:
         print(f"{r['target']:58} {len(r['cpu']['off_plant']):7d} {len(r['cuda']['off_plant']):8d} "
@@ -112,6 +118,10 @@ def main(argv: list[str]) -> int:
     cuda_off = sum(len(r["cuda"]["off_plant"]) for r in rows)
     missed = sum(len(r["missed_on_cuda"]) for r in rows)
     print(f"TOTAL targets={len(rows)} cpu_off_plant={cpu_off} cuda_off_plant={cuda_off} missed_on_cuda={missed}")
+
+
+def main(argv: list[str]) -> int:
+    report(measure_all(progress=True), argv[argv.index("--json") + 1] if "--json" in argv else None)
     return 0
 
 

@@ -8,6 +8,7 @@ Run: pytest -q -m gpu tests/test_gpu_precision.py   (skipped without CUDA)
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -31,7 +32,12 @@ WAITS = HERE / "planted_gpu" / "cuda_waits.py"
 
 @pytest.fixture(scope="module")
 def suite():
-    return gpu_precision.measure_all()
+    """Measured once for the module; with GPU_PRECISION_JSON set (tests/gpu_audit.sh) the table is
+    printed and the rows written there, so the slice measures the suite once."""
+    rows = gpu_precision.measure_all(progress=True)
+    if os.environ.get("GPU_PRECISION_JSON"):
+        gpu_precision.report(rows, os.environ["GPU_PRECISION_JSON"])
+    return rows
 
 
 def test_no_cuda_finding_off_the_plants(suite):

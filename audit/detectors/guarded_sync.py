@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import inspect
 
-from audit.detectors import _handoff, _scopes, _source, register
+from audit.detectors import _callees, _handoff, _scopes, _source, register
 from audit.detectors._cuda_side import cuda_side
 from audit.scan import dist_hooks
 from audit.scan.user_code import LIBRARY, frame_kind
@@ -153,16 +153,19 @@ def syncs_in_untaken_device_branches(ctx):
         for node in _guards(func):
             node.resolve = _resolver(file, node.lineno)
             guarded = _guarded(file, node.test, node.lineno)
-            for st in [*(_untaken(node, file, lines, rec is not None) if guarded else ()), *_in_test(node)]:
-                for call in ast.walk(st):
-                    what = _sync_call(call)
-                    if what and (file, call.lineno) not in seen:
-                        seen.add((file, call.lineno))
-                        out.append(ctx.finding(
-                            "host-sync", (file, call.lineno, name), what, 0.0,
-                            f"`{what}()` sits in a branch guarded by `{ast.unparse(node.test)}` that this CPU "
-                            "scan did not take; on the GPU it waits for the device inside the step "
-                            "(found in the source, not traced)",
-                            fix="Remove the wait from the step, or move it outside the captured region.",
-                            caller=caller))
+            sts = [*(_untaken(node, file, lines, rec is not None) if guarded else ()), *_in_test(node)]
+            waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st) if (what := _sync_call(call))]
+            for wfile, line, fname, what in [*waits, *_callees.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
+                if (wfile, line) in seen:
+                    continue
+                seen.add((wfile, line))
+                via = "" if wfile == file and fname == name else \
+                    f" in `{fname}()`, called from line {node.lineno} of `{name}()`, in"
+                out.append(ctx.finding(
+                    "host-sync", (wfile, line, fname), what, 0.0,
+                    f"`{what}()`{via} {'sits in ' if not via else ''}a branch guarded by `{ast.unparse(node.test)}` "
+                    "that this CPU scan did not take; on the GPU it waits for the device inside the step "
+                    "(found in the source, not traced)",
+                    fix="Remove the wait from the step, or move it outside the captured region.",
+                    caller=caller))
     return out

@@ -22,7 +22,7 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN
 from audit.scan.fingerprint import fp as fingerprint
-from audit.scan import script_state
+from audit.scan import script_state, threads
 from audit.scan.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
@@ -168,7 +168,8 @@ def _attrs(obj):
         yield "_buffers", ("keys", _keys(obj._buffers))
         yield "_modules", ("keys", _keys(obj._modules))
     for k, v in _instance_items(obj):
-        if k in _SKIP_ATTRS or "hooks" in k or isinstance(v, (nn.Module, types.FunctionType, types.MethodType)):
+        if k in _SKIP_ATTRS or "hooks" in k or isinstance(v, (nn.Module, types.FunctionType, types.MethodType)) \
+                or threads.scheduling_state(obj, k):
             continue
         yield k, fingerprint(v)
         if isinstance(v, torch.Tensor):  # Python attributes set on a tensor (`cache.filled += 1`)

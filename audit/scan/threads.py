@@ -13,7 +13,7 @@ import contextlib
 import functools
 import threading
 
-__all__ = ["traced_threads"]
+__all__ = ["scheduling_state", "traced_threads"]
 
 
 @contextlib.contextmanager
@@ -42,3 +42,10 @@ def traced_threads(enter):
     finally:
         concurrent.futures.ThreadPoolExecutor.submit = submit
         threading.Thread.start = start
+
+
+def scheduling_state(obj, attr: str) -> bool:
+    """Whether `obj.attr` records which threads wait on a condition (`threading.Condition._waiters`, held
+    inside every Event, Semaphore, Barrier and queue.Queue): it changes as other threads are scheduled,
+    not with what the step computes, so it is no state a replay must repeat (the queue's items are)."""
+    return attr == "_waiters" and isinstance(obj, threading.Condition)

@@ -89,3 +89,24 @@ def reached_spans(ctx, step: int) -> list:
     out = [(f, (d.lineno, d.end_lineno), False) for k, v in sorted(defs.items()) for f, d in v
            if (k in names or k.startswith("__") and k != "__init__") and (f, d.lineno) not in ran]
     return sorted(set(out))
+
+
+def lazy_init_line(change, site) -> bool:
+    """A site under `if <x>.attr is None:` (or `if <x>.attr is None or ...`: a lazy first-call setup such as
+    `self.noise_iter = iter(...)`) when the attribute held a value before the step: that block did not run in
+    it, so the change (the iterator advanced by `next(self.noise_iter)`) is another line's."""
+    if change.before is None or "." in change.attr:
+        return False
+    t = tree(site[0])
+    for n in ast.walk(t) if t is not None else ():
+        if isinstance(n, ast.If) and n.body[0].lineno <= site[1] <= n.body[-1].end_lineno \
+                and _is_none_test(n.test, change.attr):
+            return True
+    return False
+
+
+def _is_none_test(test, attr: str) -> bool:
+    tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]
+    return any(isinstance(x, ast.Compare) and len(x.ops) == 1 and isinstance(x.ops[0], ast.Is)
+               and isinstance(x.left, ast.Attribute) and x.left.attr == attr
+               and isinstance(x.comparators[0], ast.Constant) and x.comparators[0].value is None for x in tests)

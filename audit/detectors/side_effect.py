@@ -265,7 +265,7 @@ def python_state_changes(ctx):
             if not sites:
                 continue
         sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]
-        sites = [x for x in sites if not unchanged_slot_line(c, x)] or sites
+        sites = [x for x in sites if not unchanged_slot_line(c, x) and not _between_steps.lazy_init_line(c, x)] or sites
         handed = _handed_over(ctx, c, s) if not sites and not owner.startswith("<") else []
         for file, line, fn, call in handed:  # handed to a library that changes it under its own name
             text, sev = _guarded(_message(c), file, line)

@@ -6,7 +6,9 @@ target's `prepare()` (a scheduler's `set_step(i)`, which sets the same `_step_in
 moves on) writes the same attribute as the code the step runs, and naming both puts one finding on a line the
 step never ran. When some candidates sit in functions the code the step ran reaches by name (calls, attribute
 reads for properties, followed through the candidates' files; dunders count as reached), the others are dropped;
-when none does, all are kept.
+when none does, all are kept. The same reading serves two more site questions: which library functions that ran
+no torch op the step reached (`reached_spans`: a callback object's `__call__`), and whether a statement under
+`if self.x is None:` could have run in a step that began with `x` set (`lazy_init_line`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _elements, _handoff, _implicit, _module_refs, _mutations, _source, register
+from audit.detectors import _between_steps, _elements, _handoff, _implicit, _module_refs, _mutations, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -75,8 +75,9 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         cands = [c for c in cands if c[3] == own] or cands
     best = [(f, line, fn) for r, f, line, fn in cands if r]
     if not best and not change.owner.startswith(("<module ", "<closure ")):  # nothing nearer ran: a library
-        best = [(f, line, fn) for f, span, _ in _library_spans(ctx, step)  # helper handed the object
-                for line, fn in _mutations.mutation_sites(f, attr, span) if fn not in ("__init__", "prepare")]
+        for spans in (_library_spans, _between_steps.reached_spans):  # a helper handed the object, then its callees
+            best = best or [(f, n, fn) for f, span, _ in spans(ctx, step)
+                            for n, fn in _mutations.mutation_sites(f, attr, span) if fn not in ("__init__", "prepare")]
     if best:
         return best[:3], ""
     calls, note, methods = _calls_into(ctx, change, foreign, ran) if cands or foreign else ([], "", set())
@@ -87,7 +88,7 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         return inside[:3], note if foreign else ""
     if foreign and calls:
         return calls, note
-    shown = [(f, line, fn) for _, f, line, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN]
+    shown = _between_steps.step_sites(ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN])
     return shown[:3], ""
 
 
@@ -109,9 +110,8 @@ def _handed_over(ctx, change, step: int) -> list:
 
 def _library_spans(ctx, step: int) -> list:
     """(file, span, global-name) of each installed library function that ran torch ops in the step. A module-level
-    helper that mutates an object passed to it (`def advance(state): state.num_computed += 1`) lives in
-    neither the target's files nor the object's class; only the functions that ran are searched, so the
-    rest of the library cannot lend a line."""
+    helper that mutates an object passed to it (`def advance(state): state.num_computed += 1`) lives in neither
+    the target's files nor the object's class; only the functions that ran are searched (then those they call)."""
     spans = {}
     for r in ctx.steps[step]:
         for code, _ in r.stack:
@@ -265,7 +265,7 @@ def python_state_changes(ctx):
             if not sites:
                 continue
         sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]
-        sites = [x for x in sites if not unchanged_slot_line(c, x)] or sites
+        sites = [x for x in sites if not unchanged_slot_line(c, x) and not _between_steps.lazy_init_line(c, x)] or sites
         handed = _handed_over(ctx, c, s) if not sites and not owner.startswith("<") else []
         for file, line, fn, call in handed:  # handed to a library that changes it under its own name
             text, sev = _guarded(_message(c), file, line)

@@ -150,15 +150,25 @@ def _hashable(x):
     return x
 
 
-def _iterator_position(v):
-    """The position of a builtin iterator (list, tuple, range...: its __reduce__ carries it), else None."""
-    if type(v).__module__ != "builtins" or not type(v).__name__.endswith("iterator"):
+_WRAPPING = (zip, enumerate, map, filter)
+
+
+def _iterator_position(v, depth: int = 0):
+    """The position of a builtin iterator (list, tuple, range...: its __reduce__ carries it), or the positions
+    of the iterators a zip / enumerate / map / filter wraps (a sampler's `next(self.pairs)` over
+    `zip(sigmas[:-1], sigmas[1:])`; enumerate's count included), else None."""
+    wrap = type(v) in _WRAPPING
+    if not wrap and (type(v).__module__ != "builtins" or not type(v).__name__.endswith("iterator")):
         return None
     try:
         r = v.__reduce__()
     except Exception:  # noqa: BLE001 - not every iterator reduces
         return None
-    return r[2] if len(r) > 2 and isinstance(r[2], int) else None
+    if not wrap:
+        return r[2] if len(r) > 2 and isinstance(r[2], int) else None
+    inner = tuple(a if isinstance(a, int) else _iterator_position(a, depth + 1)
+                  for a in (r[1] if len(r) > 1 and depth < 4 else ()) if not callable(a))
+    return inner if any(x is not None for x in inner) else None
 
 
 def _generator_state(g) -> str:

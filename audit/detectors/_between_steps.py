@@ -1,0 +1,114 @@
+"""Statements the sampling loop runs between steps, told apart from the ones the step runs.
+
+A Python state change that went through no `__setattr__` hook and ran no torch op is placed by reading source:
+every statement that writes the attribute is a candidate. A method the loop calls between steps through the
+target's `prepare()` (a scheduler's `set_step(i)`, which sets the same `_step_index` the step's own `_advance()`
+moves on) writes the same attribute as the code the step runs, and naming both puts one finding on a line the
+step never ran. When some candidates sit in functions the code the step ran reaches by name (calls, attribute
+reads for properties, followed through the candidates' files; dunders count as reached), the others are dropped;
+when none does, all are kept. The same reading serves two more site questions: which library functions that ran
+no torch op the step reached (`reached_spans`: a callback object's `__call__`), and whether a statement under
+`if self.x is None:` could have run in a step that began with `x` set (`lazy_init_line`).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors._source import tree
+from audit.scan.user_code import LIBRARY, frame_kind
+
+_SETUP = ("prepare", "__init__")
+
+
+def _defs(filename: str) -> dict:
+    t = tree(filename)
+    out: dict = {}
+    for n in ast.walk(t) if t is not None else ():
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.setdefault(n.name, []).append(n)
+    return out
+
+
+def _named(node) -> set:
+    """Names a function's body calls or reads as an attribute (`self._advance()`, `self.current_sigma`)."""
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+            out.add(n.func.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+    return out
+
+
+def _closure(start: set, defs: dict) -> set:
+    names, todo = set(), list(start)
+    while todo:
+        n = todo.pop()
+        if n in names:
+            continue
+        names.add(n)
+        for d in defs.get(n, ()):
+            todo.extend(_named(d))
+    return names
+
+
+def step_sites(ctx, step: int, sites: list) -> list:
+    """`sites` ((file, line, function) candidates) less those the step's code never names."""
+    if len(sites) < 2:
+        return sites
+    codes = {code for r in ctx.steps[step] for code, _ in r.stack}
+    files = {f for f, _, _ in sites} | {c.co_filename for c in codes}
+    defs: dict = {}
+    for f in files:
+        for k, v in _defs(f).items():
+            defs.setdefault(k, []).extend(v)
+    ran = set()
+    for code in codes:
+        ran |= {code.co_name} | set().union(*(_named(d) for d in _defs(code.co_filename).get(code.co_name, ())
+                                             if d.lineno <= code.co_firstlineno <= d.body[0].lineno))
+    in_step = _closure(ran, {k: v for k, v in defs.items() if k not in _SETUP})
+    kept = [s for s in sites if s[2] in in_step or s[2].startswith("__")]
+    return kept or sites
+
+
+def reached_spans(ctx, step: int) -> list:
+    """(file, span, False) of the functions of installed library files on the step's stacks that ran no torch op
+    but that the functions which did reach by name, a dunder included (a `callback_on_step_end` object's
+    `__call__` setting `pipe._guidance_scale = 0.0`, called as `callback(pipe, i, t, kw)`): where a change
+    handed to library code is looked for once the functions that ran ops hold no statement for it."""
+    codes = {code for r in ctx.steps[step] for code, _ in r.stack}
+    files = {c.co_filename for c in codes
+             if not ctx.trace.is_own(c) and frame_kind(c.co_filename, ctx.trace.roots) == LIBRARY}
+    defs: dict = {}
+    for f in sorted(files):
+        for k, v in _defs(f).items():
+            defs.setdefault(k, []).extend((f, d) for d in v)
+    ran = {(c.co_filename, c.co_firstlineno) for c in codes}
+    start = set().union(*(_named(d) for c in codes for f, d in defs.get(c.co_name, ())
+                          if f == c.co_filename and d.lineno <= c.co_firstlineno <= d.body[0].lineno))
+    names = _closure(start, {k: [d for _, d in v] for k, v in defs.items()})
+    out = [(f, (d.lineno, d.end_lineno), False) for k, v in sorted(defs.items()) for f, d in v
+           if (k in names or k.startswith("__") and k != "__init__") and (f, d.lineno) not in ran]
+    return sorted(set(out))
+
+
+def lazy_init_line(change, site) -> bool:
+    """A site under `if <x>.attr is None:` (or `if <x>.attr is None or ...`: a lazy first-call setup such as
+    `self.noise_iter = iter(...)`) when the attribute held a value before the step: that block did not run in
+    it, so the change (the iterator advanced by `next(self.noise_iter)`) is another line's."""
+    if change.before is None or "." in change.attr:
+        return False
+    t = tree(site[0])
+    for n in ast.walk(t) if t is not None else ():
+        if isinstance(n, ast.If) and n.body[0].lineno <= site[1] <= n.body[-1].end_lineno \
+                and _is_none_test(n.test, change.attr):
+            return True
+    return False
+
+
+def _is_none_test(test, attr: str) -> bool:
+    tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]
+    return any(isinstance(x, ast.Compare) and len(x.ops) == 1 and isinstance(x.ops[0], ast.Is)
+               and isinstance(x.left, ast.Attribute) and x.left.attr == attr
+               and isinstance(x.comparators[0], ast.Constant) and x.comparators[0].value is None for x in tests)

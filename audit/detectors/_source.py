@@ -332,7 +332,8 @@ def builds_on_device(filename: str, line: int) -> bool:
 
 
 HOST_FACTORIES = ("ones", "zeros", "empty", "full", "arange", "rand", "randn", "randint", "linspace", "eye",
-                  "randperm", "scalar_tensor")
+                  "randperm", "scalar_tensor", "logspace", "range", "empty_strided", "triu_indices", "tril_indices",
+                  "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window")
 
 
 def factory_on_host(filename: str, line: int) -> bool:

@@ -112,6 +112,17 @@ def _parted_inside(a, b):
     return None
 
 
+def _next_instance(ctx, p, x):
+    """The extra ops `x` run the same lines as the anchor `p` on another module instance (a cross network's
+    `for layer in self.layers[: self.depth]: x = layer(x0, x)` running one more layer): the call of the
+    module is another iteration of the caller's loop, whose trip count (or a guard in it) decided."""
+    if p is None or p.module == x.module or not _same_path(p, x):
+        return None
+    fr = _module_call_frame(ctx, p, x)
+    line = _source.decider(fr[0].co_filename, fr[1], fr[1]) if fr else None
+    return _at(fr[0], line) if line else None
+
+
 def locate(ctx, p, a, b, q=None, nxt=None):
     """(file, line, function) of the statement where two executions part ways.
 
@@ -120,6 +131,8 @@ def locate(ctx, p, a, b, q=None, nxt=None):
     if (found := _parted_before(p, q)):
         return found
     if (a is None) != (b is None) and (found := _skipped_in_loop(a or b, nxt)):
+        return found
+    if (a is None) != (b is None) and (found := _next_instance(ctx, p, a or b)):
         return found
     if a is not None and b is not None and (found := _parted_inside(a, b)):
         return found

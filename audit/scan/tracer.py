@@ -29,7 +29,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import class_state, compiled_frames, cpu_cuda, hooks, hops, loaded, module_hooks, state, threads, wrappers
+from audit.scan import (class_state, compiled_frames, cpu_cuda, hooks, hops, layouts, loaded, module_hooks, state, threads,
+                        wrappers)
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -145,11 +146,8 @@ class Tracer:
         if self.cuda and t.device.type == "cpu":
             with contextlib.suppress(Exception):
                 pinned = t.is_pinned()
-        try:
-            stride = t.stride()
-        except RuntimeError:  # sparse CSR/CSC/BSR tensors have no strides
-            stride = ()
-        return _tuple_new(TensorMeta, (t.shape, stride, t.dtype, t.device, ptr, sid, t._cdata, pinned))
+        shape, stride = layouts.shape_stride(t)  # nested and sparse CSR tensors lack sizes or strides
+        return _tuple_new(TensorMeta, (shape, stride, t.dtype, t.device, ptr, sid, t._cdata, pinned))
 
     # ------------------------------------------------------------ recording
     def record_op(self, func, args, kwargs, out, failed: bool = False) -> None:

@@ -1,0 +1,37 @@
+"""The shape and strides the tracer records for a tensor of any layout (its `TensorMeta`).
+
+A strided-layout nested tensor (`torch.nested.nested_tensor(list(values.split(lens)))`, a jagged batch
+padded with `to_padded_tensor`) has no sizes: `t.shape` raises ("NestedTensorImpl doesn't support
+sizes"), and `t.stride()` raises on it as on sparse CSR/CSC/BSR tensors. Recording an op on one must not
+stop the target's step, so each ragged dimension is recorded as -1 and missing strides as (). A jagged-layout
+one (`torch.nested.nested_tensor_from_jagged(values, offsets)`) has sizes, but its ragged dimension is a
+symbolic "nested int", a new one for each offsets tensor: not a launch size, and no shape that changes
+between steps, so it is recorded as -1 too.
+"""
+
+__all__ = ["shape_stride"]
+
+
+def _size(t, d: int) -> int:
+    try:
+        return t.size(d)
+    except RuntimeError:  # a ragged dimension of a nested tensor
+        return -1
+
+
+def shape_stride(t) -> tuple:
+    """(shape, stride) of `t`; never raises for a tensor whose layout lacks one of them."""
+    try:
+        shape = t.shape
+    except RuntimeError:
+        shape = tuple(_size(t, d) for d in range(t.dim()))
+    else:
+        if not all(type(n) is int for n in shape):  # a jagged-layout nested tensor: its ragged dim is a SymInt
+            shape = tuple(n if type(n) is int else -1 for n in shape)
+    try:
+        stride = t.stride()
+    except RuntimeError:
+        stride = ()
+    if not all(type(n) is int for n in stride):
+        stride = tuple(n if type(n) is int else -1 for n in stride)
+    return shape, stride

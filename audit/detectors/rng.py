@@ -73,13 +73,18 @@ def random_ops(ctx):
     return out
 
 
+# CUDAGeneratorImpl::set_current_seed under capture: a seed other than the generator's raises; the same seed
+# is a no-op that leaves the philox offset alone, so eager repeats its numbers each step and a replay does not
+_UNDER_CAPTURE = ("on a CUDA generator, capture raises for a seed other than the generator's, and the same seed is "
+                  "a no-op there (the offset is not reset): eager repeats its numbers each step, a replay moves on")
+
+
 @register("rng")
 def reseeding(ctx):
     """torch.manual_seed / set_rng_state inside the step: capture raises on a CUDA generator, and a
     replay would keep the numbers of the captured seed."""
     return [ctx.finding("rng", g[0], op, len(g) / ctx.n_steps,
-                        f"`{op}()` reseeds a generator inside the step: capture raises ('Cannot call "
-                        "CUDAGeneratorImpl::set_current_seed'), and a replay would not reseed",
+                        f"`{op}()` reseeds a generator inside the step: {_UNDER_CAPTURE}",
                         severity="blocks-capture",
                         fix="Seed once outside the step; per-request randomness: a generator per request, "
                             "registered with the graph, or noise drawn in prepare() into a static buffer.")
@@ -132,8 +137,7 @@ def generator_reseeding(ctx):
                 if _reseeds(node):
                     out.append(ctx.finding(
                         "rng", (file, node.lineno, fn), f"Generator.{node.func.attr}", 1.0,
-                        f"`{ast.unparse(node.func)}()` reseeds a generator inside the step: capture raises on a CUDA "
-                        "generator ('Cannot call CUDAGeneratorImpl::set_current_seed'), and a replay would not reseed",
+                        f"`{ast.unparse(node.func)}()` reseeds a generator inside the step: {_UNDER_CAPTURE}",
                         severity="blocks-capture", caller=ctx.caller_into(via[(file, fn, first)], file, fn),
                         fix="Seed the generator once outside the step (prepare() or request setup) and register "
                             "it with the graph, or draw the per-step noise in prepare() into a static buffer."))

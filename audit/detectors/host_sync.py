@@ -309,7 +309,18 @@ def host_reads(ctx):
         if guard:  # eager decode waits here, a capture never reaches it
             sev, msg = "info", f"{msg}; skipped while a graph is captured (`{guard}`): an eager-only stall"
         out.append(ctx.finding("host-sync", r, op, len(group) / ctx.n_steps, msg, fix=fix, severity=sev))
-    return out
+    return _one_per_line(out)
+
+
+def _one_per_line(found: list) -> list:
+    """A line's host reads as one finding: formatting a tensor (`f"{t}"`, `print(t)`) runs `__bool__`, `.item()`
+    and `.tolist()` inside torch for the one line the user wrote; the first read names the others."""
+    first: dict = {}
+    for f in found:
+        g = first.setdefault((f.file, f.line, f.severity), f)
+        if g is not f:
+            g.message += f"{'; the same line also calls ' if '; the same line' not in g.message else ', '}`{f.op}`"
+    return list(first.values())
 
 
 def _syncing_op(recs: list, i: int) -> str:

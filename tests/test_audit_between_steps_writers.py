@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, matmul_target, table, write_target
+from site_util import blocking, library_hit, library_target, table
 
 LIB = """
 import torch
@@ -55,14 +55,9 @@ HOW = {"direct": "self._advance()", "helper": "self._bump()", "property": "_ = s
 def test_only_the_writer_the_step_reaches(tmp_path, monkeypatch, how, loop_sets):
     setter = random.choice(["set_step", "set_timesteps", "set_begin_index"])
     src = LIB.format(setter=setter, advance=random.choice(ADVANCE), how=HOW[how])
-    mod, lib = install_library(tmp_path, monkeypatch, src, "sched_lib")
-    tpl = matmul_target(imports=f"from {mod} import Scheduler", init="        self.s = Scheduler(64)",
-                        prepare=f"        self.s.{setter}(i)" if loop_sets else "",
-                        step="""        y = self.s.step(self.x @ self.w)  # SITE
-        self.out.copy_(y)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "sched_target.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8, 16]))
+    mod, lib, path, site = library_target(tmp_path, monkeypatch, src, "sched_lib", "Scheduler",
+                                          "self.s.step(self.x @ self.w)", init="        self.s = Scheduler(64)",
+                                          prepare=f"        self.s.{setter}(i)" if loop_sets else "")
     bad = blocking(path, forget=mod)
     library_hit(bad, "cpu-side-effect", lib, path, site)
     side = bad[bad.category == "cpu-side-effect"]

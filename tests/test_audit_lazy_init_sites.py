@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, matmul_target, table, write_target
+from site_util import blocking, library_hit, library_target, table
 
 LIB = """
 import itertools
@@ -44,13 +44,8 @@ TESTS = ["self.{attr} is None", "self.{attr} is None or self.other < 0"]
 def test_the_advance_not_the_lazy_setup(tmp_path, monkeypatch, make):
     attr = random.choice(["noise_iter", "_it", "counter"])
     src = LIB.replace("{test}", random.choice(TESTS)).replace("{make}", make).replace("{attr}", attr)
-    mod, lib = install_library(tmp_path, monkeypatch, src, "lazy_lib")
-    tpl = matmul_target(imports=f"from {mod} import Noise", init="        self.nz = Noise()",
-                        step="""        y = self.nz.draw(self.x @ self.w)  # SITE
-        self.out.copy_(y)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "lazy_target.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8, 16]))
+    mod, lib, path, site = library_target(tmp_path, monkeypatch, src, "lazy_lib", "Noise",
+                                          "self.nz.draw(self.x @ self.w)", init="        self.nz = Noise()")
     bad = blocking(path, forget=mod)
     library_hit(bad, "cpu-side-effect", lib, path, site)
     assert len(bad[bad.category == "cpu-side-effect"]) == 1, table(bad)

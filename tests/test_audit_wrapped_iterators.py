@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, matmul_target, write_target
+from site_util import blocking, library_hit, library_target
 
 LIB = """
 class Walker:
@@ -37,12 +37,7 @@ MAKES = {
 @pytest.mark.parametrize("kind", sorted(MAKES))
 def test_an_advanced_wrapping_iterator(tmp_path, monkeypatch, kind):
     attr = random.choice(["pairs", "_walk", "schedule_iter"])
-    mod, lib = install_library(tmp_path, monkeypatch, LIB.replace("{make}", MAKES[kind]).replace("{attr}", attr),
-                               "walk_lib")
-    tpl = matmul_target(imports=f"from {mod} import Walker", init="        self.wk = Walker(64)",
-                        step="""        y = self.wk.step(self.x @ self.w)  # SITE
-        self.out.copy_(y)
-        return self.out""")
-    path, site = write_target(tmp_path / "target" / "walk_target.py", tpl, seed=random.randrange(2**31),
-                              d=random.choice([4, 8, 16]))
+    mod, lib, path, site = library_target(
+        tmp_path, monkeypatch, LIB.replace("{make}", MAKES[kind]).replace("{attr}", attr), "walk_lib", "Walker",
+        "self.wk.step(self.x @ self.w)", init="        self.wk = Walker(64)")
     library_hit(blocking(path, forget=mod), "cpu-side-effect", lib, path, site)

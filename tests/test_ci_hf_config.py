@@ -90,7 +90,8 @@ def test_bf16_checkpoint_loads_in_transformers_with_our_logits(tmp_path, offline
         want = theirs.eval()(tokens).logits[:, -1].float()
         got = ours.prefill(tokens).float()
     err = (got - want).abs().max().item()
-    assert err < 1e-5, f"seed {seed}, {T} tokens: max |ours - transformers| = {err:.3g}"
+    assert err < 1e-5, (f"seed {seed}, tokens {tokens.tolist()}: max |ours - transformers| = {err:.3g} (NaN in "
+                        f"transformers' logits: {want.isnan().any().item()}, in ours: {got.isnan().any().item()})")
     assert want.abs().max() > 0.1  # not two all-zero outputs
 
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
-import dsv4
 from cli import app
 from dsv4.config import ModelConfig, preset
 from dsv4.errors import DSV4Error
 
 transformers = pytest.importorskip("transformers")
-from transformers import DeepseekV4Config, DeepseekV4ForCausalLM  # noqa: E402
+from transformers import DeepseekV4Config  # noqa: E402
 
 # DeepseekV4Config fields a config.json need not carry, and why
 NOT_WRITTEN = {
@@ -77,22 +77,19 @@ def test_config_json_is_complete_for_transformers(fmt, tmp_path, offline):
 
 
 def test_bf16_checkpoint_loads_in_transformers_with_our_logits(tmp_path, offline):
+    """In a fresh interpreter (tests/hf_logits_check.py): in a full run, a test worker that had run many other
+    tests once gave logits that differed by 0.39 and once NaN, which neither model does in a process of its own."""
     seed = int.from_bytes(os.urandom(2), "little")
     ckpt = _make(tmp_path, "bf16", seed)
-    theirs, info = DeepseekV4ForCausalLM.from_pretrained(ckpt, dtype=torch.float32, local_files_only=True,
-                                                         output_loading_info=True)
-    assert not any(info.values()), info  # no missing, unexpected or mismatched tensors
-    ours = dsv4.load(str(ckpt), device="cpu", dtype="float32")
-    rnd = random.Random(seed)
-    T = rnd.randint(3, 40)  # past the tiny sliding window (16) and the ratio-4 compressor's blocks
-    tokens = torch.randint(0, ours.cfg.vocab_size, (1, T))
-    with torch.no_grad():
-        want = theirs.eval()(tokens).logits[:, -1].float()
-        got = ours.prefill(tokens).float()
-    err = (got - want).abs().max().item()
-    assert err < 1e-5, (f"seed {seed}, tokens {tokens.tolist()}: max |ours - transformers| = {err:.3g} (NaN in "
-                        f"transformers' logits: {want.isnan().any().item()}, in ours: {got.isnan().any().item()})")
-    assert want.abs().max() > 0.1  # not two all-zero outputs
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, str(root / "tests" / "hf_logits_check.py"), str(ckpt), str(seed)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert not any(out["loading"].values()), out["loading"]  # no missing, unexpected or mismatched tensors
+    assert out["err"] < 1e-5, f"seed {seed}: {out}"
+    assert out["want_max"] > 0.1  # not two all-zero outputs
 
 
 @pytest.mark.parametrize("key, value", [("attention_bias", True), ("hidden_act", "gelu"), ("norm_topk_prob", False),

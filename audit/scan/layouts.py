@@ -20,7 +20,13 @@ def _size(t, d: int) -> int:
 
 
 def shape_stride(t) -> tuple:
-    """(shape, stride) of `t`; never raises for a tensor whose layout lacks one of them."""
+    """(shape, stride) of `t`; never raises for a tensor whose layout lacks one of them. Called for every
+    tensor of every traced op: a plain tensor returns at once, only a nested one is walked."""
+    if not t.is_nested:
+        try:
+            return t.shape, t.stride()
+        except RuntimeError:  # sparse CSR/CSC/BSR tensors have no strides
+            return t.shape, ()
     try:
         shape = t.shape
     except RuntimeError:

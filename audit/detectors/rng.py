@@ -13,6 +13,7 @@ import ast
 import torch
 
 from audit.detectors import register
+from audit.scan.seed_hooks import BY_VALUE
 
 _SEEDED = torch.Tag.nondeterministic_seeded
 
@@ -77,19 +78,37 @@ def random_ops(ctx):
 # is a no-op that leaves the philox offset alone, so eager repeats its numbers each step and a replay does not
 _UNDER_CAPTURE = ("on a CUDA generator, capture raises for a seed other than the generator's, and the same seed is "
                   "a no-op there (the offset is not reset): eager repeats its numbers each step, a replay moves on")
+_SEED_FIX = ("Seed once outside the step; per-request randomness: a generator per request, registered with the "
+             "graph, or noise drawn in prepare() into a static buffer.")
+
+
+def _one_seed(records) -> str | None:
+    """The seed, when every reseed of the steps set the default generator to one and the same value (then
+    capture passes, each reseed a no-op); None when any passed another value, or one of unknown value."""
+    notes = {r.note if r.op in BY_VALUE else "" for r in records}
+    return notes.pop().removeprefix("seed=") if len(notes) == 1 and "" not in notes else None
 
 
 @register("rng")
 def reseeding(ctx):
-    """torch.manual_seed / set_rng_state inside the step: capture raises on a CUDA generator, and a
-    replay would keep the numbers of the captured seed."""
-    return [ctx.finding("rng", g[0], op, len(g) / ctx.n_steps,
-                        f"`{op}()` reseeds a generator inside the step: {_UNDER_CAPTURE}",
-                        severity="blocks-capture",
-                        fix="Seed once outside the step; per-request randomness: a generator per request, "
-                            "registered with the graph, or noise drawn in prepare() into a static buffer.")
-            for (_, _, op), g in ctx.per_site(ctx.all_records(("seed",))).items()]
-
+    """torch.manual_seed / set_rng_state inside the step. Judged by the values the steps passed: the
+    same seed every time passes capture and makes a replay draw other numbers than eager (silent);
+    anything else raises during capture."""
+    records = list(ctx.all_records(("seed",)))
+    same = _one_seed(records)
+    out = []
+    for (_, _, op), g in ctx.per_site(records).items():
+        if same is not None:
+            out.append(ctx.finding(
+                "rng", g[0], op, len(g) / ctx.n_steps,
+                f"`{op}({same})` reseeds the default generator with the same seed every step: on a CUDA generator "
+                "that is a no-op under capture (the philox offset is not reset), so eager draws the same numbers "
+                "each step and each replay draws new ones", severity="silent-corruption", fix=_SEED_FIX))
+        else:
+            out.append(ctx.finding("rng", g[0], op, len(g) / ctx.n_steps,
+                                   f"`{op}()` reseeds a generator inside the step: {_UNDER_CAPTURE}",
+                                   severity="blocks-capture", fix=_SEED_FIX))
+    return out
 
 
 _TORCH_SEEDERS = ("torch", "torch.cuda", "torch.random")  # reseeding through these is hooked (`reseeding`)

@@ -27,7 +27,7 @@ import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
-from audit.scan import cpu_cuda, dist_hooks, hook_registry, hops, settings_hooks, stream_hooks, type_hooks
+from audit.scan import cpu_cuda, dist_hooks, hook_registry, hops, seed_hooks, settings_hooks, stream_hooks, type_hooks
 
 __all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
            "sync_debug_off", "sync_debug_warn", "unaudited"]
@@ -163,11 +163,11 @@ def _zero_copy_wrapper(orig):
     return wrapper
 
 
-def _sync_wrapper(label: str, orig, kind: str = "sync"):
+def _sync_wrapper(label: str, orig, kind: str = "sync", note=None):
     def wrapper(*args, **kwargs):
         tr = _ACTIVE
         if tr is not None and tr._step >= 0 and not tr.host_depth:
-            tr.record_event(kind, label)
+            tr.record_event(kind, label, note=note(*args, **kwargs) if note else "")
             tr.host_depth += 1
             try:
                 return orig(*args, **kwargs)
@@ -178,17 +178,6 @@ def _sync_wrapper(label: str, orig, kind: str = "sync"):
     wrapper.__name__ = getattr(orig, "__name__", label)
     wrapper.__wrapped__ = orig
     return wrapper
-
-
-# Reseeding in the step: a CUDA generator refuses it while capturing ("Cannot call
-# CUDAGeneratorImpl::set_current_seed"), and a replay would not reseed anyway.
-_SEEDERS = [(torch, "manual_seed", "torch.manual_seed"), (torch.random, "manual_seed", "torch.manual_seed"),
-            (torch, "set_rng_state", "torch.set_rng_state"), (torch.random, "set_rng_state", "torch.set_rng_state"),
-            (torch.cuda, "manual_seed", "torch.cuda.manual_seed"),
-            (torch.cuda, "manual_seed_all", "torch.cuda.manual_seed_all"),
-            (torch.cuda, "set_rng_state", "torch.cuda.set_rng_state"),
-            (torch.cuda, "set_rng_state_all", "torch.cuda.set_rng_state_all"),
-            (torch.cuda, "seed", "torch.cuda.seed"), (torch.cuda, "seed_all", "torch.cuda.seed_all")]
 
 
 def _sync_targets(cuda: bool):
@@ -264,8 +253,9 @@ def active(tracer):
                 orig = getattr(owner, name)
                 stack.enter_context(patched(owner, name, _zero_copy_wrapper(orig)))
                 originals.setdefault(id(orig), (orig, getattr(owner, name)))
-        for owner, name, label in _SEEDERS:
-            stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name), kind="seed")))
+        for owner, name, label in seed_hooks.SEEDERS:  # reseeding in the step, with the seed passed
+            stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name), "seed",
+                                                                   seed_hooks.seed_note(label))))
         have_cuda = torch.cuda.is_available()
         for owner, name, label in (*_sync_targets(have_cuda), *dist_hooks.waits()):  # dist: barrier, *_object
             orig = getattr(owner, name)

@@ -1,0 +1,151 @@
+"""The host clock read in the step, its value reaching the device or a branch around device work.
+
+`is_done = time.time() - self.start > self.max_time` feeding `torch.full(..., is_done)` (a time limit on
+generation), a deadline that skips a draft step, a temperature annealed by wall time: eager reads the clock
+every step, a replay never does, so the value seen at capture is used forever. Within one scan the value
+rarely changes what runs (a time limit seldom expires in six steps), so the value-diffing rules cannot see
+it; this rule reads the source of the functions that ran, follows the clock's value through local names,
+and reports the read when the value is used by a statement on a line that issued ops, or in the test of a
+branch whose body issued ops. A clock read kept for logging or metrics is not a finding (replay skips it, nothing
+on the device depends on it).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+
+from audit.detectors import _source, register
+
+_TIME = {"time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns", "process_time"}
+_DATETIME = {"now", "utcnow", "today"}
+_FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _clock_names(tree) -> tuple[set, set]:
+    """(names bound to the time / datetime modules or classes, names bound to clock functions themselves)."""
+    mods, funcs = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods |= {a.asname or a.name for a in node.names if a.name in ("time", "datetime")}
+        elif isinstance(node, ast.ImportFrom) and node.module == "time":
+            funcs |= {a.asname or a.name for a in node.names if a.name in _TIME}
+        elif isinstance(node, ast.ImportFrom) and node.module == "datetime":
+            mods |= {a.asname or a.name for a in node.names if a.name == "datetime"}
+    return mods, funcs
+
+
+def _is_clock(node, mods: set, funcs: set) -> bool:
+    """`time.time()`, `perf_counter()`, `datetime.now()`, `datetime.datetime.now()` (by the file's imports)."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    if isinstance(f, ast.Name):
+        return f.id in funcs
+    if not isinstance(f, ast.Attribute) or f.attr not in _TIME | _DATETIME:
+        return False
+    root = f.value
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    return isinstance(root, ast.Name) and root.id in mods
+
+
+def _origin(expr, tainted: dict, mods: set, funcs: set) -> int | None:
+    """The line of the clock read `expr` carries (directly, or through a tainted local name), else None."""
+    for n in ast.walk(expr):
+        if _is_clock(n, mods, funcs):
+            return n.lineno
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in tainted:
+            return tainted[n.id]
+    return None
+
+
+def _taint(func, mods: set, funcs: set) -> dict[str, int]:
+    """Local name -> the clock read line its value comes from (assignments followed to a fixed point)."""
+    tainted: dict[str, int] = {}
+    for _ in range(4):
+        before = len(tainted)
+        for n in ast.walk(func):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
+                line = _origin(n.value, tainted, mods, funcs)
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                for t in targets if line is not None else ():
+                    for name in ast.walk(t):
+                        if isinstance(name, ast.Name):
+                            tainted.setdefault(name.id, line)
+        if len(tainted) == before:
+            break
+    return tainted
+
+
+_COMPOUND = (ast.If, ast.While, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
+             ast.AsyncFunctionDef, ast.ClassDef, ast.Match)
+
+
+def _sinks(func, issued: set, mods: set, funcs: set) -> list[tuple[int, str]]:
+    """(clock line, kind) per use: "value" when it is read by a statement on a line that issued ops, "branch"
+    when it is the test of an if / while whose body issued ops."""
+    tainted, out = _taint(func, mods, funcs), []
+
+    def ran(nodes) -> bool:
+        return any(b.lineno <= ln <= (b.end_lineno or b.lineno) for b in nodes for ln in issued)
+
+    for n in ast.walk(func):
+        if isinstance(n, ast.stmt) and not isinstance(n, _COMPOUND) and ran([n]):
+            if (line := _origin(n, tainted, mods, funcs)) is not None:
+                out.append((line, "value"))
+        elif isinstance(n, (ast.If, ast.While)) and ran([*n.body, *n.orelse]):
+            if (line := _origin(n.test, tainted, mods, funcs)) is not None:
+                out.append((line, "branch"))
+    return out
+
+
+def _function(code):
+    t = _source.tree(code.co_filename)
+    for f in (() if t is None else ast.walk(t)):
+        if isinstance(f, _FUNC) and f.name == code.co_name and \
+                min([f.lineno] + [d.lineno for d in f.decorator_list]) == code.co_firstlineno:
+            return t, f
+    return t, None
+
+
+_WHY = {"value": ("baked-host-value", "reaches the device", "Pass the value in through a device tensor that "
+                  "prepare() fills each step (a deadline flag, a step count), or check the clock outside the step."),
+        "branch": ("data-dependent-control", "decides a branch around device work",
+                   "Decide outside the step (prepare() or the serving loop) and pass the result in as a device "
+                   "flag applied with torch.where, or capture one graph per branch.")}
+
+
+def _found(ctx, which: str) -> list:
+    issued, via = defaultdict(set), {}  # code -> lines of it that issued ops; code -> a record through it
+    for recs in ctx.steps:
+        for r in recs:
+            for code, line in r.stack:
+                issued[code].add(line)
+                via.setdefault(code, r)
+    found = {}
+    for code, lines in issued.items():
+        t, func = _function(code)
+        mods, funcs = _clock_names(t) if func is not None else (set(), set())
+        for line, kind in _sinks(func, lines, mods, funcs) if mods or funcs else ():
+            if kind == which:
+                found.setdefault((code.co_filename, line), code)
+    cat, what, fix = _WHY[which]
+    return [ctx.finding(cat, (file, line, code.co_name), "host clock", 1.0,
+                        f"the host clock is read in the step and its value {what}: a replay never reads it again, "
+                        "so the value seen at capture is used forever (a time limit never expires, a deadline "
+                        "never passes)", severity="silent-corruption", fix=fix,
+                        caller=ctx.caller_into(via[code], file, code.co_name))
+            for (file, line), code in sorted(found.items(), key=lambda kv: kv[0])]
+
+
+@register("baked-host-value")
+def host_clock_values(ctx):
+    """A host clock read whose value reaches a call that issued ops (`torch.full(..., elapsed > limit)`)."""
+    return _found(ctx, "value")
+
+
+@register("data-dependent-control")
+def host_clock_branches(ctx):
+    """A host clock read deciding a branch around device work (`if time.time() > deadline: skip the draft`)."""
+    return _found(ctx, "branch")

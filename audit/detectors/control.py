@@ -123,6 +123,29 @@ def _next_instance(ctx, p, x):
     return _at(fr[0], line) if line else None
 
 
+def _reentered(p, x):
+    """The extra ops `x` begin another call of the function the anchor `p` ended in (a draft loop
+    `for _ in range(self.k): logits, tok = self._one(tok)` running one more iteration): where the two
+    part, x is at or before p's line in the same function and no loop of that function holds both,
+    so the function was called again, and the loop of the caller (or a guard in it) decided; callers
+    that sit at the same line in both are walked outwards. (file, line, function) or None."""
+    if p is None:
+        return None
+    for d, ((cp, lp), (cx, lx)) in enumerate(zip(p.stack, x.stack)):
+        if cp is not cx:
+            return None
+        last = d == len(p.stack) - 1 or d == len(x.stack) - 1
+        if lp == lx and not last:
+            continue
+        if lx > lp or _source.decider(cx.co_filename, lp, lx):
+            return None  # forward in the same call, or a loop inside the function: not a new call
+        for code, line in reversed(x.stack[:d]):
+            if (found := _source.decider(code.co_filename, line, line)):
+                return _at(code, found)
+        return None
+    return None
+
+
 def locate(ctx, p, a, b, q=None, nxt=None):
     """(file, line, function) of the statement where two executions part ways.
 
@@ -142,6 +165,8 @@ def locate(ctx, p, a, b, q=None, nxt=None):
                 return found
     if a is None or b is None:
         x = a or b
+        if (found := _reentered(p, x)):
+            return found
         code, line = x.stack[-1]
         branch = _source.innermost_branch(code.co_filename, line)
         if branch is None and p is not None:  # the other side ran nothing more: it left a function early

@@ -136,3 +136,32 @@ def test_a_counter_held_deeper_or_on_the_class_has_the_targets_call_as_caller(tm
     init, call = HELD[random.choice(sorted(HELD))]
     _caller_is_the_targets_call(tmp_path, monkeypatch, DRIVER_LIB, "driver", "from {mod} import Driver, MaxLength",
                                 init, call)
+
+
+PARTIAL_LIB = """
+def count_calls(state, h):
+    state["n"] += 1  # LIBSITE
+    return h
+
+
+def count_calls_kw(h, state=None):
+    state.append(1)  # LIBSITE
+    return h
+"""
+
+PARTIALS = {  # a partial kept in an attribute itself and called through it, its frozen argument changed
+    "positional": ("self.proc = functools.partial(count_calls, dict(n=0))", "h = self.proc(h)  # SITE"),
+    "keyword": ("self.proc = functools.partial(count_calls_kw, state=[])", "h = self.proc(h)  # SITE"),
+    "alias": ("self.proc = functools.partial(count_calls, dict(n=0))", "p = self.proc\n        h = p(h)  # SITE"),
+}
+
+
+def test_a_partial_kept_in_an_attribute_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    """The partial runs no torch op and is no element of a container: without its attribute's call read as the
+    call of the partial, the finding named the library line as its own caller."""
+    init, call = PARTIALS[random.choice(sorted(PARTIALS))]
+    src = PARTIAL_LIB if "kw" in init else PARTIAL_LIB.replace("state.append(1)  # LIBSITE", "state.append(1)")
+    if "kw" in init:
+        src = src.replace('state["n"] += 1  # LIBSITE', 'state["n"] += 1')
+    _caller_is_the_targets_call(tmp_path, monkeypatch, src, "partial",
+                                "import functools\nfrom {mod} import count_calls, count_calls_kw", init, call)

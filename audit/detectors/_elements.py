@@ -29,6 +29,7 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
     names (`criteria.0`, `procs.temp.__self__`), or of a closure (`<closure make_proc.<locals>.proc>`) kept
     in an attribute or a container of the target, functions that ran in the step first; None when there
     is no such line."""
+    obj = None
     if owner.startswith("<closure "):
         held = {id(fn) for fn in closure_functions(ctx, owner)}
         site_fn = "__call__"
@@ -42,8 +43,10 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
         paths = [[site_attr.split(".")[0]]] if held else []
     else:
         paths = [owner.split(".")] + [p for p in (_paths_to(ctx.target, held) if held else []) if p != owner.split(".")]
+    # a partial kept in an attribute (`self.proc = partial(count_calls, {"n": 0})`) is called as `self.proc(h)`
+    called_itself = owner.startswith(("<closure ", "<class ")) or isinstance(obj, functools.partial)
     for parts in paths:
-        if len(parts) == 1 and owner.startswith(("<closure ", "<class ")):  # an attribute itself: `self.proc(h)`
+        if len(parts) == 1 and called_itself:  # an attribute itself: `self.proc(h)`
             hits = [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
                     for line, fn in implicit_uses(f, parts[0], "__call__")]
             hits = hits or [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)

@@ -89,3 +89,74 @@ def test_a_loop_calling_a_helper_whose_trip_count_is_host_data(tmp_path, monkeyp
                               v=random.choice([16, 32]), d=random.choice([4, 8]), k=k)
     bad = blocking(path, forget=mod)
     clean_or_hit(bad, kind, "data-dependent-control", lib, path, site)
+
+
+PROC_LIB = """
+import torch
+
+class Scale:
+    enabled = True
+
+    def __call__(self, x):
+        return x * 0.5 + 1.0
+
+class Shift:
+    enabled = True
+
+    def __call__(self, x):
+        y = torch.tanh(x)
+        return y - 0.25
+
+class Procs(list):
+    def __call__(self, x):
+        x = (x * 1.0 + 0.0).clamp(-9.0, 9.0)  # more ops before the loop than after it
+{loop}
+        return x
+"""
+
+PROC_LOOPS = {"filtered": ("        active = [p for p in self if p.enabled]\n"
+                           "        for proc in active:  # LIBSITE\n"
+                           "            x = proc(x)"),
+              "filter builtin": ("        for proc in filter(lambda p: p.enabled, self):  # LIBSITE\n"
+                                 "            x = proc(x)")}
+
+PROC_TARGET = """
+import torch
+from {mod} import Procs, Scale, Shift
+
+class Target:
+    def __init__(self, device):
+        torch.manual_seed({seed})
+        self.procs = Procs([Scale(), {procs}])
+        self.x = torch.zeros(2, {d})
+        self.out = torch.zeros(2, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(2, {d}))
+        {flag}
+
+    @torch.no_grad()
+    def step(self):
+        y = self.procs(self.x)  # SITE
+        self.out.copy_(y)
+        return self.out
+
+def make(device):
+    return Target(device)
+"""
+
+
+@pytest.mark.parametrize("loop", sorted(PROC_LOOPS))
+@pytest.mark.parametrize("kind", ["varies", "clean"])
+def test_a_processor_loop_over_a_list_filtered_per_request(tmp_path, monkeypatch, loop, kind):
+    """The skipped processor's ops begin a call of another function from the loop's body line (the last
+    shared op ended in the processor before it): the loop is named, not the skipped processor's first line."""
+    mod, lib = install_library(tmp_path, monkeypatch, PROC_LIB.replace("{loop}", PROC_LOOPS[loop]), prefix="procs")
+    n = random.randint(1, 3)
+    procs = ", ".join(["Shift()", "Scale()"] * n)  # each Shift follows a Scale: the skipped call is of another function
+    k = 2 * random.randint(0, n - 1) + 1
+    flag = f"self.procs[{k}].enabled = i % 2 == 0" if kind == "varies" else f"self.procs[{k}].enabled = False"
+    path, site = write_target(tmp_path / "target" / "procs_t.py", PROC_TARGET, mod=mod, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]), procs=procs, flag=flag)
+    bad = blocking(path, forget=mod)
+    clean_or_hit(bad, kind, "data-dependent-control", lib, path, site)

@@ -124,25 +124,29 @@ def _next_instance(ctx, p, x):
 
 
 def _reentered(p, x):
-    """The extra ops `x` begin another call of the function the anchor `p` ended in (a draft loop
-    `for _ in range(self.k): logits, tok = self._one(tok)` running one more iteration): where the two
-    part, x is at or before p's line in the same function and no loop of that function holds both,
-    so the function was called again, and the loop of the caller (or a guard in it) decided; callers
-    that sit at the same line in both are walked outwards. (file, line, function) or None."""
+    """The extra ops `x` begin another call made from the line the anchor `p`'s call came from: of the
+    function p ended in (a draft loop `for _ in range(self.k): logits, tok = self._one(tok)` running one
+    more iteration; where the two part, x is at or before p's line in that function and no loop of it
+    holds both), or of another function (a processor loop `for proc in active: logits = proc(ids, logits)`
+    over a list filtered per request). The loop of the caller (or a guard in it) decided; callers that
+    sit at the same line in both are walked outwards. (file, line, function) or None."""
     if p is None:
         return None
+    depth = None
     for d, ((cp, lp), (cx, lx)) in enumerate(zip(p.stack, x.stack)):
         if cp is not cx:
-            return None
+            depth = d  # another function called from the same caller line
+            break
         last = d == len(p.stack) - 1 or d == len(x.stack) - 1
         if lp == lx and not last:
             continue
         if lx > lp or _source.decider(cx.co_filename, lp, lx):
             return None  # forward in the same call, or a loop inside the function: not a new call
-        for code, line in reversed(x.stack[:d]):
-            if (found := _source.decider(code.co_filename, line, line)):
-                return _at(code, found)
-        return None
+        depth = d
+        break
+    for code, line in reversed(x.stack[:depth or 0]):
+        if (found := _source.decider(code.co_filename, line, line)):
+            return _at(code, found)
     return None
 
 

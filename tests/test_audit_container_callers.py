@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from site_util import blocking, install_library, library_hit, module_target, write_target
 
 LIB = """
@@ -165,3 +167,61 @@ def test_a_partial_kept_in_an_attribute_has_the_targets_call_as_caller(tmp_path,
         src = src.replace('state["n"] += 1  # LIBSITE', 'state["n"] += 1')
     _caller_is_the_targets_call(tmp_path, monkeypatch, src, "partial",
                                 "import functools\nfrom {mod} import count_calls, count_calls_kw", init, call)
+
+
+HELD_BY_LIB = """
+import torch
+
+
+def count_calls(state, h):
+    state["n"] += 1  # LIBSITE
+    return h
+
+
+def make_counter():
+    n = 0
+
+    def count(h):
+        nonlocal n
+        n += 1  # LIBSITE
+        return h
+
+    return count
+
+
+class Layer:
+    def __init__(self, post=None, hooks=None):
+        self.post = post
+        self.hooks = dict(hooks or {})
+
+    def __call__(self, h):
+        h = torch.tanh(h) * 0.5
+        if self.post is not None:
+            h = self.post(h)
+        return h
+
+    def run_hooks(self, h):
+        h = h + 1.0
+        for name in self.hooks:
+            h = self.hooks[name](h)
+        return h
+"""
+
+HELD_BY_LIB_FORMS = {  # the callable kept by a library object the target holds, called there through its attribute
+    "partial": ("self.layer = Layer(post=functools.partial(count_calls, dict(n=0)))", "h = self.layer(h)  # SITE"),
+    "closure": ("self.layer = Layer(post=make_counter())", "h = self.layer(h)  # SITE"),
+    "partial in a dict": ("self.layer = Layer(hooks=dict(count=functools.partial(count_calls, dict(n=0))))",
+                          "h = self.layer.run_hooks(h)  # SITE"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(HELD_BY_LIB_FORMS))
+def test_a_counting_callable_held_by_a_library_object_has_the_targets_call_as_caller(tmp_path, monkeypatch, form):
+    """The library method that ran ops calls the partial or closure through the attribute holding it
+    (`self.post(h)`), not by its function's name: without that name the library line was its own caller."""
+    init, call = HELD_BY_LIB_FORMS[form]
+    src = HELD_BY_LIB
+    drop = '        n += 1  # LIBSITE' if "partial" in form else '    state["n"] += 1  # LIBSITE'
+    src = src.replace(drop, drop.replace("  # LIBSITE", ""))
+    _caller_is_the_targets_call(tmp_path, monkeypatch, src, "held",
+                                "import functools\nfrom {mod} import Layer, count_calls, make_counter", init, call)

@@ -19,7 +19,7 @@ from audit.detectors._mutations import method_calls, tree
 from audit.detectors._state_sites import closure_functions
 from audit.scan import class_state
 
-__all__ = ["container_call"]
+__all__ = ["container_call", "held_names"]
 
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
@@ -61,6 +61,18 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
             if hits:
                 return _best(hits)
     return None
+
+
+def held_names(ctx, owner: str) -> set[str]:
+    """The attribute names (or dict keys) under which the target's objects hold the changed callable when
+    it is a partial or a closure: a library object keeping one (`self.post = post`) calls it through that
+    attribute (`tok = self.post(ids, tok)`), not by its function's name."""
+    if owner.startswith("<closure "):
+        held = {id(fn) for fn in closure_functions(ctx, owner)}
+    else:
+        obj = None if owner.startswith("<") else _reach(ctx.target, owner.split("."))
+        held = {id(obj)} if isinstance(obj, functools.partial) else set()
+    return {p[-1] for p in (_paths_to(ctx.target, held) if held else ()) if p and p[-1].isidentifier()}
 
 
 def handed_call(ctx, owner: str, own_files, ran: set):

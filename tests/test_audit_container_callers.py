@@ -174,7 +174,7 @@ import torch
 
 
 def count_calls(state, h):
-    state["n"] += 1  # LIBSITE
+    state["n"] += 1  # AT_PARTIAL
     return h
 
 
@@ -183,10 +183,19 @@ def make_counter():
 
     def count(h):
         nonlocal n
-        n += 1  # LIBSITE
+        n += 1  # AT_CLOSURE
         return h
 
     return count
+
+
+class Tally:
+    def __init__(self):
+        self.n = 0
+
+    def on_h(self, h):
+        self.n += 1  # AT_METHOD
+        return h
 
 
 class Layer:
@@ -208,20 +217,20 @@ class Layer:
 """
 
 HELD_BY_LIB_FORMS = {  # the callable kept by a library object the target holds, called there through its attribute
-    "partial": ("self.layer = Layer(post=functools.partial(count_calls, dict(n=0)))", "h = self.layer(h)  # SITE"),
-    "closure": ("self.layer = Layer(post=make_counter())", "h = self.layer(h)  # SITE"),
+    "partial": ("self.layer = Layer(post=functools.partial(count_calls, dict(n=0)))", "h = self.layer(h)  # SITE",
+                "AT_PARTIAL"),
+    "closure": ("self.layer = Layer(post=make_counter())", "h = self.layer(h)  # SITE", "AT_CLOSURE"),
     "partial in a dict": ("self.layer = Layer(hooks=dict(count=functools.partial(count_calls, dict(n=0))))",
-                          "h = self.layer.run_hooks(h)  # SITE"),
+                          "h = self.layer.run_hooks(h)  # SITE", "AT_PARTIAL"),
+    "bound method": ("self.tally = Tally()\n        self.layer = Layer(post=self.tally.on_h)", "h = self.layer(h)  # SITE",
+                     "AT_METHOD"),
 }
 
 
 @pytest.mark.parametrize("form", sorted(HELD_BY_LIB_FORMS))
 def test_a_counting_callable_held_by_a_library_object_has_the_targets_call_as_caller(tmp_path, monkeypatch, form):
-    """The library method that ran ops calls the partial or closure through the attribute holding it
-    (`self.post(h)`), not by its function's name: without that name the library line was its own caller."""
-    init, call = HELD_BY_LIB_FORMS[form]
-    src = HELD_BY_LIB
-    drop = '        n += 1  # LIBSITE' if "partial" in form else '    state["n"] += 1  # LIBSITE'
-    src = src.replace(drop, drop.replace("  # LIBSITE", ""))
-    _caller_is_the_targets_call(tmp_path, monkeypatch, src, "held",
-                                "import functools\nfrom {mod} import Layer, count_calls, make_counter", init, call)
+    """The library method that ran ops calls the partial, closure or bound method through the attribute holding
+    it (`self.post(h)`), not by its function's name: without that name the library line was its own caller."""
+    init, call, marker = HELD_BY_LIB_FORMS[form]
+    _caller_is_the_targets_call(tmp_path, monkeypatch, HELD_BY_LIB.replace(marker, "LIBSITE"), "held",
+                                "import functools\nfrom {mod} import Layer, Tally, count_calls, make_counter", init, call)

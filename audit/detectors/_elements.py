@@ -64,15 +64,23 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
 
 
 def held_names(ctx, owner: str) -> set[str]:
-    """The attribute names (or dict keys) under which the target's objects hold the changed callable when
-    it is a partial or a closure: a library object keeping one (`self.post = post`) calls it through that
-    attribute (`tok = self.post(ids, tok)`), not by its function's name."""
+    """The attribute names (or dict keys) under which the target's objects hold the changed callable: a
+    partial, a closure, or a bound method of the changed object. A library object keeping one
+    (`self.post = post`) calls it through that attribute (`tok = self.post(ids, tok)`), not by its
+    function's name."""
     if owner.startswith("<closure "):
-        held = {id(fn) for fn in closure_functions(ctx, owner)}
+        held, itself = {id(fn) for fn in closure_functions(ctx, owner)}, True
     else:
         obj = None if owner.startswith("<") else _reach(ctx.target, owner.split("."))
-        held = {id(obj)} if isinstance(obj, functools.partial) else set()
-    return {p[-1] for p in (_paths_to(ctx.target, held) if held else ()) if p and p[-1].isidentifier()}
+        held, itself = ({id(obj)} if obj is not None else set()), isinstance(obj, functools.partial)
+    names = set()
+    for path in _paths_to(ctx.target, held) if held else ():
+        tail = len(path)
+        while tail and path[tail - 1] in ("__self__", "func"):  # a bound method of it, a partial of that
+            tail -= 1
+        if tail and (itself or tail < len(path)) and path[tail - 1].isidentifier():
+            names.add(path[tail - 1])
+    return names
 
 
 def handed_call(ctx, owner: str, own_files, ran: set):

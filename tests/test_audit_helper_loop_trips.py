@@ -49,7 +49,8 @@ LOOPS = {"range": ("        for _ in range(self.k):  # LIBSITE\n"
                    "            toks.append(tok)"),
          "while": ("        while len(toks) < self.k:  # LIBSITE\n"
                    "            tok = self._one(tok)\n"
-                   "            toks.append(tok)")}
+                   "            toks.append(tok)"),
+         "comprehension": "        toks = [self._one(tok) for _ in range(self.k)]  # LIBSITE"}
 
 TARGET = """
 import torch

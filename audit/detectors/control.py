@@ -145,9 +145,19 @@ def _reentered(p, x):
         depth = d
         break
     for code, line in reversed(x.stack[:depth or 0]):
-        if (found := _source.decider(code.co_filename, line, line)):
-            return _at(code, found)
+        if (found := _source.decider(code.co_filename, line, line)) or _comprehension_at(code.co_filename, line):
+            return _at(code, found or line)  # a comprehension's iteration count (`[f(h, i) for i in range(k)]`)
     return None
+
+
+_COMPS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _comprehension_at(filename: str, line: int) -> bool:
+    """Whether a comprehension or generator expression spans `line` (its own frame, or inlined in 3.12+)."""
+    t = _source.tree(filename)
+    return t is not None and any(isinstance(n, _COMPS) and n.lineno <= line <= (n.end_lineno or n.lineno)
+                                 for n in ast.walk(t))
 
 
 def locate(ctx, p, a, b, q=None, nxt=None):

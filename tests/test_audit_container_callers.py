@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from site_util import blocking, install_library, library_hit, module_target, write_target
 
 LIB = """
@@ -136,3 +138,99 @@ def test_a_counter_held_deeper_or_on_the_class_has_the_targets_call_as_caller(tm
     init, call = HELD[random.choice(sorted(HELD))]
     _caller_is_the_targets_call(tmp_path, monkeypatch, DRIVER_LIB, "driver", "from {mod} import Driver, MaxLength",
                                 init, call)
+
+
+PARTIAL_LIB = """
+def count_calls(state, h):
+    state["n"] += 1  # LIBSITE
+    return h
+
+
+def count_calls_kw(h, state=None):
+    state.append(1)  # LIBSITE
+    return h
+"""
+
+PARTIALS = {  # a partial kept in an attribute itself and called through it, its frozen argument changed
+    "positional": ("self.proc = functools.partial(count_calls, dict(n=0))", "h = self.proc(h)  # SITE"),
+    "keyword": ("self.proc = functools.partial(count_calls_kw, state=[])", "h = self.proc(h)  # SITE"),
+    "alias": ("self.proc = functools.partial(count_calls, dict(n=0))", "p = self.proc\n        h = p(h)  # SITE"),
+}
+
+
+def test_a_partial_kept_in_an_attribute_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+    """The partial runs no torch op and is no element of a container: without its attribute's call read as the
+    call of the partial, the finding named the library line as its own caller."""
+    init, call = PARTIALS[random.choice(sorted(PARTIALS))]
+    src = PARTIAL_LIB if "kw" in init else PARTIAL_LIB.replace("state.append(1)  # LIBSITE", "state.append(1)")
+    if "kw" in init:
+        src = src.replace('state["n"] += 1  # LIBSITE', 'state["n"] += 1')
+    _caller_is_the_targets_call(tmp_path, monkeypatch, src, "partial",
+                                "import functools\nfrom {mod} import count_calls, count_calls_kw", init, call)
+
+
+HELD_BY_LIB = """
+import torch
+
+
+def count_calls(state, h):
+    state["n"] += 1  # AT_PARTIAL
+    return h
+
+
+def make_counter():
+    n = 0
+
+    def count(h):
+        nonlocal n
+        n += 1  # AT_CLOSURE
+        return h
+
+    return count
+
+
+class Tally:
+    def __init__(self):
+        self.n = 0
+
+    def on_h(self, h):
+        self.n += 1  # AT_METHOD
+        return h
+
+
+class Layer:
+    def __init__(self, post=None, hooks=None):
+        self.post = post
+        self.hooks = dict(hooks or {})
+
+    def __call__(self, h):
+        h = torch.tanh(h) * 0.5
+        if self.post is not None:
+            h = self.post(h)
+        return h
+
+    def run_hooks(self, h):
+        h = h + 1.0
+        for name in self.hooks:
+            h = self.hooks[name](h)
+        return h
+"""
+
+HELD_BY_LIB_FORMS = {  # the callable kept by a library object the target holds, called there through its attribute
+    "partial": ("self.layer = Layer(post=functools.partial(count_calls, dict(n=0)))", "h = self.layer(h)  # SITE",
+                "AT_PARTIAL"),
+    "closure": ("self.layer = Layer(post=make_counter())", "h = self.layer(h)  # SITE", "AT_CLOSURE"),
+    "partial in a dict": ("self.layer = Layer(hooks=dict(count=functools.partial(count_calls, dict(n=0))))",
+                          "h = self.layer.run_hooks(h)  # SITE", "AT_PARTIAL"),
+    "bound method": ("self.tally = Tally()\n        self.layer = Layer(post=self.tally.on_h)", "h = self.layer(h)  # SITE",
+                     "AT_METHOD"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(HELD_BY_LIB_FORMS))
+def test_a_counting_callable_held_by_a_library_object_has_the_targets_call_as_caller(tmp_path, monkeypatch, form):
+    """The library method that ran ops calls the partial, closure or bound method through the attribute holding
+    it (`self.post(h)`), not by its function's name: without that name the library line was its own caller."""
+    init, call, marker = HELD_BY_LIB_FORMS[form]
+    _caller_is_the_targets_call(tmp_path, monkeypatch, HELD_BY_LIB.replace(marker, "LIBSITE"), "held",
+                                "import functools\nfrom {mod} import Layer, Tally, count_calls, make_counter", init, call)

@@ -19,7 +19,7 @@ from audit.detectors._mutations import method_calls, tree
 from audit.detectors._state_sites import closure_functions
 from audit.scan import class_state
 
-__all__ = ["container_call"]
+__all__ = ["container_call", "held_names"]
 
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
@@ -29,6 +29,7 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
     names (`criteria.0`, `procs.temp.__self__`), or of a closure (`<closure make_proc.<locals>.proc>`) kept
     in an attribute or a container of the target, functions that ran in the step first; None when there
     is no such line."""
+    obj = None
     if owner.startswith("<closure "):
         held = {id(fn) for fn in closure_functions(ctx, owner)}
         site_fn = "__call__"
@@ -42,8 +43,10 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
         paths = [[site_attr.split(".")[0]]] if held else []
     else:
         paths = [owner.split(".")] + [p for p in (_paths_to(ctx.target, held) if held else []) if p != owner.split(".")]
+    # a partial kept in an attribute (`self.proc = partial(count_calls, {"n": 0})`) is called as `self.proc(h)`
+    called_itself = owner.startswith(("<closure ", "<class ")) or isinstance(obj, functools.partial)
     for parts in paths:
-        if len(parts) == 1 and owner.startswith(("<closure ", "<class ")):  # an attribute itself: `self.proc(h)`
+        if len(parts) == 1 and called_itself:  # an attribute itself: `self.proc(h)`
             hits = [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
                     for line, fn in implicit_uses(f, parts[0], "__call__")]
             hits = hits or [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
@@ -58,6 +61,26 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
             if hits:
                 return _best(hits)
     return None
+
+
+def held_names(ctx, owner: str) -> set[str]:
+    """The attribute names (or dict keys) under which the target's objects hold the changed callable: a
+    partial, a closure, or a bound method of the changed object. A library object keeping one
+    (`self.post = post`) calls it through that attribute (`tok = self.post(ids, tok)`), not by its
+    function's name."""
+    if owner.startswith("<closure "):
+        held, itself = {id(fn) for fn in closure_functions(ctx, owner)}, True
+    else:
+        obj = None if owner.startswith("<") else _reach(ctx.target, owner.split("."))
+        held, itself = ({id(obj)} if obj is not None else set()), isinstance(obj, functools.partial)
+    names = set()
+    for path in _paths_to(ctx.target, held) if held else ():
+        tail = len(path)
+        while tail and path[tail - 1] in ("__self__", "func"):  # a bound method of it, a partial of that
+            tail -= 1
+        if tail and (itself or tail < len(path)) and path[tail - 1].isidentifier():
+            names.add(path[tail - 1])
+    return names
 
 
 def handed_call(ctx, owner: str, own_files, ran: set):

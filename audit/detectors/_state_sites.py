@@ -237,15 +237,17 @@ def _resolve(expr, glob):
     raise TypeError(expr)
 
 
-def called_by_name(ctx, site, step: int):
+def called_by_name(ctx, site, step: int, names=()):
     """For a site in a library function that ran no torch op: the target's own line that led into a library
     function of the step's stacks whose body calls the site's function by name (an accelerate-style
-    `new_forward` calling `module._hf_hook.pre_forward(...)`, the hook object counting there). None when no
+    `new_forward` calling `module._hf_hook.pre_forward(...)`, the hook object counting there), or by one of
+    `names` (the attribute a partial or closure is kept in: `self.post(ids, tok)`). None when no
     function that ran calls it."""
     file, _, fn = site
     for r in ctx.steps[step]:
         for k, (code, _) in enumerate(r.stack):
-            if ctx.trace.is_own(code) or (code.co_filename == file and code.co_name == fn) or not _calls(code, fn):
+            if ctx.trace.is_own(code) or (code.co_filename == file and code.co_name == fn) or \
+                    not any(_calls(code, n) for n in (fn, *sorted(names))):
                 continue
             own = [f for f in r.stack[:k] if ctx.trace.is_own(f[0])]
             if own:

@@ -123,6 +123,43 @@ def _next_instance(ctx, p, x):
     return _at(fr[0], line) if line else None
 
 
+def _reentered(p, x):
+    """The extra ops `x` begin another call made from the line the anchor `p`'s call came from: of the
+    function p ended in (a draft loop `for _ in range(self.k): logits, tok = self._one(tok)` running one
+    more iteration; where the two part, x is at or before p's line in that function and no loop of it
+    holds both), or of another function (a processor loop `for proc in active: logits = proc(ids, logits)`
+    over a list filtered per request). The loop of the caller (or a guard in it) decided; callers that
+    sit at the same line in both are walked outwards. (file, line, function) or None."""
+    if p is None:
+        return None
+    depth = None
+    for d, ((cp, lp), (cx, lx)) in enumerate(zip(p.stack, x.stack)):
+        if cp is not cx:
+            depth = d  # another function called from the same caller line
+            break
+        last = d == len(p.stack) - 1 or d == len(x.stack) - 1
+        if lp == lx and not last:
+            continue
+        if lx > lp or _source.decider(cx.co_filename, lp, lx):
+            return None  # forward in the same call, or a loop inside the function: not a new call
+        depth = d
+        break
+    for code, line in reversed(x.stack[:depth or 0]):
+        if (found := _source.decider(code.co_filename, line, line)) or _comprehension_at(code.co_filename, line):
+            return _at(code, found or line)  # a comprehension's iteration count (`[f(h, i) for i in range(k)]`)
+    return None
+
+
+_COMPS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _comprehension_at(filename: str, line: int) -> bool:
+    """Whether a comprehension or generator expression spans `line` (its own frame, or inlined in 3.12+)."""
+    t = _source.tree(filename)
+    return t is not None and any(isinstance(n, _COMPS) and n.lineno <= line <= (n.end_lineno or n.lineno)
+                                 for n in ast.walk(t))
+
+
 def locate(ctx, p, a, b, q=None, nxt=None):
     """(file, line, function) of the statement where two executions part ways.
 
@@ -142,6 +179,8 @@ def locate(ctx, p, a, b, q=None, nxt=None):
                 return found
     if a is None or b is None:
         x = a or b
+        if (found := _reentered(p, x)):
+            return found
         code, line = x.stack[-1]
         branch = _source.innermost_branch(code.co_filename, line)
         if branch is None and p is not None:  # the other side ran nothing more: it left a function early

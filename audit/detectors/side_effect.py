@@ -286,7 +286,7 @@ def python_state_changes(ctx):
                           or _elements.container_call(ctx, c.owner, own_files, _executed(ctx, s, True), site[2], c.attr)
                           or _user_call_of(ctx, site, s, own_files)
                           or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True))
-                          or called_by_name(ctx, site, s)
+                          or called_by_name(ctx, site, s, _elements.held_names(ctx, c.owner))
                           or _elements.handed_call(ctx, c.owner, own_files, _executed(ctx, s, True)))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))

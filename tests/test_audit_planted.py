@@ -112,8 +112,9 @@ def test_cuda_synchronize_is_reported_on_a_cpu_scan():
 
 def test_rng_severity_depends_on_the_generator(planted):
     rng = planted["rng"].where("rng")
-    assert set(rng.severity) == {"info", "silent-corruption"}
-    assert (rng.severity == "silent-corruption").sum() == 1
+    # the default generator is registered with a graph by torch; an explicit one is not: capture raises
+    assert set(rng.severity) == {"info", "blocks-capture"}
+    assert (rng.severity == "blocks-capture").sum() == 1
     assert len(rng) == 5
 
 

@@ -2,8 +2,8 @@
 
 torch registers the default CUDA generator with a graph being captured, so replay draws fresh
 numbers (from a different stream than eager: bitwise replay checks must account for it). Any other
-generator (`generator=`) must be registered with graph.register_generator_state, or replay repeats
-the captured numbers; a CPU generator feeding a device op cannot be captured at all.
+generator (`generator=`) must be registered with graph.register_generator_state, or capture raises
+(CUDAGeneratorState::increase: "Attempt to increase offset for a CUDA generator not in capture mode").
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def random_ops(ctx):
             out.append(ctx.finding(
                 "rng", group[0], op, len(group) / ctx.n_steps,
                 f"`{op}` draws from an explicit generator ({gen[1]}): unless it is registered with the graph, "
-                "replay repeats the numbers drawn at capture", severity="silent-corruption",
+                "capture raises (a CUDA generator refuses to advance its offset while a graph it does not know "
+                "is captured)", severity="blocks-capture",
                 fix="graph.register_generator_state(gen) before capture, or sample outside the step into a "
                     "static buffer."))
         else:

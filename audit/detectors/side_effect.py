@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _between_steps, _elements, _handoff, _implicit, _module_refs, _mutations, _source, register
+from audit.detectors import _between_steps, _elements, _handoff, _implicit, _module_refs, _mutations, _ran_hooks, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -118,7 +118,7 @@ def _library_spans(ctx, step: int) -> list:
             if ctx.trace.is_own(code) or frame_kind(code.co_filename, ctx.trace.roots) != LIBRARY:
                 continue
             spans[(code.co_filename, code.co_firstlineno)] = (code.co_filename, code_span(code), False)
-    return [spans[k] for k in sorted(spans)]
+    return [spans[k] for k in sorted(spans)] + _ran_hooks.hook_spans(ctx, step)  # hooks run no op of their own
 
 
 def _owner_files(ctx, change, step: int) -> tuple[list, str]:

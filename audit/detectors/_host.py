@@ -123,9 +123,11 @@ def host_born(recs) -> set:
 
 def host_factories(recs) -> set:
     """Storage ids of tensors a `torch.ones(...)`-style call made in host memory in this step (no
-    device named, or the CPU), among those later sent somewhere with `.to(...)`, themselves or through
-    what ops compute from them alone (a segment-sum mask `torch.ones(t, t, dtype=torch.bool).tril().to(x.device)`)."""
+    device named, or the CPU), among those later sent somewhere with `.to(...)` or copied into another
+    tensor (`buf.copy_(torch.zeros(n))`), themselves or through what ops compute from them alone (a
+    segment-sum mask `torch.ones(t, t, dtype=torch.bool).tril().to(x.device)`)."""
     sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
+    sent |= {r.inputs[1].sid for r in recs if r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) > 1}
     if not sent:
         return set()
     facs = [r for r in recs if r.kind == "aten" and r.outputs and r.op.split(".")[1] in _source.HOST_FACTORIES

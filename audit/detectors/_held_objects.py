@@ -30,7 +30,7 @@ def holder_sites(ctx, change) -> list:
             continue
         for file, span in _class_spans(type(holder)):
             out += [(file, line, fn) for line, fn in _mutations.mutation_sites(file, attr, span)
-                    if _through(file, line, parts[i], attr)]
+                    if _through(file, line, parts[i:], attr)]
         if out:
             break
     return out
@@ -48,9 +48,11 @@ def _class_spans(cls) -> list:
     return out
 
 
-def _through(file: str, line: int, held: str, attr: str) -> bool:
-    """Whether the statement on `line` reaches `attr` through the holding name (`self.info.tokens`), or through
-    a local the function bound from it (`info = self.info; info.tokens += 1`)."""
+def _through(file: str, line: int, chain: list, attr: str) -> bool:
+    """Whether the statement on `line` reaches `attr` through the holding names (`self.info.tokens`; `chain`
+    ["meta", "stats"] for `self.meta.stats.tokens`), or through a local the function bound from the last of
+    them (`info = self.info; info.tokens += 1`)."""
+    held = chain[-1]
     t = _mutations.tree(file)
     if t is None:
         return False
@@ -62,7 +64,15 @@ def _through(file: str, line: int, held: str, attr: str) -> bool:
              and n.value.attr == held for x in n.targets if isinstance(x, ast.Name)}
     for n in ast.walk(func):
         if isinstance(n, ast.Attribute) and n.attr == attr and getattr(n, "lineno", 0) == line:
-            v = n.value
-            if (isinstance(v, ast.Attribute) and v.attr == held) or (isinstance(v, ast.Name) and v.id in local):
+            if (isinstance(n.value, ast.Name) and n.value.id in local) or _names_chain(n.value, chain):
                 return True
     return False
+
+
+def _names_chain(v, chain: list) -> bool:
+    """`<x>.meta.stats` for chain ["meta", "stats"]."""
+    for name in reversed(chain):
+        if not (isinstance(v, ast.Attribute) and v.attr == name):
+            return False
+        v = v.value
+    return True

@@ -17,6 +17,7 @@ import ast
 import torch
 
 from audit.detectors import _scopes
+from audit.detectors._host import class_spans
 from audit.detectors._source import tree
 
 
@@ -87,8 +88,6 @@ def device_value(t: ast.Module, value, line: int, depth: int = 0) -> bool:
 def device_members(ctx) -> set:
     """Storage ids of the tensors held in dict or list attributes that their class makes on a device
     (`self.states = {i: torch.zeros(n, d, device=device) for i in ids}`): device tensors on a GPU."""
-    from audit.detectors._host import class_spans
-
     return {sid for sid, _, name, obj, _ in members(ctx)
             if any(moved_to_host(f, name, span, test=device_value) for f, span in class_spans(type(obj)))}
 

@@ -123,13 +123,21 @@ def host_born(recs) -> set:
 
 def host_factories(recs) -> set:
     """Storage ids of tensors a `torch.ones(...)`-style call made in host memory in this step (no
-    device named, or the CPU), among those later sent somewhere with `.to(...)`."""
+    device named, or the CPU), among those later sent somewhere with `.to(...)` or copied into another
+    tensor (`buf.copy_(torch.zeros(n))`), themselves or through what ops compute from them alone (a
+    segment-sum mask `torch.ones(t, t, dtype=torch.bool).tril().to(x.device)`)."""
     sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
+    sent |= {r.inputs[1].sid for r in recs if r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) > 1}
     if not sent:
         return set()
-    return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.outputs[0].sid in sent
-            and r.op.split(".")[1] in _source.HOST_FACTORIES and r.stack and 0 not in r.outputs[0].shape
-            and _source.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
+    facs = [r for r in recs if r.kind == "aten" and r.outputs and r.op.split(".")[1] in _source.HOST_FACTORIES
+            and r.stack and 0 not in r.outputs[0].shape]
+    direct = [r for r in facs if r.outputs[0].sid in sent]
+    rest = [r for r in facs if r.outputs[0].sid not in sent]
+    if rest and sent & host_derived(recs, {r.outputs[0].sid for r in rest}):  # sent after host-only ops
+        direct += [r for r in rest if sent & host_derived(recs, {r.outputs[0].sid})]
+    return {r.outputs[0].sid for r in direct
+            if _source.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
 
 
 def host_derived(recs, born: set) -> set:

@@ -17,6 +17,7 @@ import ast
 import torch
 
 from audit.detectors import _scopes
+from audit.detectors._host import class_spans
 from audit.detectors._source import tree
 
 
@@ -38,10 +39,12 @@ def members(ctx):
                     yield state.storage_id(t), f"{path}.{name}[{k!r}]" if path else f"{name}[{k!r}]", name, obj, t
 
 
-def moved_to_host(filename: str, attr: str, lines: tuple[int, int] | None = None) -> bool:
+def moved_to_host(filename: str, attr: str, lines: tuple[int, int] | None = None, test=None) -> bool:
     """Whether every assignment of `<x>.attr` in the source (or a span of it) is a tensor sent to the CPU:
     `t.cpu()`, `t.detach().to("cpu")`, or a dict / list of such (a comprehension or a literal), made there or
-    passed in (`_host_value`)."""
+    passed in (`_host_value`). A container filled member by member counts by its members: an empty literal
+    (`self.snaps = {}`) says nothing, and each store into it (`self.snaps[k] = state.cpu()`) must be such a
+    move. `test`: another check of the values (`device_value`: made on a device)."""
     t = tree(filename)
     seen = False
     for node in ast.walk(t) if t is not None else ():
@@ -49,12 +52,44 @@ def moved_to_host(filename: str, attr: str, lines: tuple[int, int] | None = None
                 or (lines and not lines[0] <= node.lineno <= lines[1]):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if not any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets):
+        member = any(isinstance(x, ast.Subscript) and isinstance(x.value, ast.Attribute) and x.value.attr == attr
+                     for x in targets)
+        if not member and not any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets):
             continue
-        if not _host_value(t, node.value, node.lineno, 2):
+        if not member and isinstance(node.value, (ast.Dict, ast.List)) and not _elements_of(node.value):
+            continue  # `self.snaps = {}`: filled member by member
+        value = _elements(node.value) if member else [node.value]
+        if not all((test or _host_value)(t, v, node.lineno, 2) for v in value):
             return False
         seen = True
     return seen
+
+
+def _elements_of(literal) -> list:
+    return literal.values if isinstance(literal, ast.Dict) else literal.elts
+
+
+def device_value(t: ast.Module, value, line: int, depth: int = 0) -> bool:
+    """A value made of tensors made on a device: `torch.zeros(n, device=device)` (not the CPU), `.to(D)`,
+    `.cuda()`, or a dict / list of such (a comprehension or a literal)."""
+    for v in _elements(value):
+        while isinstance(v, ast.BinOp):  # `torch.randn(n, device=device) * 0.1`
+            v = v.left
+        if not isinstance(v, ast.Call) or not isinstance(v.func, (ast.Attribute, ast.Name)):
+            return False
+        named = [k.value for k in v.keywords if k.arg == "device"]
+        if getattr(v.func, "attr", "") == "to" and v.args and not named:
+            named = [v.args[0]]
+        if getattr(v.func, "attr", "") != "cuda" and not (named and not _scopes.names_cpu(t, named[0], v.lineno)):
+            return False
+    return True
+
+
+def device_members(ctx) -> set:
+    """Storage ids of the tensors held in dict or list attributes that their class makes on a device
+    (`self.states = {i: torch.zeros(n, d, device=device) for i in ids}`): device tensors on a GPU."""
+    return {sid for sid, _, name, obj, _ in members(ctx)
+            if any(moved_to_host(f, name, span, test=device_value) for f, span in class_spans(type(obj)))}
 
 
 def _host_value(t: ast.Module, value, line: int, depth: int) -> bool:

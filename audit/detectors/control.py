@@ -71,16 +71,20 @@ def _decided(p, x):
 
 def _parted_before(p, q):
     """The two steps' anchors are the same op reached along different paths (`match phase:` calling
-    one helper from two lines, whose loop then runs another trip count): the executions had parted
-    in an outer frame already, at the branch between those two lines. (file, line, function) or None."""
+    one helper from two lines, whose loop then runs another trip count; one line calling a function
+    picked by a computed key): the executions had parted in an outer frame already, at the branch
+    between those two lines, or at the pick. (file, line, function) or None."""
     if p is None or q is None:
         return None
+    prev = None
     for (cp, lp), (cq, lq) in zip(p.stack, q.stack):
-        if cp is not cq:
-            return None
+        if cp is not cq:  # one call line, two functions (`fn = {"a": self._a, "b": self._b}[mode]; fn(x)`): the pick
+            line = _source.picked_by(prev[0].co_filename, prev[1]) if prev is not None else None
+            return _at(prev[0], line) if line else None
         if lp != lq:
             line = _source.branch_between(cp.co_filename, lp, lq)
             return _at(cp, line) if line else None
+        prev = (cp, lp)
     return None
 
 

@@ -84,9 +84,11 @@ def _from_staged(recs, staged: dict) -> dict[int, str]:
 
 
 def _device_attrs(ctx) -> set[int]:
-    """Storage ids of the target's tensor attributes its class makes on a device (`device=device`, `.to(D)`)."""
+    """Storage ids of the target's tensor attributes its class makes on a device (`device=device`, `.to(D)`),
+    and of the tensors held in its dict or list attributes made so."""
     return {sid for sid, _, name, obj, _ in cpu_attrs(ctx)
-            if any(_mutations.device_attr(f, name, span) for f, span in class_spans(type(obj)))}
+            if any(_mutations.device_attr(f, name, span) for f, span in class_spans(type(obj)))} | \
+        _host_moves.device_members(ctx)  # `self.states = {i: torch.zeros(n, device=device) ...}`
 
 
 def _copied_in(r, derived: dict, device: set) -> bool:

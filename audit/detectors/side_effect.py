@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _between_steps, _elements, _handoff, _implicit, _module_refs, _mutations, _source, register
+from audit.detectors import _between_steps, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -65,6 +65,7 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         for line, fn in _mutations.mutation_sites(file, attr, span, global_name=glob):
             if fn not in ("__init__", "prepare"):
                 cands.append(((file, fn) in ran, file, line, fn))
+    cands += [((f, fn) in ran, f, line, fn) for f, line, fn in _held_objects.holder_sites(ctx, change)]  # `self.info.n`
     if not cands and _whole_state(change):  # `self.rng.random()`: a call on the object is how it changed
         cands = [(f, line, fn) for f, span, glob in files if f
                  for line, fn, _ in _mutations.method_calls(f, attr, global_name=glob)
@@ -93,8 +94,7 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
 
 
 def _whole_state(change) -> bool:
-    """The changed value is an object compared by its state as a whole (a host RNG, an iterator), whose
-    state changes inside its own methods (`self.rng.random()`), not by a statement on the attribute."""
+    """An object compared by its state as a whole (a host RNG, an iterator): its own methods change it."""
     return whole_state_fp(change.after)
 
 
@@ -118,7 +118,7 @@ def _library_spans(ctx, step: int) -> list:
             if ctx.trace.is_own(code) or frame_kind(code.co_filename, ctx.trace.roots) != LIBRARY:
                 continue
             spans[(code.co_filename, code.co_firstlineno)] = (code.co_filename, code_span(code), False)
-    return [spans[k] for k in sorted(spans)]
+    return [spans[k] for k in sorted(spans)] + _ran_hooks.hook_spans(ctx, step)  # hooks run no op of their own
 
 
 def _owner_files(ctx, change, step: int) -> tuple[list, str]:

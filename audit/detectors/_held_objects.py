@@ -1,0 +1,78 @@
+"""Statements of a holder's methods that change a plain object it holds.
+
+A dataclass of counters kept on a cache (`cache.info`) is advanced by the cache's method (`self.info.tokens +=
+n` in `Cache.note`), not by a method of its own class. The state snapshot names the change by the held object
+(`cache.info`, attribute `tokens`), and its class (`StepInfo`, a dataclass with no statement at all) offered
+no line. The classes of the objects on the owner's path that hold it are searched too, for statements that
+change the attribute through the holding name (`<x>.info.tokens`, also through a local bound from it).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+from audit.detectors import _mutations
+from audit.detectors._state_sites import object_at
+
+
+def holder_sites(ctx, change) -> list:
+    """(file, line, function) of statements in the classes of the owner's holders (`cache` for `cache.info`)
+    that change `change.attr` of the object they hold under its attribute name."""
+    if change.owner.startswith("<") or "." not in change.owner:
+        return []
+    parts = change.owner.split(".")
+    attr = change.attr.split(".")[-1]
+    out = []
+    for i in range(len(parts) - 1, 0, -1):
+        holder = object_at(ctx, ".".join(parts[:i]))
+        if holder is None:
+            continue
+        for file, span in _class_spans(type(holder)):
+            out += [(file, line, fn) for line, fn in _mutations.mutation_sites(file, attr, span)
+                    if _through(file, line, parts[i:], attr)]
+        if out:
+            break
+    return out
+
+
+def _class_spans(cls) -> list:
+    """(file, (first, last)) of each class in `cls`'s MRO that has source."""
+    out = []
+    for c in cls.__mro__[:-1]:
+        try:
+            lines, start = inspect.getsourcelines(c)
+            out.append((inspect.getsourcefile(c), (start, start + len(lines))))
+        except (OSError, TypeError):
+            continue
+    return out
+
+
+def _through(file: str, line: int, chain: list, attr: str) -> bool:
+    """Whether the statement on `line` reaches `attr` through the holding names (`self.info.tokens`; `chain`
+    ["meta", "stats"] for `self.meta.stats.tokens`), or through a local the function bound from the last of
+    them (`info = self.info; info.tokens += 1`)."""
+    held = chain[-1]
+    t = _mutations.tree(file)
+    if t is None:
+        return False
+    func = next((f for f in ast.walk(t) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and f.lineno <= line <= (f.end_lineno or f.lineno)), None)
+    if func is None:
+        return False
+    local = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
+             and n.value.attr == held for x in n.targets if isinstance(x, ast.Name)}
+    for n in ast.walk(func):
+        if isinstance(n, ast.Attribute) and n.attr == attr and getattr(n, "lineno", 0) == line:
+            if (isinstance(n.value, ast.Name) and n.value.id in local) or _names_chain(n.value, chain):
+                return True
+    return False
+
+
+def _names_chain(v, chain: list) -> bool:
+    """`<x>.meta.stats` for chain ["meta", "stats"]."""
+    for name in reversed(chain):
+        if not (isinstance(v, ast.Attribute) and v.attr == name):
+            return False
+        v = v.value
+    return True

@@ -116,20 +116,34 @@ _WHY = {"value": ("baked-host-value", "reaches the device", "Pass the value in t
                    "flag applied with torch.where, or capture one graph per branch.")}
 
 
-def _found(ctx, which: str) -> list:
+def _uses(ctx) -> tuple[dict, dict]:
+    """((file, clock line, kind) -> code, code -> a record through it), computed once per scan for both rules.
+    Only files that import a clock are searched for the function that ran."""
+    cached = getattr(ctx, "_host_clock_uses", None)
+    if cached is not None:
+        return cached
     issued, via = defaultdict(set), {}  # code -> lines of it that issued ops; code -> a record through it
     for recs in ctx.steps:
         for r in recs:
             for code, line in r.stack:
                 issued[code].add(line)
                 via.setdefault(code, r)
-    found = {}
+    names, found = {}, {}  # file -> (clock modules, clock functions) it imports
     for code, lines in issued.items():
-        t, func = _function(code)
-        mods, funcs = _clock_names(t) if func is not None else (set(), set())
-        for line, kind in _sinks(func, lines, mods, funcs) if mods or funcs else ():
-            if kind == which:
-                found.setdefault((code.co_filename, line), code)
+        if code.co_filename not in names:
+            t = _source.tree(code.co_filename)
+            names[code.co_filename] = _clock_names(t) if t is not None else (set(), set())
+        mods, funcs = names[code.co_filename]
+        func = _function(code)[1] if mods or funcs else None
+        for line, kind in _sinks(func, lines, mods, funcs) if func is not None else ():
+            found.setdefault((code.co_filename, line, kind), code)
+    ctx._host_clock_uses = found, via
+    return found, via
+
+
+def _found(ctx, which: str) -> list:
+    uses, via = _uses(ctx)
+    found = {(file, line): code for (file, line, kind), code in uses.items() if kind == which}
     cat, what, fix = _WHY[which]
     return [ctx.finding(cat, (file, line, code.co_name), "host clock", 1.0,
                         f"the host clock is read in the step and its value {what}: a replay never reads it again, "

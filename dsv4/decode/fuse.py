@@ -59,12 +59,20 @@ def compiled(fn):
 
 
 def fuse_layers(layers, mode: str) -> None:
-    """Replaces each layer's step functions for `mode` by their compiled versions, in place."""
-    if torch._dynamo.config.cache_size_limit < 64:  # one entry per layer structure, plus headroom
-        torch._dynamo.config.cache_size_limit = 64
+    """Replaces each layer's step functions for `mode` by their compiled versions, in place. They compile
+    on their first calls: make those under `compile_room()`."""
     for layer in layers:
         for name in STEP_FUNCTIONS[mode]:
             setattr(layer, name, compiled(getattr(layer, name)))
+
+
+def compile_room(entries: int = 64):
+    """Dynamo's per-function entry limit raised for the calls that compile the fused step, and only them.
+
+    Every layer's functions share one code object, so dynamo keeps an entry per layer structure, more than
+    its default of 8; past the limit it would run the rest eagerly. Once built, the steps hit those entries
+    and the limit is not consulted again, so the process-wide setting stays the user's."""
+    return torch._dynamo.config.patch(recompile_limit=max(entries, torch._dynamo.config.recompile_limit))
 
 
 def fuse_ends(net) -> None:

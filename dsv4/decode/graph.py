@@ -29,11 +29,13 @@ same ids and replay the same graphs in the same order (dsv4/decode/tp_run.py bro
 
 from __future__ import annotations
 
+import contextlib
+
 from typing import Callable
 
 import torch
 
-from dsv4.decode.fuse import fuse_ends, fuse_layers
+from dsv4.decode.fuse import compile_room, fuse_ends, fuse_layers
 from dsv4.decode.placement import current_placement, place
 from dsv4.decode.static import StaticDecoder, StaticLayer
 from dsv4.errors import DSV4Error
@@ -99,7 +101,7 @@ class CUDAGraphDecoder:
         self.segments = [_Segment(self, p.device, [layers[i] for i in p.layers], s == 0, s == n - 1)
                          for s, p in enumerate(placement)]
         self.pools: dict[torch.device, object] = {}
-        with torch.no_grad():
+        with torch.no_grad(), (compile_room() if fuse else contextlib.nullcontext()):
             for seg in self.segments:
                 self._build(seg)
         # the graphs hold raw pointers into these: kept alive, so a reallocation elsewhere cannot hand their

@@ -19,11 +19,13 @@ _COUNTERS = {f"torch.cuda.{n}" for n in ("memory_allocated", "memory_reserved", 
                                           "max_memory_reserved", "memory_cached", "max_memory_cached")}
 
 
-def cuda_side(test: ast.AST, resolve=None):
+def cuda_side(test: ast.AST, resolve=None, known=None):
     """"body" or "orelse": the side of an `if` with this test that runs on CUDA and not on the CPU;
     None when the test does not settle it. `resolve(expr)`: the (value, line) assignments of a name or
-    `self.attr` (_scopes.values), for a test on an object made only on one device (`s is not None`)."""
-    on_cuda, on_cpu = _eval(test, _CUDA, resolve), _eval(test, _CPU, resolve)
+    `self.attr` (_scopes.values), for a test on an object made only on one device (`s is not None`).
+    `known(expr)`: the value a plain flag held through the scan on any device (`self.timing` in
+    `if self.timing and x.is_cuda:`; audit/detectors/_reach.py), None when not known."""
+    on_cuda, on_cpu = _eval(test, _CUDA, resolve, known), _eval(test, _CPU, resolve, known)
     if on_cuda is True and on_cpu is False:
         return "body"
     if on_cuda is False and on_cpu is True:
@@ -31,13 +33,15 @@ def cuda_side(test: ast.AST, resolve=None):
     return None
 
 
-def _eval(n, dev: str, resolve=None):
+def _eval(n, dev: str, resolve=None, known=None):
     """The test's truth value on device type `dev`, or None when it depends on more than the device."""
+    if known is not None and (held := known(n)) is not None:
+        return held
     if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
-        v = _eval(n.operand, dev, resolve)
+        v = _eval(n.operand, dev, resolve, known)
         return None if v is None else not v
     if isinstance(n, ast.BoolOp):
-        vals = [_eval(v, dev, resolve) for v in n.values]
+        vals = [_eval(v, dev, resolve, known) for v in n.values]
         if any(v is None for v in vals):
             return None
         return all(vals) if isinstance(n.op, ast.And) else any(vals)

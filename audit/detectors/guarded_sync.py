@@ -13,9 +13,10 @@ CUDA scans skip this rule: there the branch either ran (and was traced) or is no
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 
-from audit.detectors import _callees, _handoff, _scopes, _source, register
+from audit.detectors import _callees, _handoff, _reach, _scopes, _source, register
 from audit.detectors._cuda_side import cuda_side
 from audit.scan import dist_hooks
 from audit.scan.user_code import LIBRARY, frame_kind
@@ -46,7 +47,7 @@ def _sync_call(call) -> str | None:
     return None
 
 
-def _guarded(file: str, test: ast.AST, line: int) -> bool:
+def _guarded(file: str, test: ast.AST, *, line: int) -> bool:
     """Whether the `if` test picks a side by device (so a CPU scan only ever runs one side)."""
     tree = _source.tree(file)
     return tree is not None and (_scopes.device_test(tree, test) or cuda_side(test, _resolver(file, line)) is not None)
@@ -109,15 +110,16 @@ def _direct_library_calls(ctx, file: str, first: int, name: str):
 
 
 def _untaken(node: ast.If, file: str, lines: set, library: bool):
-    """The statements of whichever side of `node` ran no op in the scan (and could run under capture);
-    in library code only the side the test itself says a GPU runs (_cuda_side)."""
-    want = cuda_side(node.test, node.resolve) if library else None
+    """(side, statements) of whichever side of `node` ran no op in the scan (and could run under capture);
+    in library code only the side the test itself says a GPU runs (_cuda_side), with the plain flags the
+    scan read at their values (`if self.timing and x.is_cuda:`)."""
+    want = cuda_side(node.test, node.resolve, node.known) if library else None
     if library and want is None:
         return
     for side, body, safe in zip(("body", "orelse"), (node.body, node.orelse), _source.skipped_under_capture(node.test)):
         if body and not safe and (want is None or side == want) and not any(
                 (file, n) in lines for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1)):
-            yield from body
+            yield side, body
 
 
 def _guards(func):
@@ -152,8 +154,12 @@ def syncs_in_untaken_device_branches(ctx):
         caller = rec if isinstance(rec, tuple) or rec is None else ctx.caller_into(rec, file, name)
         for node in _guards(func):
             node.resolve = _resolver(file, node.lineno)
-            guarded = _guarded(file, node.test, node.lineno)
-            sts = [*(_untaken(node, file, lines, rec is not None) if guarded else ()), *_in_test(node)]
+            is_device = functools.partial(_guarded, file, line=node.lineno)
+            node.known = _reach.known(_source.tree(file), file, node.lineno, ctx.trace.flags, is_device)
+            sides = _untaken(node, file, lines, rec is not None) if is_device(node.test) else ()
+            sts = [st for side, body in sides if not _reach.blocking_flag(
+                _source.tree(file), func, node, side, file, ctx.trace.flags, is_device) for st in body]
+            sts += _in_test(node)
             waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st) if (what := _sync_call(call))]
             for wfile, line, fname, what in [*waits, *_callees.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
                 if (wfile, line) in seen:

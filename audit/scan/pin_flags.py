@@ -14,38 +14,24 @@ code's choice, and stays pageable.
 from __future__ import annotations
 
 import ast
-import functools
-import linecache
 import os
 import sys
 
 import torch
+from audit.scan.frame_source import function_of, tree
 
 __all__ = ["probed"]
 
 _SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))  # torch's and the audit's frames
 
 
-@functools.lru_cache(maxsize=256)
-def _tree(filename: str):
-    try:
-        return ast.parse("".join(linecache.getlines(filename)))
-    except (SyntaxError, ValueError):
-        return None
-
-
 def _function(frame):
     """The def node of the frame's function (None at module level or without source)."""
-    t = _tree(frame.f_code.co_filename)
-    for n in ast.walk(t) if t is not None else ():
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == frame.f_code.co_name and \
-                min([n.lineno] + [d.lineno for d in n.decorator_list]) == frame.f_code.co_firstlineno:
-            return n
-    return None
+    return function_of(frame.f_code)
 
 
 def _calls_at(frame):
-    t = _tree(frame.f_code.co_filename)
+    t = tree(frame.f_code.co_filename)
     line = frame.f_lineno
     return [n for n in ast.walk(t) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)] \
         if t is not None else []
@@ -116,7 +102,7 @@ def _origin(expr, frame, hops: int) -> str:
         return _origin(values[-1], frame, hops - 1) if len(values) == 1 else "unknown"
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and frame is not None:
         owner = frame.f_locals.get(expr.value.id)
-        t = _tree(frame.f_code.co_filename)
+        t = tree(frame.f_code.co_filename)
         values = _assigned(t, (expr.value.id, expr.attr)) if owner is not None and t is not None else []
         return _origin(values[0], None, hops - 1) if len(values) == 1 else "unknown"
     return "unknown"

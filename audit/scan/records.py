@@ -65,6 +65,7 @@ class Trace:
     codes: dict = field(default_factory=dict)          # id(code) -> (code, kind): user_code.HIDDEN/LIBRARY/OWN
     roots: tuple = ()                                  # the target's own folders/files (normalized)
     hook_calls: list = field(default_factory=list)     # per audited step: (hooks, module, stack) per hooked module call
+    flags: dict = field(default_factory=dict)          # (file, if line, flag) -> truth values seen (scan.branch_flags)
 
     def is_own(self, code) -> bool:
         """The code object is in the target's own files (or the model package)."""

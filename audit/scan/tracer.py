@@ -29,8 +29,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import (class_state, compiled_frames, cpu_cuda, hooks, hops, layouts, loaded, module_hooks, state, threads,
-                        wrappers)
+from audit.scan import (branch_flags, class_state, compiled_frames, cpu_cuda, hooks, hops, layouts, loaded,
+                        module_hooks, state, threads, wrappers)
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -75,6 +75,7 @@ class Tracer:
         self.host_depth = 0
         self.cpu_checks = 0  # inside a call whose value reads happen on a CPU only (one_hot's range check)
         self._wlog: list | None = None
+        self._flags = None if self.cuda else branch_flags.BranchFlags(self.trace.flags)  # untaken device branches
 
     # ------------------------------------------------------------ helpers
     def is_user(self, filename: str) -> bool:
@@ -85,7 +86,7 @@ class Tracer:
         outermost first: library frames (transformers, installed packages) and the target's own
         (which is which: trace.codes). The innermost is a finding's site, the innermost own its caller."""
         out = []
-        cache, stop = self._user_code, self._stop_code
+        cache, stop, flags = self._user_code, self._stop_code, self._flags
         while frame is not None:
             code = frame.f_code
             if code is stop:
@@ -98,6 +99,8 @@ class Tracer:
                     loaded.note_globals(frame.f_globals)
             if ent[1] != HIDDEN:
                 out.append((code, frame.f_lineno))
+                if flags is not None:
+                    flags.note(code, frame, self._step)
             elif (fx := compiled_frames.fx_site(code, frame.f_lineno)) is not None:  # a GraphModule's forward
                 out.append(self._known(fx))
             frame = frame.f_back

@@ -1,0 +1,89 @@
+"""Whether a device branch a CPU scan did not take can run on a GPU, by the plain flags on the way to it.
+
+`if self.timing and x.is_cuda: torch.cuda.synchronize()`, or `if x.is_cuda:` nested in `if self.debug:`:
+the device test decides nothing while `self.timing` / `self.debug` is false, on any device. The scan read
+those flags in the running frames (audit/scan/branch_flags.py); a wait is out of reach when a flag that
+must hold for it was seen in every audited step with the other value. A flag whose assignments call
+something (`self.gpu_ok = _probe()`, a platform probe answering differently on the CPU) or test the device
+is not trusted to hold the same value on the GPU, nor is one the scan never read.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors import _scopes
+from audit.scan.branch_flags import flag_exprs
+
+__all__ = ["blocking_flag", "known"]
+
+
+def _path(func, line: int) -> list:
+    """(if node, side) from the function's top down to the `if` on `line` (excluded)."""
+    def walk(stmts, trail):
+        for st in stmts:
+            if isinstance(st, ast.If) and st.lineno == line:
+                return trail
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                block = getattr(st, field, None)
+                if not isinstance(block, list) or not (st.lineno <= line <= (st.end_lineno or st.lineno)):
+                    continue
+                inner = [h for b in block for h in (b.body if isinstance(b, ast.ExceptHandler) else [b])]
+                found = walk(inner, trail + ([(st, field)] if isinstance(st, ast.If) else []))
+                if found is not None:
+                    return found
+        return None
+    return walk(getattr(func, "body", []), []) or []
+
+
+def _needs(test, want: bool) -> list:
+    """(expr, truth) that must hold for `test` to be `want`: the test, and the operands of an `and`
+    that must all hold (or of an `or` that must all fail)."""
+    out = [(test, want)]
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And if want else ast.Or):
+        out += [(v, want) for v in test.values]
+    return out
+
+
+def _flag(e):
+    """The name or attribute chain a flag read reads (`not self.x` -> self.x, `mode == "dbg"` -> mode)."""
+    while isinstance(e, ast.UnaryOp):
+        e = e.operand
+    if isinstance(e, ast.Compare):
+        e = e.comparators[0] if isinstance(e.left, ast.Constant) else e.left
+    return e
+
+
+def _trusted(tree, e, line: int, is_device) -> bool:
+    """A flag whose value here is its value on a GPU: no device test, and no call among its assignments."""
+    if is_device(e):
+        return False
+    vals = _scopes.values(tree, _flag(e), line)
+    return not any(isinstance(n, ast.Call) for v, _ in vals or () for n in ast.walk(v))
+
+
+def known(tree, file: str, line: int, flags: dict, is_device):
+    """expr -> the one truth value a plain, trusted flag of the `if` on `line` held in every audited step
+    the scan read it (None: not read, both values, or not trusted)."""
+    def value(e):
+        if not any(e is f for f in flag_exprs(e)):
+            return None  # not a plain flag: the scan did not read it
+        seen = flags.get((file, line, ast.unparse(e)))
+        if not seen or len(seen) != 1 or not _trusted(tree, e, line, is_device):
+            return None
+        return next(iter(seen))
+    return value
+
+
+def blocking_flag(tree, func, node, side: str, file: str, flags: dict, is_device) -> str | None:
+    """The flag that kept `side` of the device-guarded `node` out of reach in every audited step, else None."""
+    needs = []
+    for anc, field in _path(func, node.lineno):
+        if field in ("body", "orelse"):
+            needs += [(anc.lineno, e, want) for e, want in _needs(anc.test, field == "body")]
+    needs += [(node.lineno, e, want) for e, want in _needs(node.test, side == "body")[1:]]
+    for line, e, want in needs:
+        held = known(tree, file, line, flags, is_device)(e)
+        if held is not None and held != want:
+            return ast.unparse(e)
+    return None

@@ -1,0 +1,154 @@
+"""What the plain flags in a function's `if` tests held while the step ran, read without running code.
+
+A CPU scan reads waits it cannot trace from the source: `if x.is_cuda: torch.cuda.synchronize()` never
+runs here, yet runs on a GPU. Whether it runs there also depends on the other conditions on the way to it:
+`if self.timing and x.is_cuda:`, or a device test nested in `if self.debug:`. Those conditions do not
+depend on the device, so what they held here they hold on the GPU. The tracer hands this module each
+frame of user or library code once per audited step; it reads the flags of that function's `if` tests (a
+name, an attribute chain, `not` of one, a comparison with a constant) from the frame: parameters the
+function never rebinds, module globals, attributes found by `inspect.getattr_static`. A property, a
+`__getattr__`, a tensor or an object with its own `__bool__` is never evaluated: its value stays unknown.
+guarded_sync drops a wait only where a flag on its way was seen and always held the other value.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import types
+
+import torch
+from audit.scan.frame_source import function_of
+
+__all__ = ["BranchFlags", "flag_exprs"]
+
+_UNKNOWN = object()
+_PLAIN = (type(None), bool, int, float, str, bytes)
+_CONTAINERS = (list, tuple, dict, set, frozenset)
+_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Is: lambda a, b: a is b,
+            ast.IsNot: lambda a, b: a is not b, ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
+            ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+def _simple(e) -> bool:
+    """A flag read that runs no code of the target: a name or attribute chain, `not` of one, or one
+    compared with a constant (`self.mode == "debug"`, `self.timer is not None`)."""
+    if isinstance(e, ast.Name):
+        return True
+    if isinstance(e, ast.Attribute):
+        return _simple(e.value) and not isinstance(e.value, ast.Compare)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+        return _simple(e.operand)
+    if isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _COMPARE:
+        a, b = e.left, e.comparators[0]
+        return (_simple(a) and isinstance(b, ast.Constant)) or (_simple(b) and isinstance(a, ast.Constant))
+    return False
+
+
+def flag_exprs(test) -> list:
+    """The flag reads of an `if` test to record: the test itself, and the operands of an `and` / `or`."""
+    parts = [test, *(test.values if isinstance(test, ast.BoolOp) else ())]
+    return [p for p in parts if _simple(p) and not isinstance(p, ast.Constant)]
+
+
+def _watches(code):
+    """(line, text, expr) for every flag read of the function's `if` tests, and the names it rebinds."""
+    func = function_of(code)
+    if func is None:
+        return None
+    out = []
+    for node in ast.walk(func):
+        if isinstance(node, ast.If):
+            out += [(node.lineno, ast.unparse(e), e) for e in flag_exprs(node.test)]
+    if not out:
+        return None
+    stored = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    return tuple(out), frozenset(stored)
+
+
+def _attr(obj, name: str):
+    try:
+        v = inspect.getattr_static(obj, name)
+    except AttributeError:
+        if isinstance(obj, torch.nn.Module):  # parameters, buffers and submodules live in their own dicts
+            for d in ("_parameters", "_buffers", "_modules"):
+                held = obj.__dict__.get(d) or {}
+                if name in held:
+                    return held[name]
+        return _UNKNOWN
+    if isinstance(v, types.MemberDescriptorType):  # a __slots__ field
+        try:
+            return v.__get__(obj, type(obj))
+        except AttributeError:
+            return _UNKNOWN
+    if isinstance(v, _PLAIN + _CONTAINERS) or not hasattr(type(v), "__get__"):
+        return v
+    return _UNKNOWN  # a property, a method, any other descriptor: running it is the target's code
+
+
+def _value(e, frame, stored):
+    if isinstance(e, ast.Constant):
+        return e.value
+    if isinstance(e, ast.Name):
+        code = frame.f_code
+        if e.id in stored:
+            return _UNKNOWN  # rebound in the function: its value when the test ran is not its value now
+        if e.id in code.co_varnames or e.id in code.co_cellvars or e.id in code.co_freevars:
+            return frame.f_locals.get(e.id, _UNKNOWN)
+        g = frame.f_globals
+        return g[e.id] if e.id in g else getattr(builtins, e.id, _UNKNOWN)
+    if isinstance(e, ast.Attribute):
+        base = _value(e.value, frame, stored)
+        return _UNKNOWN if base is _UNKNOWN else _attr(base, e.attr)
+    if isinstance(e, ast.UnaryOp):
+        t = _truth(_value(e.operand, frame, stored))
+        return _UNKNOWN if t is None else not t
+    if isinstance(e, ast.Compare):
+        a, b = _value(e.left, frame, stored), _value(e.comparators[0], frame, stored)
+        if a is _UNKNOWN or b is _UNKNOWN:
+            return _UNKNOWN
+        if type(e.ops[0]) not in (ast.Is, ast.IsNot) and not (isinstance(a, _PLAIN) and isinstance(b, _PLAIN + (tuple, frozenset))):
+            return _UNKNOWN  # an object's own __eq__ is its code
+        return _COMPARE[type(e.ops[0])](a, b)
+    return _UNKNOWN
+
+
+def _truth(v) -> bool | None:
+    if v is _UNKNOWN:
+        return None
+    if isinstance(v, _PLAIN) or type(v) in _CONTAINERS:
+        return bool(v)
+    t = type(v)
+    if isinstance(v, torch.Tensor) or hasattr(t, "__bool__") or hasattr(t, "__len__"):
+        return None
+    return True
+
+
+class BranchFlags:
+    """Reads each function's watched flags once per audited step into `seen[(file, line, text)]`."""
+
+    def __init__(self, seen: dict):
+        self.seen = seen
+        self._watch: dict = {}
+        self._done: set = set()
+
+    def note(self, code, frame, step: int) -> None:
+        key = (id(code), step)
+        if key in self._done:
+            return
+        self._done.add(key)
+        w = self._watch.get(id(code), _UNKNOWN)
+        if w is _UNKNOWN:
+            w = self._watch[id(code)] = (code, _watches(code))
+        if w[0] is not code or w[1] is None:
+            return
+        exprs, stored = w[1]
+        for line, text, e in exprs:
+            try:
+                t = _truth(_value(e, frame, stored))
+            except Exception:  # noqa: BLE001 - a flag we cannot read stays unknown
+                t = None
+            if t is not None:
+                self.seen.setdefault((code.co_filename, line, text), set()).add(t)

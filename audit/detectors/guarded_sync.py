@@ -113,20 +113,31 @@ def _untaken(node: ast.If, file: str, lines: set, library: bool):
     """(side, statements) of whichever side of `node` ran no op in the scan (and could run under capture);
     in library code only the side the test itself says a GPU runs (_cuda_side), with the plain flags the
     scan read at their values (`if self.timing and x.is_cuda:`)."""
-    want = cuda_side(node.test, node.resolve, node.known) if library else None
-    if library and want is None:
+    expr = getattr(node, "expr", False)  # a conditional expression: its sides share lines with other code
+    want = cuda_side(node.test, node.resolve, node.known) if library or expr else None
+    if (library or expr) and want is None:
         return
     for side, body, safe in zip(("body", "orelse"), (node.body, node.orelse), _source.skipped_under_capture(node.test)):
-        if body and not safe and (want is None or side == want) and not any(
-                (file, n) in lines for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1)):
+        if body and not safe and (want is None or side == want) and (expr or not any(
+                (file, n) in lines for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1))):
             yield side, body
 
 
 def _guards(func):
     """Every `if` of the function; one whose body ends the function's block (`if not x.is_cuda: return
     fallback(x)`, no else) gets the statements after it as its else side: that is the side the other
-    device runs."""
+    device runs. A conditional expression (`int(n.max()) if n.is_cuda else cap`) counts as an `if` whose
+    sides are its two values, and an `and` outside an `if` test (`x.is_cuda and torch.cuda.synchronize()`)
+    as an `if` with that test and no sides (_in_test reads it)."""
+    tests = {id(n.test) for n in ast.walk(func) if isinstance(n, (ast.If, ast.While))}
     for node in ast.walk(func):
+        if isinstance(node, ast.IfExp):
+            sides = [ast.copy_location(ast.Expr(v), v) for v in (node.body, node.orelse)]
+            guard = ast.copy_location(ast.If(test=node.test, body=sides[:1], orelse=sides[1:]), node)
+            guard.expr = True
+            yield guard
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) and id(node) not in tests:
+            yield ast.copy_location(ast.If(test=node, body=[], orelse=[]), node)
         for field in ("body", "orelse", "finalbody"):
             block = getattr(node, field, None)
             if not isinstance(block, list):

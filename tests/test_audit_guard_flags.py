@@ -53,6 +53,13 @@ FORMS = {
             return
         torch.cuda.synchronize()  # LIBSITE
     """,
+    "nested-expression": """
+    def run(self, x, out):
+        y = torch.tanh(x @ self.w)
+        if self.timing:
+            n = int(y.abs().max()) if y.is_cuda else 1  # LIBSITE
+        out.copy_(y)
+    """,
     "config": """
     def run(self, x, out):
         y = torch.tanh(x @ self.w)
@@ -180,3 +187,4 @@ def test_a_module_flag_in_the_targets_own_code(tmp_path, flag):
     else:
         assert not len(sync), table(sync)
     assert marked_line(path, "# SITE") == site
+

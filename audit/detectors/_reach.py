@@ -19,21 +19,24 @@ __all__ = ["blocking_flag", "known"]
 
 
 def _path(func, line: int) -> list:
-    """(if node, side) from the function's top down to the `if` on `line` (excluded)."""
+    """(if node, side) from the function's top down to the statement holding `line` (an `if` on that line
+    itself excluded: its own test is read apart)."""
+    def span(n):
+        return n.lineno <= line <= (n.end_lineno or n.lineno)
+
     def walk(stmts, trail):
-        for st in stmts:
+        for st in filter(span, stmts):
             if isinstance(st, ast.If) and st.lineno == line:
                 return trail
             for field in ("body", "orelse", "finalbody", "handlers"):
                 block = getattr(st, field, None)
-                if not isinstance(block, list) or not (st.lineno <= line <= (st.end_lineno or st.lineno)):
-                    continue
-                inner = [h for b in block for h in (b.body if isinstance(b, ast.ExceptHandler) else [b])]
-                found = walk(inner, trail + ([(st, field)] if isinstance(st, ast.If) else []))
-                if found is not None:
-                    return found
-        return None
-    return walk(getattr(func, "body", []), []) or []
+                inner = [h for b in block for h in (b.body if isinstance(b, ast.ExceptHandler) else [b])] \
+                    if isinstance(block, list) else []
+                if any(map(span, inner)):
+                    return walk(inner, trail + ([(st, field)] if isinstance(st, ast.If) else []))
+            return trail  # `line` is in this statement itself (a conditional expression, an `and`)
+        return []
+    return walk(getattr(func, "body", []), [])
 
 
 def _needs(test, want: bool) -> list:

@@ -132,13 +132,17 @@ class BranchFlags:
     def __init__(self, seen: dict):
         self.seen = seen
         self._watch: dict = {}
-        self._done: set = set()
+        self._done: set = set()  # id(code) of the functions read in step `_at`
+        self._at = None
 
     def note(self, code, frame, step: int) -> None:
-        key = (id(code), step)
-        if key in self._done:
+        """Called for every frame of every op's stack: cheap unless the function is new to this step."""
+        if step != self._at:
+            self._at = step
+            self._done.clear()
+        if id(code) in self._done:
             return
-        self._done.add(key)
+        self._done.add(id(code))
         w = self._watch.get(id(code), _UNKNOWN)
         if w is _UNKNOWN:
             w = self._watch[id(code)] = (code, _watches(code))

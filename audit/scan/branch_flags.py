@@ -129,26 +129,29 @@ def _truth(v) -> bool | None:
 class BranchFlags:
     """Reads each function's watched flags once per audited step into `seen[(file, line, text)]`."""
 
-    def __init__(self, seen: dict):
-        self.seen = seen
-        self._watch: dict = {}
+    def __init__(self, seen: dict, on: bool = True):
+        self.seen, self.on = seen, on  # off on a CUDA scan: its device branches ran, or are not taken
+        self.watched: dict = {}  # id(code) -> (code, flag reads, rebound names): functions with flags only
         self._done: set = set()  # id(code) of the functions read in step `_at`
         self._at = None
 
+    def learn(self, code) -> None:
+        """A function seen for the first time: watched if its `if` tests read plain flags."""
+        w = _watches(code) if self.on else None
+        if w is not None:
+            self.watched[id(code)] = (code, *w)
+        else:
+            self.watched.pop(id(code), None)
+
     def note(self, code, frame, step: int) -> None:
-        """Called for every frame of every op's stack: cheap unless the function is new to this step."""
+        """A watched function's frame in an op's stack: its flags are read once per step."""
         if step != self._at:
             self._at = step
             self._done.clear()
-        if id(code) in self._done:
+        if id(code) in self._done or self.watched[id(code)][0] is not code:
             return
         self._done.add(id(code))
-        w = self._watch.get(id(code), _UNKNOWN)
-        if w is _UNKNOWN:
-            w = self._watch[id(code)] = (code, _watches(code))
-        if w[0] is not code or w[1] is None:
-            return
-        exprs, stored = w[1]
+        _, exprs, stored = self.watched[id(code)]
         for line, text, e in exprs:
             try:
                 t = _truth(_value(e, frame, stored))

@@ -75,7 +75,7 @@ class Tracer:
         self.host_depth = 0
         self.cpu_checks = 0  # inside a call whose value reads happen on a CPU only (one_hot's range check)
         self._wlog: list | None = None
-        self._flags = None if self.cuda else branch_flags.BranchFlags(self.trace.flags)  # untaken device branches
+        self._flags = branch_flags.BranchFlags(self.trace.flags, on=not self.cuda)  # untaken device branches
 
     # ------------------------------------------------------------ helpers
     def is_user(self, filename: str) -> bool:
@@ -86,7 +86,7 @@ class Tracer:
         outermost first: library frames (transformers, installed packages) and the target's own
         (which is which: trace.codes). The innermost is a finding's site, the innermost own its caller."""
         out = []
-        cache, stop, flags = self._user_code, self._stop_code, self._flags
+        cache, stop, flags, watched = self._user_code, self._stop_code, self._flags, self._flags.watched
         while frame is not None:
             code = frame.f_code
             if code is stop:
@@ -97,10 +97,10 @@ class Tracer:
                 self.trace.codes[id(code)] = ent  # keeps the code alive: its id stays unique
                 if ent[1] != HIDDEN:  # a module loaded by path, outside sys.modules: its globals are state
                     loaded.note_globals(frame.f_globals)
+                    flags.learn(code)
             if ent[1] != HIDDEN:
                 out.append((code, frame.f_lineno))
-                if flags is not None:
-                    flags.note(code, frame, self._step)
+                id(code) in watched and flags.note(code, frame, self._step)
             elif (fx := compiled_frames.fx_site(code, frame.f_lineno)) is not None:  # a GraphModule's forward
                 out.append(self._known(fx))
             frame = frame.f_back

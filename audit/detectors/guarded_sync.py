@@ -67,7 +67,7 @@ def _in_test(node: ast.If):
     vals = node.test.values
     for i in range(1, len(vals)):
         prefix = ast.BoolOp(op=ast.And(), values=vals[:i]) if i > 1 else vals[0]
-        if cuda_side(prefix, node.resolve) == "body":
+        if cuda_side(prefix, node.resolve, node.known) == "body":
             return vals[i:]
     return []
 

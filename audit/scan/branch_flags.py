@@ -59,9 +59,10 @@ def _watches(code):
     if func is None:
         return None
     out = []
-    for node in ast.walk(func):
-        if isinstance(node, ast.If):
-            out += [(node.lineno, ast.unparse(e), e) for e in flag_exprs(node.test)]
+    for node in ast.walk(func):  # an `if`, a conditional expression, an `and` / `or` anywhere (guarded_sync._guards)
+        test = node.test if isinstance(node, (ast.If, ast.IfExp)) else node if isinstance(node, ast.BoolOp) else None
+        if test is not None:
+            out += [(node.lineno, ast.unparse(e), e) for e in flag_exprs(test)]
     if not out:
         return None
     stored = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}

@@ -86,7 +86,8 @@ import torch
 
 
 class Target:
-    def __init__(self):
+    def __init__(self, device):
+        self.on_gpu = device != "cpu"
         self.x = torch.zeros(2, {d})
         self.out = torch.zeros(2, {d})
 
@@ -95,19 +96,21 @@ class Target:
 
     def step(self):
         y = torch.tanh(self.x)
-        n = int(y.abs().max()) if y.is_cuda else {d}  # SITE
+        n = int(y.abs().max()) if {test} else {d}  # SITE
         self.out.copy_(y[:, :n])
         return self.out
 
 
 def make(device):
-    return Target()
+    return Target(device)
 """
 
 
-def test_the_targets_own_conditional_expression(tmp_path):
+@pytest.mark.parametrize("test", ["y.is_cuda", "self.on_gpu", 'y.device.type != "cpu"'])
+def test_the_targets_own_conditional_expression(tmp_path, test):
+    """A device flag of the target's own (`self.on_gpu = device != "cpu"`) tells the side by its value here."""
     (tmp_path / "target").mkdir()
-    path, site = write_target(tmp_path / "target" / "own_expr.py", OWN, d=random.choice([4, 8, 16]))
+    path, site = write_target(tmp_path / "target" / "own_expr.py", OWN, d=random.choice([4, 8, 16]), test=test)
     sync = blocking(path)
     sync = sync[sync.category == "host-sync"]
     assert list(sync.line) == [site] and sync.iloc[0].file.endswith(path.name), table(sync)

@@ -15,7 +15,7 @@ import ast
 from audit.detectors import _scopes
 from audit.scan.branch_flags import flag_exprs
 
-__all__ = ["blocking_flag", "known"]
+__all__ = ["blocking_flag", "known", "seen"]
 
 
 def _path(func, line: int) -> list:
@@ -65,16 +65,21 @@ def _trusted(tree, e, line: int, is_device) -> bool:
     return not any(isinstance(n, ast.Call) for v, _ in vals or () for n in ast.walk(v))
 
 
+def seen(file: str, line: int, flags: dict, e) -> bool | None:
+    """The one truth value the plain flag `e` of the test on `line` held in every audited step, trusted
+    or not (which side a CPU scan took); None when not read or both."""
+    if not any(e is f for f in flag_exprs(e)):
+        return None  # not a plain flag: the scan did not read it
+    held = flags.get((file, line, ast.unparse(e)))
+    return next(iter(held)) if held and len(held) == 1 else None
+
+
 def known(tree, file: str, line: int, flags: dict, is_device):
     """expr -> the one truth value a plain, trusted flag of the `if` on `line` held in every audited step
     the scan read it (None: not read, both values, or not trusted)."""
     def value(e):
-        if not any(e is f for f in flag_exprs(e)):
-            return None  # not a plain flag: the scan did not read it
-        seen = flags.get((file, line, ast.unparse(e)))
-        if not seen or len(seen) != 1 or not _trusted(tree, e, line, is_device):
-            return None
-        return next(iter(seen))
+        held = seen(file, line, flags, e)
+        return held if held is not None and _trusted(tree, e, line, is_device) else None
     return value
 
 

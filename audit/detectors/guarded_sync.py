@@ -115,6 +115,8 @@ def _untaken(node: ast.If, file: str, lines: set, library: bool):
     scan read at their values (`if self.timing and x.is_cuda:`)."""
     expr = getattr(node, "expr", False)  # a conditional expression: its sides share lines with other code
     want = cuda_side(node.test, node.resolve, node.known) if library or expr else None
+    if expr and not library and want is None and (held := node.seen(node.test)) is not None:
+        want = "orelse" if held else "body"  # a device flag of the target's (`self.on_gpu`): the side not taken here
     if (library or expr) and want is None:
         return
     for side, body, safe in zip(("body", "orelse"), (node.body, node.orelse), _source.skipped_under_capture(node.test)):
@@ -167,6 +169,7 @@ def syncs_in_untaken_device_branches(ctx):
             node.resolve = _resolver(file, node.lineno)
             is_device = functools.partial(_guarded, file, line=node.lineno)
             node.known = _reach.known(_source.tree(file), file, node.lineno, ctx.trace.flags, is_device)
+            node.seen = functools.partial(_reach.seen, file, node.lineno, ctx.trace.flags)
             sides = _untaken(node, file, lines, rec is not None) if is_device(node.test) else ()
             sts = [st for side, body in sides if not _reach.blocking_flag(
                 _source.tree(file), func, node, side, file, ctx.trace.flags, is_device) for st in body]

@@ -153,9 +153,11 @@ def test_a_flag_set_by_a_probe_is_not_trusted(tmp_path, monkeypatch):
 
 
 OWN = """
+import os
+
 import torch
 
-DEBUG = {flag}
+DEBUG = os.environ.get("{env}", "0") == "1"
 
 
 class Target:
@@ -182,9 +184,12 @@ def make(device):
 
 
 @pytest.mark.parametrize("flag", [False, True])
-def test_a_module_flag_in_the_targets_own_code(tmp_path, flag):
+def test_a_module_flag_from_the_environment_in_the_targets_own_code(tmp_path, monkeypatch, flag):
+    """`DEBUG = os.environ.get(...) == "1"` reads configuration, the same on the GPU machine: trusted."""
     (tmp_path / "target").mkdir()
-    path, site = write_target(tmp_path / "target" / "own_flag.py", OWN, flag=flag,
+    env = f"OWN_FLAG_{random.randrange(10**6)}"
+    monkeypatch.setenv(env, "1" if flag else "0")
+    path, site = write_target(tmp_path / "target" / "own_flag.py", OWN, env=env,
                               seed=random.randrange(2**31), d=random.choice([4, 8, 16]))
     sync = blocking(path)
     sync = sync[sync.category == "host-sync"]

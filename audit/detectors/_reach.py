@@ -57,12 +57,23 @@ def _flag(e):
     return e
 
 
+# calls that read configuration, the same on any machine of a deployment (`os.environ.get("DEBUG") == "1"`)
+_CONFIG_CALLS = {"os.environ.get", "environ.get", "os.getenv", "getenv", "int", "bool", "str", "float"}
+_STR_METHODS = {"lower", "upper", "strip", "casefold"}
+
+
+def _config_call(n: ast.Call) -> bool:
+    f = n.func
+    return ast.unparse(f) in _CONFIG_CALLS or (isinstance(f, ast.Attribute) and f.attr in _STR_METHODS)
+
+
 def _trusted(tree, e, line: int, is_device) -> bool:
-    """A flag whose value here is its value on a GPU: no device test, and no call among its assignments."""
+    """A flag whose value here is its value on a GPU: no device test, and no call among its assignments
+    but configuration reads (any other call may be a platform probe: `self.gpu_ok = _probe()`)."""
     if is_device(e):
         return False
     vals = _scopes.values(tree, _flag(e), line)
-    return not any(isinstance(n, ast.Call) for v, _ in vals or () for n in ast.walk(v))
+    return not any(isinstance(n, ast.Call) and not _config_call(n) for v, _ in vals or () for n in ast.walk(v))
 
 
 def seen(file: str, line: int, flags: dict, e) -> bool | None:

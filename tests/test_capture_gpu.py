@@ -196,7 +196,8 @@ def test_cli_bisect_writes_the_inventory(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.run([sys.executable, "-m", "cli", "bisect", "--target", f"{PLANTED / 'host_sync.py'}:make",
                         "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout + p.stderr  # findings are the output, not an error (like scan)
+    # the inventory is written, and an explicit target's blocking finding fails the run (--fail-on's default)
+    assert p.returncode == 1 and "fail-on silent-corruption" in p.stderr + p.stdout, p.stdout + p.stderr
     data = json.loads((out / "inventory.json").read_text())
     (f,) = [f for f in data["findings"] if f["category"] == "capture-failure"]
     assert f["module"] == "model.layers.1.gate" and f["line"] == marker("host_sync.py")

@@ -170,10 +170,11 @@ def syncs_in_untaken_device_branches(ctx):
             is_device = functools.partial(_guarded, file, line=node.lineno)
             node.known = _reach.known(_source.tree(file), file, node.lineno, ctx.trace.flags, is_device)
             node.seen = functools.partial(_reach.seen, file, node.lineno, ctx.trace.flags)
+            def reached(side, node=node, is_device=is_device):  # no flag on the way held the other value
+                return not _reach.blocking_flag(_source.tree(file), func, node, side, file, ctx.trace.flags, is_device)
             sides = _untaken(node, file, lines, rec is not None) if is_device(node.test) else ()
-            sts = [st for side, body in sides if not _reach.blocking_flag(
-                _source.tree(file), func, node, side, file, ctx.trace.flags, is_device) for st in body]
-            sts += _in_test(node)
+            sts = [st for side, body in sides if reached(side) for st in body]
+            sts += _in_test(node) if reached("body") else []
             waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st) if (what := _sync_call(call))]
             for wfile, line, fname, what in [*waits, *_callees.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
                 if (wfile, line) in seen:

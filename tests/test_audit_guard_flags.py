@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, marked_line, table, write_target
+from site_util import blocking, install_library, library_hit, marked_line, matmul_target, table, write_target
 
 FORMS = {
     "and": """
@@ -159,35 +159,12 @@ def test_a_flag_set_by_a_probe_is_not_trusted(tmp_path, monkeypatch):
     library_hit(sync, "host-sync", lib, path, site)
 
 
-OWN = """
-import os
-
-import torch
-
-DEBUG = os.environ.get("{env}", "0") == "1"
-
-
-class Target:
-    def __init__(self):
-        g = torch.Generator().manual_seed({seed})
-        self.w = torch.randn({d}, {d}, generator=g) * 0.1
-        self.x = torch.zeros(1, {d})
-        self.out = torch.zeros(1, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(1, {d}))
-
-    def step(self):
+OWN = matmul_target(imports='import os\n\nDEBUG = os.environ.get("{env}", "0") == "1"', step="""\
         y = torch.tanh(self.x @ self.w)
         if DEBUG and y.is_cuda:
             torch.cuda.synchronize()  # SITE
         self.out.copy_(y)
-        return self.out
-
-
-def make(device):
-    return Target()
-"""
+        return self.out""")
 
 
 @pytest.mark.parametrize("flag", [False, True])

@@ -19,6 +19,8 @@ FORMS = {
     "ifexp-sync": ('torch.cuda.synchronize() if z.device.type == "cuda" else None  # LIBSITE\n    return z', True),
     "and-sync": ("z.is_cuda and torch.cuda.current_stream().synchronize()  # LIBSITE\n    return z", True),
     "assigned-and": ("done = z.is_cuda and torch.cuda.current_stream().query()  # LIBSITE\n    return z", True),
+    "spin-wait": ("while z.is_cuda and not torch.cuda.current_stream().query():  # LIBSITE\n        pass\n"
+                  "    return z", True),
     "ifexp-cpu-side": ("n = z.shape[-1] if z.is_cuda else 1 + int(z.abs().max())  # LIBSITE\n    return z[:, :n]", False),
     "ifexp-move": ("w = z if z.is_cuda else z.cpu()  # LIBSITE\n    return w", False),
     "and-cpu-side": ("not z.is_cuda and print(z.sum().item())  # LIBSITE\n    return z", False),

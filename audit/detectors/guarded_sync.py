@@ -129,9 +129,9 @@ def _guards(func):
     """Every `if` of the function; one whose body ends the function's block (`if not x.is_cuda: return
     fallback(x)`, no else) gets the statements after it as its else side: that is the side the other
     device runs. A conditional expression (`int(n.max()) if n.is_cuda else cap`) counts as an `if` whose
-    sides are its two values, and an `and` outside an `if` test (`x.is_cuda and torch.cuda.synchronize()`)
-    as an `if` with that test and no sides (_in_test reads it)."""
-    tests = {id(n.test) for n in ast.walk(func) if isinstance(n, (ast.If, ast.While))}
+    sides are its two values, and an `and` outside an `if` test (`x.is_cuda and torch.cuda.synchronize()`,
+    `while x.is_cuda and not ev.query():`) as an `if` with that test and no sides (_in_test reads it)."""
+    tests = {id(n.test) for n in ast.walk(func) if isinstance(n, ast.If)}  # a `while` test's `and` is one too
     for node in ast.walk(func):
         if isinstance(node, ast.IfExp):
             sides = [ast.copy_location(ast.Expr(v), v) for v in (node.body, node.orelse)]

@@ -58,7 +58,7 @@ def make(device):
 """
 
 CUDA_TESTS = ["q.is_cuda", 'q.device.type == "cuda"', 'q.device.type != "cpu"', "torch.cuda.is_available()",
-              'not q.device.type == "cpu"']
+              'not q.device.type == "cpu"', "not q.is_cpu"]
 OTHER_TESTS = ['q.device.type == "mps"', "q.requires_grad"]
 
 

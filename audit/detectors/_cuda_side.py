@@ -1,7 +1,7 @@
 """Which side of an `if` a GPU takes, read from the test alone, for library code.
 
 A library's device branches are read only when the test says for sure which side runs on CUDA and
-which on the CPU: `x.is_cuda`, `x.device.type == "cuda"`, `dev.type != "cpu"`, `torch.cuda.is_available()`,
+which on the CPU: `x.is_cuda`, `x.is_cpu`, `x.device.type == "cuda"`, `dev.type != "cpu"`, `torch.cuda.is_available()`,
 a process group's backend compared with NCCL (`dist.get_backend(group) == "nccl"`: NCCL runs on CUDA only),
 and `not` / `and` / `or` of those. A comparison of one of the CUDA caching allocator's byte counters
 (`torch.cuda.memory_reserved() > limit`, `memory_allocated`, `max_memory_*`, `memory_cached`) is read the same
@@ -45,8 +45,8 @@ def _eval(n, dev: str, resolve=None, known=None):
         if any(v is None for v in vals):
             return None
         return all(vals) if isinstance(n.op, ast.And) else any(vals)
-    if isinstance(n, ast.Attribute) and n.attr == "is_cuda":
-        return dev == _CUDA
+    if isinstance(n, ast.Attribute) and n.attr in ("is_cuda", "is_cpu"):
+        return dev == (_CUDA if n.attr == "is_cuda" else _CPU)
     if isinstance(n, ast.Call) and _dotted(n.func) in ("torch.cuda.is_available", "torch.cuda.is_initialized"):
         return dev == _CUDA
     if isinstance(n, ast.Compare) and len(n.ops) == 1 and (held := _counter_exceeds(n)) is not None:

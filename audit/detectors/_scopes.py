@@ -15,7 +15,7 @@ import ast
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _DEPTH = 3  # names resolved through names: a flag set from a flag set from a device test
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "npu")  # compared as strings: `if dev == "cuda"`
-_DEVICE_FLAGS = ("is_cuda", "is_mps", "is_xpu", "is_meta")
+_DEVICE_FLAGS = ("is_cuda", "is_cpu", "is_mps", "is_xpu", "is_meta")
 
 
 def _span(node, line: int) -> bool:

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from audit.detectors._cpu_only import cpu_side
 from audit.report.inventory import CATEGORIES, Finding
 from audit.scan.user_code import display_path
 
@@ -139,6 +140,10 @@ class Context:
             caller = at if caller is None else caller
         cfr = self.caller(caller) if caller is not None and not isinstance(caller, tuple) else caller
         cf, cl, cfn = (self.rel(cfr[0]), int(cfr[1]), cfr[2]) if cfr else ("", 0, "")
+        if not self.cuda and not isinstance(at, tuple) and at is not None and \
+                (severity or CATEGORIES[category].severity) != "info" and (cpu := cpu_side(at.stack)):
+            severity = "info"  # traced on a side of a device test that a GPU does not take
+            message += f"; on the CPU only: a GPU takes the other side of `{cpu[1]}` ({self.rel(cpu[0])}:{cpu[2]})"
         return Finding(category, severity or CATEGORIES[category].severity, file, int(line), fn,
                        module or "", op, round(float(count), 3), message, fix, cf, cl, cfn, extra=extra)
 

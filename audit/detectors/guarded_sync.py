@@ -17,6 +17,7 @@ import functools
 import inspect
 
 from audit.detectors import _callees, _handoff, _reach, _scopes, _source, register
+from audit.detectors._device_branches import guards as _guards
 from audit.detectors._cuda_side import cuda_side
 from audit.scan import dist_hooks
 from audit.scan.user_code import LIBRARY, frame_kind
@@ -123,34 +124,6 @@ def _untaken(node: ast.If, file: str, lines: set, library: bool):
         if body and not safe and (want is None or side == want) and (expr or not any(
                 (file, n) in lines for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1))):
             yield side, body
-
-
-def _guards(func):
-    """Every `if` of the function; one whose body ends the function's block (`if not x.is_cuda: return
-    fallback(x)`, no else) gets the statements after it as its else side: that is the side the other
-    device runs. A conditional expression (`int(n.max()) if n.is_cuda else cap`) counts as an `if` whose
-    sides are its two values, and an `and` outside an `if` test (`x.is_cuda and torch.cuda.synchronize()`,
-    `while x.is_cuda and not ev.query():`) as an `if` with that test and no sides (_in_test reads it)."""
-    tests = {id(n.test) for n in ast.walk(func) if isinstance(n, ast.If)}  # a `while` test's `and` is one too
-    for node in ast.walk(func):
-        if isinstance(node, ast.IfExp):
-            sides = [ast.copy_location(ast.Expr(v), v) for v in (node.body, node.orelse)]
-            guard = ast.copy_location(ast.If(test=node.test, body=sides[:1], orelse=sides[1:]), node)
-            guard.expr = True
-            yield guard
-        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) and id(node) not in tests:
-            yield ast.copy_location(ast.If(test=node, body=[], orelse=[]), node)
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(node, field, None)
-            if not isinstance(block, list):
-                continue
-            for i, st in enumerate(block):
-                if not isinstance(st, ast.If):
-                    continue
-                if not st.orelse and st.body and isinstance(st.body[-1], (ast.Return, ast.Raise)) and block[i + 1:]:
-                    yield ast.copy_location(ast.If(test=st.test, body=st.body, orelse=block[i + 1:]), st)
-                else:
-                    yield st
 
 
 @register("host-sync")

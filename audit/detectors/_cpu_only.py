@@ -1,0 +1,49 @@
+"""Lines a GPU never runs: the CPU's side of a device branch, for what a CPU scan traced there.
+
+`if x.is_cuda: return kernel(x)` followed by a reference path with `int(lens.max())`: a CPU scan runs
+the reference and traces its read, yet on a GPU the kernel runs instead and the read never happens. A
+traced finding whose stack passes through such a side (one the test itself settles: _cuda_side) stays in
+the inventory as info, naming the test, not as a hazard of the GPU step. A conditional expression's sides
+share their line with the rest of the statement, so they are not told apart here.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+from audit.detectors import _scopes, _source
+from audit.detectors._cuda_side import cuda_side
+from audit.detectors._device_branches import guards
+
+__all__ = ["cpu_side"]
+
+
+def _holds(stmts, line: int) -> bool:
+    return any(st.lineno <= line <= (st.end_lineno or st.lineno) for st in stmts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _at(file: str, line: int):
+    """(test text, test line) of the device branch whose CPU-only side holds `line`, else None."""
+    tree = _source.tree(file)
+    func = _source.enclosing_function(file, line) if tree is not None else None
+    if func is None or func is tree:
+        return None
+    for g in guards(func):
+        if getattr(g, "expr", False) or not (_holds(g.body, line) or _holds(g.orelse, line)):
+            continue
+        side = cuda_side(g.test, lambda e, n=g.lineno: _scopes.values(tree, e, n))
+        cpu = g.orelse if side == "body" else g.body if side == "orelse" else ()
+        if _holds(cpu, line):
+            return ast.unparse(g.test), g.lineno
+    return None
+
+
+def cpu_side(stack):
+    """(file, test text, test line) for the innermost frame of `stack` that runs on a CPU-only side."""
+    for code, line in reversed(stack):
+        hit = _at(code.co_filename, line)
+        if hit is not None:
+            return (code.co_filename, *hit)
+    return None

@@ -1,0 +1,84 @@
+"""What a CPU scan traces on the CPU's side of a device test is not a hazard of the GPU step.
+
+`if x.is_cuda: return kernel(x)` followed by a reference path that reads `int(z.abs().max())`: the CPU
+scan runs the reference and traces the read, but a GPU runs the kernel and never reads. The finding stays
+as info naming the test; a read before the test, or after a test that does not settle the GPU's side (an
+MPS workaround), stays a hazard.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from site_util import install_library, marked_line, write_target
+
+FORMS = {  # (helper body, the read is on the CPU's side only)
+    "early-return": ("if z.is_cuda:\n        return z * 2\n    n = 1 + int(z.abs().max())  # LIBSITE\n"
+                     "    return z[:, :n] * 2", True),
+    "else-side": ('if z.device.type != "cpu":\n        out = z * 2\n    else:\n'
+                  "        n = 1 + int(z.abs().max())  # LIBSITE\n        out = z[:, :n] * 2\n    return out", True),
+    "cpu-body": ('if z.device.type == "cpu":\n        k = len(z.abs().sum(-1).tolist())  # LIBSITE\n'
+                 "        return z * (1 + 0 * k)\n    return z * 2", True),
+    "read-first": ("n = 1 + int(z.abs().max())  # LIBSITE\n    if z.is_cuda:\n        return z * 2\n"
+                   "    return z[:, :n] * 2", False),
+    "mps-workaround": ('if z.device.type == "mps":\n        return z * 2\n'
+                       "    n = 1 + int(z.abs().max())  # LIBSITE\n    return z[:, :n] * 2", False),
+}
+
+LIB = """
+import torch
+
+
+def helper(y):
+    z = torch.tanh(y)
+    {body}
+"""
+
+TARGET = """
+import torch
+from {mod} import helper
+
+
+class Target:
+    def __init__(self):
+        self.x = torch.zeros(2, {d})
+        self.out = torch.zeros(2, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(2, {d}))
+
+    def step(self):
+        y = helper(self.x * {scale})  # SITE
+        self.out[:, :y.shape[1]].copy_(y)
+        return self.out
+
+
+def make(device):
+    return Target()
+"""
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_read_on_the_cpus_side_of_a_device_test_is_info(tmp_path, monkeypatch, form):
+    import sys
+
+    import audit
+
+    body, cpu_only = FORMS[form]
+    mod, lib = install_library(tmp_path, monkeypatch, LIB.format(body=body), "cpu_side_lib")
+    path, site = write_target(tmp_path / "target" / "cpu_side_target.py", TARGET, mod=mod,
+                              d=random.choice([4, 8, 16]), scale=round(random.uniform(0.5, 2.0), 3))
+    try:
+        df = audit.scan(f"{path}:make", device="cpu").df
+    finally:
+        sys.modules.pop(mod, None)
+    hit = df[(df.category == "host-sync") & df.file.str.endswith(lib.name)]
+    assert list(hit.line) == [marked_line(lib, "# LIBSITE")], hit.to_string()
+    row = hit.iloc[0]
+    assert row.caller_file.endswith(path.name) and int(row.caller_line) == site
+    if cpu_only:
+        assert row.severity == "info" and "on the CPU only" in row.message, row.message
+    else:
+        assert row.severity == "blocks-capture" and "CPU only" not in row.message, row.message

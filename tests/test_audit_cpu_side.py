@@ -82,3 +82,46 @@ def test_a_read_on_the_cpus_side_of_a_device_test_is_info(tmp_path, monkeypatch,
         assert row.severity == "info" and "on the CPU only" in row.message, row.message
     else:
         assert row.severity == "blocks-capture" and "CPU only" not in row.message, row.message
+
+
+STALE = """
+import torch
+from {mod} import helper
+
+
+class Target:
+    def __init__(self):
+        self.x = torch.zeros(2, {d})
+        self.out = torch.zeros(2, {d})
+
+    def prepare(self, i):
+        self.x = torch.randn(2, {d})  # rebinds the step's input
+
+    def step(self):
+        y = helper(self.x)  # SITE
+        self.out[:, :y.shape[1]].copy_(y)
+        return self.out
+
+
+def make(device):
+    return Target()
+"""
+
+
+def test_a_stale_input_read_on_the_cpus_side_stays_a_hazard(tmp_path, monkeypatch):
+    """The rebound input is stale whichever side reads it: a GPU's kernel reads it too."""
+    import sys
+
+    import audit
+
+    src = "import torch\n\n\ndef helper(y):\n    if y.is_cuda:\n        return torch.tanh(y) * 2\n" \
+          "    return torch.tanh(y) * 3  # LIBSITE\n"
+    mod, lib = install_library(tmp_path, monkeypatch, src, "cpu_side_lib")
+    path, _ = write_target(tmp_path / "target" / "stale_target.py", STALE, mod=mod, d=random.choice([4, 8, 16]))
+    try:
+        df = audit.scan(f"{path}:make", device="cpu").df
+    finally:
+        sys.modules.pop(mod, None)
+    stale = df[df.category == "stale-input-pointer"]
+    assert list(stale.line) == [marked_line(lib, "# LIBSITE")], df.to_string()  # read on the CPU's side
+    assert set(stale.severity) == {"silent-corruption"}, df.to_string()

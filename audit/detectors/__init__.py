@@ -58,6 +58,13 @@ def _load() -> None:
         importlib.import_module(f"audit.detectors.{fam}")
 
 
+# categories whose hazard is what the op at the site does (not the state it reads: a stale input is stale
+# whichever side reads it), so an op a GPU never runs is none on a GPU (_cpu_only)
+_WHAT_THE_OP_DOES = frozenset({"host-sync", "step-allocation", "data-dependent-control", "baked-host-value",
+                               "dynamic-shape", "cpu-side-effect", "rng", "cross-device", "pageable-copy",
+                               "lazy-init"})
+
+
 class Context:
     """The shared trace plus what every rule needs: aligned call sites, paths, finding builders."""
 
@@ -140,7 +147,7 @@ class Context:
             caller = at if caller is None else caller
         cfr = self.caller(caller) if caller is not None and not isinstance(caller, tuple) else caller
         cf, cl, cfn = (self.rel(cfr[0]), int(cfr[1]), cfr[2]) if cfr else ("", 0, "")
-        if not self.cuda and not isinstance(at, tuple) and at is not None and \
+        if not self.cuda and category in _WHAT_THE_OP_DOES and not isinstance(at, tuple) and at is not None and \
                 (severity or CATEGORIES[category].severity) != "info" and (cpu := cpu_side(at.stack)):
             severity = "info"  # traced on a side of a device test that a GPU does not take
             message += f"; on the CPU only: a GPU takes the other side of `{cpu[1]}` ({self.rel(cpu[0])}:{cpu[2]})"

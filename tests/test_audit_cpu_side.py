@@ -21,6 +21,9 @@ FORMS = {  # (helper body, the read is on the CPU's side only)
                   "        n = 1 + int(z.abs().max())  # LIBSITE\n        out = z[:, :n] * 2\n    return out", True),
     "cpu-body": ('if z.device.type == "cpu":\n        k = len(z.abs().sum(-1).tolist())  # LIBSITE\n'
                  "        return z * (1 + 0 * k)\n    return z * 2", True),
+    "expression": ("n = z.shape[-1] if z.is_cuda else 1 + int(z.abs().max())  # LIBSITE\n    return z[:, :n]", True),
+    "expression-both-read": ("n = int(z.abs().sum()) if z.is_cuda else 1 + int(z.abs().max())  # LIBSITE\n"
+                             "    return z[:, :min(n, z.shape[-1])]", False),
     "read-first": ("n = 1 + int(z.abs().max())  # LIBSITE\n    if z.is_cuda:\n        return z * 2\n"
                    "    return z[:, :n] * 2", False),
     "mps-workaround": ('if z.device.type == "mps":\n        return z * 2\n'
@@ -75,13 +78,13 @@ def test_a_read_on_the_cpus_side_of_a_device_test_is_info(tmp_path, monkeypatch,
     finally:
         sys.modules.pop(mod, None)
     hit = df[(df.category == "host-sync") & df.file.str.endswith(lib.name)]
-    assert list(hit.line) == [marked_line(lib, "# LIBSITE")], hit.to_string()
-    row = hit.iloc[0]
-    assert row.caller_file.endswith(path.name) and int(row.caller_line) == site
+    assert set(hit.line) == {marked_line(lib, "# LIBSITE")}, hit.to_string()
+    assert hit.caller_file.str.endswith(path.name).all() and (hit.caller_line == site).all(), hit.to_string()
     if cpu_only:
-        assert row.severity == "info" and "on the CPU only" in row.message, row.message
-    else:
-        assert row.severity == "blocks-capture" and "CPU only" not in row.message, row.message
+        assert (hit.severity == "info").all() and hit.message.str.contains("on the CPU only").all(), hit.to_string()
+    else:  # (a GPU side that reads too is read from the source: a second finding on the line)
+        assert (hit.severity == "blocks-capture").all() and not hit.message.str.contains("CPU only").any(), \
+            hit.to_string()
 
 
 STALE = """

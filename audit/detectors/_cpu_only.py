@@ -4,7 +4,8 @@
 the reference and traces its read, yet on a GPU the kernel runs instead and the read never happens. A
 traced finding whose stack passes through such a side (one the test itself settles: _cuda_side) stays in
 the inventory as info, naming the test, not as a hazard of the GPU step. A conditional expression's sides
-share their line with the rest of the statement, so they are not told apart here.
+share their line with the rest of the statement: only a statement that is the expression alone, with a
+GPU side that calls nothing, is read.
 """
 
 from __future__ import annotations
@@ -37,6 +38,24 @@ def _at(file: str, line: int):
         cpu = g.orelse if side == "body" else g.body if side == "orelse" else ()
         if _holds(cpu, line):
             return ast.unparse(g.test), g.lineno
+    return _whole_expression(tree, func, line)
+
+
+def _whole_expression(tree, func, line: int):
+    """A statement that is one conditional expression (`n = cap if x.is_cuda else int(lens.max())`, a
+    return, a call's value) whose test and GPU side run no call: every op on its lines is the CPU side's."""
+    for st in ast.walk(func):
+        v = getattr(st, "value", None)
+        if not (isinstance(st, (ast.Assign, ast.AnnAssign, ast.Return, ast.Expr)) and isinstance(v, ast.IfExp)
+                and _holds([st], line)):
+            continue
+        if isinstance(st, (ast.Assign, ast.AnnAssign)) and not all(
+                isinstance(t, ast.Name) for t in (st.targets if isinstance(st, ast.Assign) else [st.target])):
+            continue  # a subscript or attribute target runs code of its own
+        side = cuda_side(v.test, lambda e, n=st.lineno: _scopes.values(tree, e, n))
+        gpu = v.body if side == "body" else v.orelse if side == "orelse" else None
+        if gpu is not None and not any(isinstance(n, ast.Call) for part in (v.test, gpu) for n in ast.walk(part)):
+            return ast.unparse(v.test), v.lineno
     return None
 
 

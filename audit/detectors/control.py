@@ -17,6 +17,7 @@ from difflib import SequenceMatcher
 from torch import nn
 
 from audit.detectors import _source, register
+from audit.detectors._element_guards import element_guard
 
 
 def _module_call_frame(ctx, a, b):
@@ -64,7 +65,7 @@ def _decided(p, x):
                 return _at(pc, line)
         line = _source.decider(code.co_filename, ps[d][1] if shared else None, lx)
         if line:
-            return _at(code, line)
+            return _at(code, element_guard(code.co_filename, line, lx) or line)
         left = True
     return None
 
@@ -150,6 +151,7 @@ def _reentered(p, x):
         break
     for code, line in reversed(x.stack[:depth or 0]):
         if (found := _source.decider(code.co_filename, line, line)) or _comprehension_at(code.co_filename, line):
+            found = element_guard(code.co_filename, found, line) or found if found else None  # `if f.enabled:`
             return _at(code, found or line)  # a comprehension's iteration count (`[f(h, i) for i in range(k)]`)
     return None
 

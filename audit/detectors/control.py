@@ -57,7 +57,8 @@ def _decided(p, x):
     for d, (code, lx) in enumerate(x.stack):
         shared = not left and d < len(ps) and ps[d][0] is code
         if shared and ps[d][1] == lx and d < len(x.stack) - 1:
-            if len(ps) == d + 1 and (line := _source.decider(code.co_filename, lx, lx)):
+            if len(ps) == d + 1 and (line := _source.decider(code.co_filename, lx, lx)) \
+                    and not _args_first(code.co_filename, lx, x.stack[d + 1][0].co_name):
                 return _at(code, line)  # p's op ended that call: x's call is another loop iteration
             continue  # the same call in progress: the paths part deeper
         for pc, lp in reversed(ps[d + 1:] if shared else ()):  # x left calls p was in: how they returned
@@ -68,6 +69,18 @@ def _decided(p, x):
             return _at(code, element_guard(code.co_filename, line, lx) or line)
         left = True
     return None
+
+
+def _args_first(filename: str, line: int, callee: str) -> bool:
+    """Whether `line` calls `callee` with a call among its arguments (`layer.cross(layer.ln2(x), audio)`): the op
+    that ran at the line just before may be the argument's, evaluated first, so entering `callee` next is the
+    same statement going on, not another iteration of the loop around it."""
+    t = _source.tree(filename)
+    return t is not None and any(
+        isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
+        and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)) == callee
+        and any(isinstance(a, ast.Call) for arg in n.args + [k.value for k in n.keywords] for a in ast.walk(arg))
+        for n in ast.walk(t))
 
 
 def _parted_before(p, q):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from difflib import SequenceMatcher
 
 from torch import nn
@@ -253,10 +253,10 @@ def op_sequence_divergence(ctx):
         (ra, ta), (rb, tb) = seqs[s0], seqs[s1]
         if ta == tb:
             continue
-        for tag, i1, i2, j1, j2 in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes():
-            if tag == "equal":
-                continue
-            if _elided_slice(tag, ra, rb, i1, i2, j1, j2):
+        codes = [c for c in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes() if c[0] != "equal"]
+        shifted = _shifted_regions(ta, tb, codes)
+        for tag, i1, i2, j1, j2 in codes:
+            if _elided_slice(tag, ra, rb, i1, i2, j1, j2) or (i1, j1) in shifted:
                 continue
             a = ra[i1] if i1 < len(ra) and tag != "insert" else None  # an insert's ra[i1] is the op after it:
             b = rb[j1] if j1 < len(rb) and tag != "delete" else None  # not part of the difference
@@ -283,6 +283,17 @@ def op_sequence_divergence(ctx):
         out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs, msg, module=mod,
                                caller=ctx.caller_into(rec, where[0], where[2])))
     return out
+
+
+def _shifted_regions(ta, tb, codes) -> set:
+    """(i1, j1) of the differing regions whose ops both steps ran equally often: the alignment shifted them
+    (a per-frame loop `for t in range(T): step(frames[:, t])` whose inner loop runs one more trip in one step
+    lines up its frames' `select`s against the other's extra trips), while the other regions, where the counts
+    differ, are the real difference. When every region keeps the counts (the steps ran the same ops in
+    another order) none is dropped."""
+    ca, cb = Counter(ta), Counter(tb)
+    same = {(c[1], c[3]) for c in codes if all(ca[t] == cb[t] for t in ta[c[1]:c[2]] + tb[c[3]:c[4]])}
+    return same if len(same) < len(codes) else set()
 
 
 _MODES = ("autocast", "set_grad_enabled", "inference_mode", "set_autocast_enabled")

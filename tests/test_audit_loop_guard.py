@@ -4,7 +4,8 @@ Logits processors switched on and off per request (`for p in procs: if p.enabled
 runs a processor's ops the other does not, and goes on with the next processor from the same body
 line. The loop ran the same number of times in both steps; the `if` in its body decided, so that is
 the statement named, not the `for`. (When the skipped processor is the last one, the ops cannot tell a
-skipped iteration from a shorter loop; that case is left to the loop rule.)"""
+skipped iteration from a shorter loop; a guard testing the loop's element decides it,
+test_audit_last_item_guard.py.)"""
 
 from __future__ import annotations
 

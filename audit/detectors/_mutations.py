@@ -284,8 +284,9 @@ def assigns_host_tensor(filename: str, attr: str, lines: tuple[int, int] | None 
     return False
 
 
-# what makes an attribute in host memory: the factories, and host data made a tensor (`torch.tensor(lens, device="cpu")`)
-_ATTR_FACTORIES = HOST_FACTORIES + ("tensor", "as_tensor")
+# what makes an attribute in host memory: the factories, and host data made a tensor (`torch.tensor(lens, device="cpu")`,
+# `torch.from_numpy(fb)`: always the CPU, sharing the array's memory)
+_ATTR_FACTORIES = HOST_FACTORIES + ("tensor", "as_tensor", "from_numpy", "frombuffer")
 
 
 def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = None) -> str | None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from difflib import SequenceMatcher
 
 from torch import nn
 
 from audit.detectors import _source, register
+from audit.detectors._element_guards import element_guard
 
 
 def _module_call_frame(ctx, a, b):
@@ -56,7 +57,8 @@ def _decided(p, x):
     for d, (code, lx) in enumerate(x.stack):
         shared = not left and d < len(ps) and ps[d][0] is code
         if shared and ps[d][1] == lx and d < len(x.stack) - 1:
-            if len(ps) == d + 1 and (line := _source.decider(code.co_filename, lx, lx)):
+            if len(ps) == d + 1 and (line := _source.decider(code.co_filename, lx, lx)) \
+                    and not _args_first(code.co_filename, lx, x.stack[d + 1][0].co_name):
                 return _at(code, line)  # p's op ended that call: x's call is another loop iteration
             continue  # the same call in progress: the paths part deeper
         for pc, lp in reversed(ps[d + 1:] if shared else ()):  # x left calls p was in: how they returned
@@ -64,9 +66,21 @@ def _decided(p, x):
                 return _at(pc, line)
         line = _source.decider(code.co_filename, ps[d][1] if shared else None, lx)
         if line:
-            return _at(code, line)
+            return _at(code, element_guard(code.co_filename, line, lx) or line)
         left = True
     return None
+
+
+def _args_first(filename: str, line: int, callee: str) -> bool:
+    """Whether `line` calls `callee` with a call among its arguments (`layer.cross(layer.ln2(x), audio)`): the op
+    that ran at the line just before may be the argument's, evaluated first, so entering `callee` next is the
+    same statement going on, not another iteration of the loop around it."""
+    t = _source.tree(filename)
+    return t is not None and any(
+        isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
+        and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)) == callee
+        and any(isinstance(a, ast.Call) for arg in n.args + [k.value for k in n.keywords] for a in ast.walk(arg))
+        for n in ast.walk(t))
 
 
 def _parted_before(p, q):
@@ -150,6 +164,7 @@ def _reentered(p, x):
         break
     for code, line in reversed(x.stack[:depth or 0]):
         if (found := _source.decider(code.co_filename, line, line)) or _comprehension_at(code.co_filename, line):
+            found = element_guard(code.co_filename, found, line) or found if found else None  # `if f.enabled:`
             return _at(code, found or line)  # a comprehension's iteration count (`[f(h, i) for i in range(k)]`)
     return None
 
@@ -238,10 +253,10 @@ def op_sequence_divergence(ctx):
         (ra, ta), (rb, tb) = seqs[s0], seqs[s1]
         if ta == tb:
             continue
-        for tag, i1, i2, j1, j2 in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes():
-            if tag == "equal":
-                continue
-            if _elided_slice(tag, ra, rb, i1, i2, j1, j2):
+        codes = [c for c in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes() if c[0] != "equal"]
+        shifted = _shifted_regions(ta, tb, codes)
+        for tag, i1, i2, j1, j2 in codes:
+            if _elided_slice(tag, ra, rb, i1, i2, j1, j2) or (i1, j1) in shifted:
                 continue
             a = ra[i1] if i1 < len(ra) and tag != "insert" else None  # an insert's ra[i1] is the op after it:
             b = rb[j1] if j1 < len(rb) and tag != "delete" else None  # not part of the difference
@@ -268,6 +283,17 @@ def op_sequence_divergence(ctx):
         out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs, msg, module=mod,
                                caller=ctx.caller_into(rec, where[0], where[2])))
     return out
+
+
+def _shifted_regions(ta, tb, codes) -> set:
+    """(i1, j1) of the differing regions whose ops both steps ran equally often: the alignment shifted them
+    (a per-frame loop `for t in range(T): step(frames[:, t])` whose inner loop runs one more trip in one step
+    lines up its frames' `select`s against the other's extra trips), while the other regions, where the counts
+    differ, are the real difference. When every region keeps the counts (the steps ran the same ops in
+    another order) none is dropped."""
+    ca, cb = Counter(ta), Counter(tb)
+    same = {(c[1], c[3]) for c in codes if all(ca[t] == cb[t] for t in ta[c[1]:c[2]] + tb[c[3]:c[4]])}
+    return same if len(same) < len(codes) else set()
 
 
 _MODES = ("autocast", "set_grad_enabled", "inference_mode", "set_autocast_enabled")

@@ -17,6 +17,7 @@ import torch
 
 from audit.detectors import _source, register
 from audit.scan.hooks import NON_BLOCKING
+from audit.detectors._moved_host import reads_of_copies
 from audit.detectors._host import (computes_on_host, from_device, host_born, host_derived, host_factories,
                                    host_tensors, in_place_updates, kept_on_host, pinned_host)
 
@@ -284,8 +285,9 @@ def host_reads(ctx):
     not a second, pageable-copy finding)."""
     out = []
     to_host = _to_host(ctx)
+    copies = reads_of_copies(ctx)  # `ids = t.cpu()` then `int(ids[0])`: host memory, the copy was the wait
     recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r) and (r.note != "cpu?" or id(r) in to_host)
-            and not (r.kind == "host" and kept_on_host(ctx, r))]
+            and not (r.kind == "host" and (kept_on_host(ctx, r) or id(r) in copies))]
     for (file, line, op), group in ctx.per_site(recs).items():
         r = group[0]
         if r.kind == "host":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from audit.detectors import _host_moves, _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors
-from audit.detectors._host import host_born, host_derived, host_factories
+from audit.detectors._host import factory_born, host_born, host_derived, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
 from audit.scan import pinned
 
@@ -35,6 +35,9 @@ def _src(r):
 
 INDEX = ("a Python list (or other host data) indexes a device tensor: on a GPU the index is built in host "
          "memory and copied from pageable memory to the device, and capture raises on that copy")
+FACTORY_INDEX = ("an index built in the step by torch factories naming no device (`torch.arange(n)`, and ops on those "
+                 "alone) indexes a device tensor: on a GPU the index lives in host memory and is copied from pageable "
+                 "memory to the device, and capture raises on that copy")
 _INDEXING = {"aten.index", "aten.index_put_", "aten.index_put", "aten._index_put_impl_", "aten.index_select"}
 
 
@@ -49,6 +52,23 @@ def _host_indices(recs, born: set) -> list:
         if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.inputs[0].sid not in born:
             indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]  # index_put's last input is the values
             out += [lifted.pop(t.sid) for t in indices if t.sid in lifted]
+    return out
+
+
+def _factory_indices(recs, skip: set) -> list:
+    """Index ops whose index is a tensor torch factories made on the host in the step, or ops computed from
+    those alone (Qwen2-VL's vision rotary: `torch.arange(h)` row and column ids stacked, then
+    `table[ids]` on a device table), into a tensor not in host memory (`skip`): on a GPU the index is copied
+    from pageable memory to the device first. Reported at the indexing op, where the copy happens."""
+    if not any(r.kind == "aten" and r.op in _INDEXING for r in recs):
+        return []
+    made = host_derived(recs, factory_born(recs))
+    out = []
+    for r in recs:
+        if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.stack and r.inputs[0].sid not in made | skip:
+            indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]
+            if any(t.sid in made and len(t.shape) > 0 for t in indices):
+                out.append(r)
     return out
 
 
@@ -158,6 +178,11 @@ def host_data_to_device(ctx):
             pageable = _host_attrs(ctx) if pageable is None else pageable
             made = _device_made(recs, born | set(host) | set(pageable))
         hits += [(r, INDEX) for r in _host_indices(recs, born) if not _source.builds_on_device(*_src(r))]
+        fidx = _factory_indices(recs, born | set(host))
+        if fidx:  # not into a tensor the target keeps in host memory (`self.bank = torch.randn(n, d)`)
+            pageable = _host_attrs(ctx) if pageable is None else pageable
+            kept = host_derived(recs, set(pageable))
+            hits += [(r, FACTORY_INDEX) for r in fidx if r.inputs[0].sid not in kept]
         for r in recs:
             if not r.stack:
                 continue

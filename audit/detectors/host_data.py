@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from audit.detectors import _host_moves, _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors
-from audit.detectors._host import factory_born, host_born, host_derived, host_factories
+from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
 from audit.scan import pinned
 
@@ -91,15 +91,17 @@ def _host_attrs(ctx) -> dict[int, str]:
     return out
 
 
-def _from_staged(recs, staged: dict) -> dict[int, str]:
-    """`staged` and the storages of ops whose tensor inputs are all among them, op by op (not call by call:
+def _from_staged(recs, staged: dict, host: set = frozenset()) -> dict[int, str]:
+    """`staged` and the storages of ops whose tensor inputs are all among them, or host data built in the step
+    (`host`: a length mask `torch.arange(n)[None] < self.lens_cpu[:, None]`), op by op (not call by call:
     inside a torch helper such as pack_padded_sequence, `torch.sort(lengths)` computes on the host while
     the helper's other ops touch device data): sid -> the attribute they come from."""
     out = dict(staged)
     for r in recs:
-        if r.kind == "aten" and r.inputs and all(m.sid in out for m in r.inputs):
-            for m in r.outputs:
-                out.setdefault(m.sid, out[r.inputs[0].sid])
+        if r.kind == "aten" and r.inputs and all(m.sid in out or m.sid in host for m in r.inputs):
+            src = next((out[m.sid] for m in r.inputs if m.sid in out), None)
+            for m in r.outputs if src is not None else ():
+                out.setdefault(m.sid, src)
     return out
 
 
@@ -128,8 +130,9 @@ def host_attrs_to_device(ctx):
         return []
     staged, device = _host_attrs(ctx), None
     hits, names = [], {}
-    for recs in ctx.steps if staged else ():
-        derived, moved = _from_staged(recs, staged), set()  # moved: sent by `.to(D)` (a no-op on a CPU scan)
+    for step, recs in enumerate(ctx.steps) if staged else ():
+        # moved: sent by `.to(D)` (a no-op on a CPU scan)
+        derived, moved = _from_staged(recs, staged, host_data(ctx, step)), set()
         for r in recs:
             sent = r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack and r.inputs[0].sid in derived \
                 and not _source.names_cpu(*_src(r))

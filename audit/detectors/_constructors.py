@@ -20,8 +20,10 @@ SETUP = ("__init__", "prepare")
 
 def skipped(change, fn: str) -> bool:
     """Whether a statement in function `fn` is set-up that cannot be the step's change: `prepare`, and
-    `__init__` unless the change is to a class attribute (an instance made in the step)."""
-    return fn == "prepare" or (fn == "__init__" and not change.owner.startswith("<class "))
+    `__init__` unless the change is to a class's own attribute (an instance made in the step; not an object
+    kept on the class, whose `__init__` ran when the class was defined)."""
+    own = change.owner.startswith("<class ") and "." not in change.attr
+    return fn == "prepare" or (fn == "__init__" and not own)
 
 
 def constructor_call(ctx, site, step: int):

@@ -62,7 +62,9 @@ def _factory_indices(recs, skip: set) -> list:
     from pageable memory to the device first. Reported at the indexing op, where the copy happens."""
     if not any(r.kind == "aten" and r.op in _INDEXING for r in recs):
         return []
-    made = host_derived(recs, factory_born(recs))
+    sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack
+            and not _source.names_cpu(*_src(r))}  # `.to(D)` first: that copy is the finding (a no-op here)
+    made = host_derived(recs, factory_born(recs)) - sent
     out = []
     for r in recs:
         if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.stack and r.inputs[0].sid not in made | skip:

@@ -39,6 +39,8 @@ FACTORY_INDEX = ("an index built in the step by torch factories naming no device
                  "alone) indexes a device tensor: on a GPU the index lives in host memory and is copied from pageable "
                  "memory to the device, and capture raises on that copy")
 _INDEXING = {"aten.index", "aten.index_put_", "aten.index_put", "aten._index_put_impl_", "aten.index_select"}
+# advanced indexing moves host indices to the tensor's device itself; index_select's device check refuses them
+_COPIES_INDEX = _INDEXING - {"aten.index_select"}
 
 
 def _host_indices(recs, born: set) -> list:
@@ -60,14 +62,14 @@ def _factory_indices(recs, skip: set) -> list:
     those alone (Qwen2-VL's vision rotary: `torch.arange(h)` row and column ids stacked, then
     `table[ids]` on a device table), into a tensor not in host memory (`skip`): on a GPU the index is copied
     from pageable memory to the device first. Reported at the indexing op, where the copy happens."""
-    if not any(r.kind == "aten" and r.op in _INDEXING for r in recs):
+    if not any(r.kind == "aten" and r.op in _COPIES_INDEX for r in recs):
         return []
     sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack
             and not _source.names_cpu(*_src(r))}  # `.to(D)` first: that copy is the finding (a no-op here)
     made = host_derived(recs, factory_born(recs)) - sent
     out = []
     for r in recs:
-        if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.stack and r.inputs[0].sid not in made | skip:
+        if r.kind == "aten" and r.op in _COPIES_INDEX and r.inputs and r.stack and r.inputs[0].sid not in made | skip:
             indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]
             if any(t.sid in made and len(t.shape) > 0 for t in indices):
                 out.append(r)

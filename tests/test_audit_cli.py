@@ -73,8 +73,8 @@ def test_factory_raising_or_wrong_protocol(tmp_path):
 
 def test_target_raising_mid_step_writes_partial_inventory(tmp_path):
     f = tmp_path / "flaky.py"
-    f.write_text("import torch\n\nclass T:\n    n = 0\n    def prepare(self, i):\n        self.i = i\n"
-                 "    def step(self):\n        x = torch.ones(3)\n        v = x.sum().item()\n"
+    f.write_text("import torch\n\nclass T:\n    x = torch.ones(3)\n    def prepare(self, i):\n        self.i = i\n"
+                 "    def step(self):\n        x = self.x * 1.0\n        v = x.sum().item()\n"
                  "        if self.i == 4:\n            raise ValueError('bad token')\n        return v\n\n"
                  "def make(device):\n    return T()\n")
     out = tmp_path / "partial"

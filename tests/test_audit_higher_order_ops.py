@@ -44,7 +44,7 @@ def test_where_or_a_constant_bool_cond_is_no_finding(tmp_path, monkeypatch, how)
 
 
 OWN = matmul_target(step="""        h = torch.tanh(self.x @ self.w)
-        n = torch.zeros((), dtype=torch.long)
+        n = torch.zeros_like(self.x[0, 0], dtype=torch.long)  # the step's data (a host factory's would be host memory)
         i, h = torch.while_loop(lambda i, v: i < 2, lambda i, v: (i + 1, v * 0.5), (n, h))  # SITE
         self.out.copy_(h)
         return self.out""")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 
+from audit.detectors import _source
 from audit.detectors._source import tree
 from audit.scan.user_code import LIBRARY, frame_kind
 
@@ -66,7 +67,7 @@ def step_sites(ctx, step: int, sites: list) -> list:
     ran = set()
     for code in codes:
         ran |= {code.co_name} | set().union(*(_named(d) for d in _defs(code.co_filename).get(code.co_name, ())
-                                             if d.lineno <= code.co_firstlineno <= d.body[0].lineno))
+                                             if _source.def_first_line(d) <= code.co_firstlineno <= d.body[0].lineno))
     in_step = _closure(ran, {k: v for k, v in defs.items() if k not in _SETUP})
     kept = [s for s in sites if s[2] in in_step or s[2].startswith("__")]
     return kept or sites
@@ -86,10 +87,10 @@ def reached_spans(ctx, step: int) -> list:
             defs.setdefault(k, []).extend((f, d) for d in v)
     ran = {(c.co_filename, c.co_firstlineno) for c in codes}
     start = set().union(*(_named(d) for c in codes for f, d in defs.get(c.co_name, ())
-                          if f == c.co_filename and d.lineno <= c.co_firstlineno <= d.body[0].lineno))
+                          if f == c.co_filename and _source.def_first_line(d) <= c.co_firstlineno <= d.body[0].lineno))
     names = _closure(start, {k: [d for _, d in v] for k, v in defs.items()})
     out = [(f, (d.lineno, d.end_lineno), False) for k, v in sorted(defs.items()) for f, d in v
-           if (k in names or k.startswith("__") and k != "__init__") and (f, d.lineno) not in ran]
+           if (k in names or k.startswith("__") and k != "__init__") and (f, _source.def_first_line(d)) not in ran]
     return sorted(set(out))
 
 

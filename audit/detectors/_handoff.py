@@ -18,10 +18,14 @@ from audit.scan import loaded
 
 
 def resolve(filename: str, func: ast.expr):
-    """What the callee `f` or `mod.f` of a call in `filename` is bound to in that module's globals
-    (None when it is neither form, or the module is not loaded)."""
-    chain = [func.id] if isinstance(func, ast.Name) else \
-        [func.value.id, func.attr] if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+    """What the callee `f`, `mod.f` or a longer dotted name (`mod.Store.put`, a classmethod called through
+    its class; `pkg.mod.f`) of a call in `filename` is bound to in that module's globals (None when it is no
+    such form, or the module is not loaded)."""
+    chain, v = [], func
+    while isinstance(v, ast.Attribute):
+        chain.insert(0, v.attr)
+        v = v.value
+    chain = [v.id] + chain if isinstance(v, ast.Name) else None
     mod = next((m for _, m in loaded.loaded_modules() if getattr(m, "__file__", None) == filename), None)
     if not chain or mod is None:
         return None

@@ -4,7 +4,9 @@ A dataclass of counters kept on a cache (`cache.info`) is advanced by the cache'
 n` in `Cache.note`), not by a method of its own class. The state snapshot names the change by the held object
 (`cache.info`, attribute `tokens`), and its class (`StepInfo`, a dataclass with no statement at all) offered
 no line. The classes of the objects on the owner's path that hold it are searched too, for statements that
-change the attribute through the holding name (`<x>.info.tokens`, also through a local bound from it).
+change the attribute through the holding name (`<x>.info.tokens`, also through a local bound from it). A held
+object may sit in a container the holder keeps (a request table's `self.reqs[rid].decoded += 1`, the snapshot
+naming it `table.reqs.0`): a container's member is reached through a subscript, whatever its key expression.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ def holder_sites(ctx, change) -> list:
         holder = object_at(ctx, ".".join(parts[:i]))
         if holder is None:
             continue
+        keys = _member_keys(holder, parts[i:])
         for file, span in _class_spans(type(holder)):
             out += [(file, line, fn) for line, fn in _mutations.mutation_sites(file, attr, span)
-                    if _through(file, line, parts[i:], attr)]
+                    if _through(file, line, parts[i:], attr, keys)]
         if out:
             break
     return out
@@ -48,10 +51,27 @@ def _class_spans(cls) -> list:
     return out
 
 
-def _through(file: str, line: int, chain: list, attr: str) -> bool:
+def _member_keys(holder, chain: list) -> set:
+    """The positions in `chain` that name a member of a container (a dict key, a list index) rather than an
+    attribute, found by walking from `holder` down the chain."""
+    keys, obj = set(), holder
+    for j, part in enumerate(chain):
+        if isinstance(obj, dict):
+            keys.add(j)
+            obj = next((v for k, v in obj.items() if str(k) == part), None)
+        elif isinstance(obj, (list, tuple)):
+            keys.add(j)
+            obj = obj[int(part)] if part.isdigit() and int(part) < len(obj) else None
+        else:
+            obj = getattr(obj, part, None)
+    return keys
+
+
+def _through(file: str, line: int, chain: list, attr: str, keys: set = frozenset()) -> bool:
     """Whether the statement on `line` reaches `attr` through the holding names (`self.info.tokens`; `chain`
-    ["meta", "stats"] for `self.meta.stats.tokens`), or through a local the function bound from the last of
-    them (`info = self.info; info.tokens += 1`)."""
+    ["meta", "stats"] for `self.meta.stats.tokens`; a position in `keys` is a container member, reached by a
+    subscript: `self.reqs[rid].decoded`), or through a local the function bound from the last of them
+    (`info = self.info; info.tokens += 1`, `req = self.reqs[rid]; req.decoded += 1`)."""
     held = chain[-1]
     t = _mutations.tree(file)
     if t is None:
@@ -60,19 +80,23 @@ def _through(file: str, line: int, chain: list, attr: str) -> bool:
                  and f.lineno <= line <= (f.end_lineno or f.lineno)), None)
     if func is None:
         return False
-    local = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
-             and n.value.attr == held for x in n.targets if isinstance(x, ast.Name)}
+    local = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) and (
+        (isinstance(n.value, ast.Attribute) and n.value.attr == held) or (keys and _names_chain(n.value, chain, keys)))
+        for x in n.targets if isinstance(x, ast.Name)}
     for n in ast.walk(func):
         if isinstance(n, ast.Attribute) and n.attr == attr and getattr(n, "lineno", 0) == line:
-            if (isinstance(n.value, ast.Name) and n.value.id in local) or _names_chain(n.value, chain):
+            if (isinstance(n.value, ast.Name) and n.value.id in local) or _names_chain(n.value, chain, keys):
                 return True
     return False
 
 
-def _names_chain(v, chain: list) -> bool:
-    """`<x>.meta.stats` for chain ["meta", "stats"]."""
-    for name in reversed(chain):
-        if not (isinstance(v, ast.Attribute) and v.attr == name):
+def _names_chain(v, chain: list, keys: set = frozenset()) -> bool:
+    """`<x>.meta.stats` for chain ["meta", "stats"]; `<x>.reqs[<any>]` for ["reqs", "0"] with position 1 a key."""
+    for j in range(len(chain) - 1, -1, -1):
+        if j in keys:
+            if not isinstance(v, ast.Subscript):
+                return False
+        elif not (isinstance(v, ast.Attribute) and v.attr == chain[j]):
             return False
         v = v.value
     return True

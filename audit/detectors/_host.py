@@ -125,19 +125,25 @@ def host_factories(recs) -> set:
     """Storage ids of tensors a `torch.ones(...)`-style call made in host memory in this step (no
     device named, or the CPU), among those later sent somewhere with `.to(...)` or copied into another
     tensor (`buf.copy_(torch.zeros(n))`), themselves or through what ops compute from them alone (a
-    segment-sum mask `torch.ones(t, t, dtype=torch.bool).tril().to(x.device)`)."""
+    segment-sum mask `torch.ones(t, t, dtype=torch.bool).tril().to(x.device)`), also together with other
+    such factories (M-RoPE positions stacked from three `torch.arange` grids, then `.to(device)`)."""
     sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
     sent |= {r.inputs[1].sid for r in recs if r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) > 1}
     if not sent:
         return set()
-    facs = [r for r in recs if r.kind == "aten" and r.outputs and r.op.split(".")[1] in _source.HOST_FACTORIES
-            and r.stack and 0 not in r.outputs[0].shape]
-    direct = [r for r in facs if r.outputs[0].sid in sent]
-    rest = [r for r in facs if r.outputs[0].sid not in sent]
-    if rest and sent & host_derived(recs, {r.outputs[0].sid for r in rest}):  # sent after host-only ops
-        direct += [r for r in rest if sent & host_derived(recs, {r.outputs[0].sid})]
-    return {r.outputs[0].sid for r in direct
-            if _source.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
+    facs = factory_born(recs)
+    if sent & facs:
+        return facs
+    return facs if sent & host_derived(recs, set(facs)) else set()
+
+
+def factory_born(recs) -> set:
+    """Storage ids of tensors a torch factory made in host memory in this step: `torch.arange(t)`,
+    `torch.ones(n)` naming no device, or naming the CPU (the source says so). On a GPU they live in host
+    memory too, as does what ops compute from them alone (host_derived): reading one back waits for nothing."""
+    return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.stack
+            and r.op.split(".")[1] in _source.HOST_FACTORIES and 0 not in r.outputs[0].shape
+            and _source.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
 
 
 def host_derived(recs, born: set) -> set:
@@ -178,13 +184,15 @@ def built_on_device(recs) -> set:
 
 
 def host_data(ctx, step: int) -> set:
-    """Storage ids of one step's tensors built from host data and what torch computed from those alone
-    (host_born, host_derived) and its host-only outputs (host_made): in host memory on a GPU too. Data
+    """Storage ids of one step's tensors built from host data or by a torch factory on the host, what torch
+    computed from those alone (host_born, factory_born, host_derived) and its host-only outputs (host_made):
+    in host memory on a GPU too. Data
     built straight onto a device (built_on_device) is not: reading it back waits for the device."""
     cache = ctx.__dict__.setdefault("_host_data", {})
     if step not in cache:
         recs = ctx.steps[step]
-        cache[step] = host_derived(recs, host_born(recs) - built_on_device(recs)) | host_made(ctx, step)
+        born = (host_born(recs) - built_on_device(recs)) | factory_born(recs)
+        cache[step] = host_derived(recs, born) | host_made(ctx, step)
     return cache[step]
 
 

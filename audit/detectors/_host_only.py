@@ -14,7 +14,7 @@ device memory, not host data.
 from __future__ import annotations
 
 from audit.detectors import _source
-from audit.detectors._host import built_on_device, host_derived
+from audit.detectors._host import built_on_device, computes_on_host, factory_born, from_kept, host_data, host_derived
 
 LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")
 
@@ -45,3 +45,36 @@ def stays_on_host(ctx, lifted) -> bool:
 def lifts_on_host(ctx, items) -> bool:
     """Every record of every group is a lift of host data that stays on the host (stays_on_host)."""
     return all(r.op in LIFTS for rs in items for r in rs) and all(stays_on_host(ctx, rs) for rs in items)
+
+
+def host_work_stays(ctx, recs) -> bool:
+    """For the records of one call site (one per step): each is CPU work on host data (a torch factory on the
+    host, `torch.ones(h, w)`, or an op whose tensor inputs all live in host memory) and, in every step, what it
+    made and what ops computed from that meet no device tensor, are not sent with `.to(D)` and are not copied
+    into a device tensor. A grid sized per request and read back on the host alone (`int(torch.ones(h,
+    w).sum())`) is no kernel a graph holds: its changing shape and arguments are nobody's finding."""
+    for r in recs:
+        steps = ctx.steps[r.step]
+        if not r.outputs or not (r.outputs[0].sid in _factories(ctx, r.step) or computes_on_host(ctx, r)):
+            return False
+        host = host_data(ctx, r.step) | from_kept(ctx, r.step)
+        mine = {m.sid for m in r.outputs}  # what it made, and what ops made from that and other host data
+        for q in steps[r.index + 1:] if steps[r.index] is r else steps:
+            ins = [m.sid for m in q.inputs]
+            if not any(s in mine for s in ins):
+                continue
+            if q.kind == "host" and q.note == "cpu?" and q.stack and \
+                    not _source.names_cpu(q.stack[-1][0].co_filename, q.stack[-1][1]):
+                return False  # sent to the device
+            if q.kind == "aten" and any(s not in host and s not in mine for s in ins):
+                return False  # meets a device tensor (or is copied into one)
+            if q.kind == "aten":
+                mine |= {m.sid for m in q.outputs}
+    return True
+
+
+def _factories(ctx, step: int) -> set:
+    cache = ctx.__dict__.setdefault("_factory_born", {})
+    if step not in cache:
+        cache[step] = factory_born(ctx.steps[step])
+    return cache[step]

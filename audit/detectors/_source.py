@@ -381,3 +381,7 @@ def exit_after(filename: str, line: int) -> int | None:
         return None
     return exit_branch(filename, line + 1, func.end_lineno or line)
 
+
+def def_first_line(node) -> int:
+    """The first line of a def as its code object counts it (`co_firstlineno`): its first decorator's, if any."""
+    return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])

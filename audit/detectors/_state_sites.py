@@ -13,7 +13,7 @@ import re
 import sys
 import types
 
-from audit.detectors import _hook_guards, _mutations
+from audit.detectors import _hook_guards, _mutations, _source
 from audit.scan import class_state, loaded, module_hooks, state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
 
@@ -58,7 +58,7 @@ def _first_yield(code) -> int:
     t = _mutations.tree(code.co_filename)
     for fn in ast.walk(t) if t is not None else ():
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == code.co_name \
-                and fn.lineno <= code.co_firstlineno <= fn.body[0].lineno:
+                and _source.def_first_line(fn) <= code.co_firstlineno <= fn.body[0].lineno:
             return min((n.lineno for n in ast.walk(fn) if isinstance(n, (ast.Yield, ast.YieldFrom))), default=0)
     return 0
 
@@ -271,7 +271,7 @@ def _function_node(code):
     """The def of `code` in its file's syntax tree, or None."""
     t = _mutations.tree(code.co_filename)
     return next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and n.lineno <= code.co_firstlineno <= n.body[0].lineno and n.name == code.co_name), None) \
+                 and _source.def_first_line(n) <= code.co_firstlineno <= n.body[0].lineno and n.name == code.co_name), None) \
         if t is not None else None
 
 

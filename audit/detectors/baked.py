@@ -78,6 +78,8 @@ def varying_shapes(ctx):
         origin = not varying or any(not r.in_step[j] for r in recs for j in varying if j < len(r.in_step))
         if origin and recs[0].op in _LIFTS and _host_only.stays_on_host(ctx, recs):
             continue  # host data of a changing length, read back on the host alone: no kernel's shape
+        if origin and _host_only.host_work_stays(ctx, recs):
+            continue  # CPU work on host data (a host factory's grid) that never reaches the device
         if origin:
             groups[(ctx.where(recs[0]), recs[0].op)].append((recs, outs))
     out = []
@@ -146,6 +148,8 @@ def varying_host_values(ctx):
                 continue
         if recs[0].args and recs[0].args[0] == "value" and _host_only.stays_on_host(ctx, recs):
             continue  # built from host data and read back on the host alone: no kernel takes it
+        if _host_only.host_work_stays(ctx, recs):
+            continue  # CPU work on host data that never reaches the device: no kernel takes the value
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
     changed = _changed(ctx)
     out = []

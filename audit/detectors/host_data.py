@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from audit.detectors import _host_moves, _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors
-from audit.detectors._host import host_born, host_derived, host_factories
+from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
 from audit.scan import pinned
 
@@ -35,7 +35,12 @@ def _src(r):
 
 INDEX = ("a Python list (or other host data) indexes a device tensor: on a GPU the index is built in host "
          "memory and copied from pageable memory to the device, and capture raises on that copy")
+FACTORY_INDEX = ("an index built in the step by torch factories naming no device (`torch.arange(n)`, and ops on those "
+                 "alone) indexes a device tensor: on a GPU the index lives in host memory and is copied from pageable "
+                 "memory to the device, and capture raises on that copy")
 _INDEXING = {"aten.index", "aten.index_put_", "aten.index_put", "aten._index_put_impl_", "aten.index_select"}
+# advanced indexing moves host indices to the tensor's device itself; index_select's device check refuses them
+_COPIES_INDEX = _INDEXING - {"aten.index_select"}
 
 
 def _host_indices(recs, born: set) -> list:
@@ -49,6 +54,25 @@ def _host_indices(recs, born: set) -> list:
         if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.inputs[0].sid not in born:
             indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]  # index_put's last input is the values
             out += [lifted.pop(t.sid) for t in indices if t.sid in lifted]
+    return out
+
+
+def _factory_indices(recs, skip: set) -> list:
+    """Index ops whose index is a tensor torch factories made on the host in the step, or ops computed from
+    those alone (Qwen2-VL's vision rotary: `torch.arange(h)` row and column ids stacked, then
+    `table[ids]` on a device table), into a tensor not in host memory (`skip`): on a GPU the index is copied
+    from pageable memory to the device first. Reported at the indexing op, where the copy happens."""
+    if not any(r.kind == "aten" and r.op in _COPIES_INDEX for r in recs):
+        return []
+    sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack
+            and not _source.names_cpu(*_src(r))}  # `.to(D)` first: that copy is the finding (a no-op here)
+    made = host_derived(recs, factory_born(recs)) - sent
+    out = []
+    for r in recs:
+        if r.kind == "aten" and r.op in _COPIES_INDEX and r.inputs and r.stack and r.inputs[0].sid not in made | skip:
+            indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]
+            if any(t.sid in made and len(t.shape) > 0 for t in indices):
+                out.append(r)
     return out
 
 
@@ -71,15 +95,17 @@ def _host_attrs(ctx) -> dict[int, str]:
     return out
 
 
-def _from_staged(recs, staged: dict) -> dict[int, str]:
-    """`staged` and the storages of ops whose tensor inputs are all among them, op by op (not call by call:
+def _from_staged(recs, staged: dict, host: set = frozenset()) -> dict[int, str]:
+    """`staged` and the storages of ops whose tensor inputs are all among them, or host data built in the step
+    (`host`: a length mask `torch.arange(n)[None] < self.lens_cpu[:, None]`), op by op (not call by call:
     inside a torch helper such as pack_padded_sequence, `torch.sort(lengths)` computes on the host while
     the helper's other ops touch device data): sid -> the attribute they come from."""
     out = dict(staged)
     for r in recs:
-        if r.kind == "aten" and r.inputs and all(m.sid in out for m in r.inputs):
-            for m in r.outputs:
-                out.setdefault(m.sid, out[r.inputs[0].sid])
+        if r.kind == "aten" and r.inputs and all(m.sid in out or m.sid in host for m in r.inputs):
+            src = next((out[m.sid] for m in r.inputs if m.sid in out), None)
+            for m in r.outputs if src is not None else ():
+                out.setdefault(m.sid, src)
     return out
 
 
@@ -108,8 +134,9 @@ def host_attrs_to_device(ctx):
         return []
     staged, device = _host_attrs(ctx), None
     hits, names = [], {}
-    for recs in ctx.steps if staged else ():
-        derived, moved = _from_staged(recs, staged), set()  # moved: sent by `.to(D)` (a no-op on a CPU scan)
+    for step, recs in enumerate(ctx.steps) if staged else ():
+        # moved: sent by `.to(D)` (a no-op on a CPU scan)
+        derived, moved = _from_staged(recs, staged, host_data(ctx, step)), set()
         for r in recs:
             sent = r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack and r.inputs[0].sid in derived \
                 and not _source.names_cpu(*_src(r))
@@ -158,6 +185,11 @@ def host_data_to_device(ctx):
             pageable = _host_attrs(ctx) if pageable is None else pageable
             made = _device_made(recs, born | set(host) | set(pageable))
         hits += [(r, INDEX) for r in _host_indices(recs, born) if not _source.builds_on_device(*_src(r))]
+        fidx = _factory_indices(recs, born | set(host))
+        if fidx:  # not into a tensor the target keeps in host memory (`self.bank = torch.randn(n, d)`)
+            pageable = _host_attrs(ctx) if pageable is None else pageable
+            kept = host_derived(recs, set(pageable))
+            hits += [(r, FACTORY_INDEX) for r in fidx if r.inputs[0].sid not in kept]
         for r in recs:
             if not r.stack:
                 continue

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _between_steps, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _source, register
+from audit.detectors import _between_steps, _constructors, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -62,9 +62,8 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     for file, span, glob in files:
         if not file:
             continue
-        for line, fn in _mutations.mutation_sites(file, attr, span, global_name=glob):
-            if fn not in ("__init__", "prepare"):
-                cands.append(((file, fn) in ran, file, line, fn))
+        cands += [((file, fn) in ran, file, line, fn) for line, fn in
+                  _mutations.mutation_sites(file, attr, span, global_name=glob) if not _constructors.skipped(change, fn)]
     cands += [((f, fn) in ran, f, line, fn) for f, line, fn in _held_objects.holder_sites(ctx, change)]  # `self.info.n`
     if not cands and _whole_state(change):  # `self.rng.random()`: a call on the object is how it changed
         cands = [(f, line, fn) for f, span, glob in files if f
@@ -78,7 +77,7 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     if not best and not change.owner.startswith(("<module ", "<closure ")):  # nothing nearer ran: a library
         for spans in (_library_spans, _between_steps.reached_spans):  # a helper handed the object, then its callees
             best = best or [(f, n, fn) for f, span, _ in spans(ctx, step)
-                            for n, fn in _mutations.mutation_sites(f, attr, span) if fn not in ("__init__", "prepare")]
+                            for n, fn in _mutations.mutation_sites(f, attr, span) if not _constructors.skipped(change, fn)]
     if best:
         return best[:3], ""
     calls, note, methods = _calls_into(ctx, change, foreign, ran) if cands or foreign else ([], "", set())
@@ -280,7 +279,8 @@ def python_state_changes(ctx):
             caller = caller_of(ctx, site, s)
             own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
             if caller is None and not own_site:  # library code the step's ops never ran in
-                caller = (hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s) or _implicit.class_call(
+                caller = (hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s)
+                          or _constructors.constructor_call(ctx, site, s) or _implicit.class_call(
                     class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
                           or _user_call_into(ctx, c, s, own_files, site[2])
                           or _elements.container_call(ctx, c.owner, own_files, _executed(ctx, s, True), site[2], c.attr)

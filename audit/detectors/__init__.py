@@ -172,11 +172,17 @@ class Context:
 def run(trace, target_obj=None, cuda: bool = False) -> list[Finding]:
     """Every registered rule over the trace; a rule that crashes becomes a visible error, not a skip."""
     _load()
+    from audit.detectors import _factories
+
     ctx = Context(trace, target_obj, cuda=cuda)
     out: list[Finding] = []
-    for category in CATEGORIES:
-        for rule in REGISTRY.get(category, ()):
-            if rule.cuda_only and not cuda:
-                continue
-            out.extend(rule.fn(ctx))
+    token = _factories.DEFAULT_DEVICE_SET.set(getattr(trace, "default_device", False))
+    try:
+        for category in CATEGORIES:
+            for rule in REGISTRY.get(category, ()):
+                if rule.cuda_only and not cuda:
+                    continue
+                out.extend(rule.fn(ctx))
+    finally:
+        _factories.DEFAULT_DEVICE_SET.reset(token)
     return out

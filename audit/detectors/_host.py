@@ -10,7 +10,7 @@ import itertools
 
 import torch
 
-from audit.detectors import _module_tensors, _mutations, _places, _source
+from audit.detectors import _factories, _module_tensors, _mutations, _places, _source
 from audit.scan import pinned
 
 
@@ -143,7 +143,7 @@ def factory_born(recs) -> set:
     memory too, as does what ops compute from them alone (host_derived): reading one back waits for nothing."""
     return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.stack
             and r.op.split(".")[1] in _source.HOST_FACTORIES and 0 not in r.outputs[0].shape
-            and _source.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
+            and _factories.factory_on_host(r.stack[-1][0].co_filename, r.stack[-1][1])}
 
 
 def host_derived(recs, born: set) -> set:

@@ -11,6 +11,7 @@ import ast
 import re
 
 from audit.detectors import _scopes
+from audit.detectors._factories import follows_default
 from audit.detectors._source import _FUNC, HOST_FACTORIES, _on_cpu, tree
 from audit.detectors._targets import written
 
@@ -328,8 +329,9 @@ def _host_factory(filename: str, call) -> bool:
         return False
     if call.func.attr in _FOLLOWING:
         return any(k.arg == "device" and _on_cpu(filename, k.value) for k in call.keywords)
+    named = [k for k in call.keywords if k.arg == "device"]
     return (call.func.attr in _ATTR_FACTORIES and isinstance(call.func.value, ast.Name) and call.func.value.id == "torch"
-            and all(k.arg != "device" or _on_cpu(filename, k.value) for k in call.keywords))
+            and all(_on_cpu(filename, k.value) for k in named) and (named or not follows_default(filename, call.lineno)))
 
 
 _FOLLOWING = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "new_empty",

@@ -336,17 +336,6 @@ HOST_FACTORIES = ("ones", "zeros", "empty", "full", "arange", "rand", "randn", "
                   "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window")
 
 
-def factory_on_host(filename: str, line: int) -> bool:
-    """A `torch.<factory>(...)` call on `line` that names no device, or names the CPU: its tensor is
-    born in host memory (then `.to(device)` is a host->device copy)."""
-    for n in _calls_on(filename, line, HOST_FACTORIES):
-        if isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch":
-            dev = _device_kw(n, filename)
-            if dev is None or _on_cpu(filename, dev):
-                return True
-    return False
-
-
 def _capturing(n: ast.AST) -> bool:
     return isinstance(n, ast.Call) and ast.unparse(n.func).endswith("is_current_stream_capturing")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _host, _mutations, _places, _source, register
+from audit.detectors._factories import follows_default
 from audit.scan import pinned
 
 # factories whose tensor is in host memory when the call names no device (torch.zeros(n)) or the CPU
@@ -37,7 +38,8 @@ def _host_buffer_call(filename: str, line: int) -> bool:
         if dev is not None:
             if _source._on_cpu(filename, dev):
                 return True
-        elif name in _PLAIN and isinstance(n.func, ast.Attribute) and ast.unparse(n.func.value) == "torch":
+        elif name in _PLAIN and isinstance(n.func, ast.Attribute) and ast.unparse(n.func.value) == "torch" \
+                and not follows_default(filename, line):
             return True
     return False
 

@@ -66,6 +66,7 @@ class Trace:
     roots: tuple = ()                                  # the target's own folders/files (normalized)
     hook_calls: list = field(default_factory=list)     # per audited step: (hooks, module, stack) per hooked module call
     flags: dict = field(default_factory=dict)          # (file, if line, flag) -> truth values seen (scan.branch_flags)
+    default_device: bool = False                       # torch.set_default_device(...) in force in an audited step
 
     def is_own(self, code) -> bool:
         """The code object is in the target's own files (or the model package)."""

@@ -105,6 +105,12 @@ def _build(target, device: str, path: str, tp: int, options: dict | None = None)
         raise
 
 
+def _default_device_set() -> bool:
+    """torch.set_default_device(...) in force (for any device: the target set it from its device argument,
+    so on the GPU its factories naming no device land there)."""
+    return getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None) is not None
+
+
 def _run_steps(obj, tracer: Tracer, label: str, warmup: int, total: int, progress: Progress | None) -> str | None:
     """prepare(i); step() for every iteration, the last `total - warmup` audited; the failure, if any."""
     for i in range(total):
@@ -115,6 +121,7 @@ def _run_steps(obj, tracer: Tracer, label: str, warmup: int, total: int, progres
                 obj.prepare(i)
             stage = "step"
             if audited:
+                tracer.trace.default_device |= _default_device_set()
                 with tracer.step(i - warmup):
                     tracer.call(obj.step)
             else:

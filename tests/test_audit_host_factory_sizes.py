@@ -30,7 +30,7 @@ USES = ["assert n <= h * w", "pass", "n = min(n, h * w)"]
 
 @pytest.mark.parametrize("kind", ["host", "device"])
 def test_host_grid_of_changing_size(tmp_path, monkeypatch, kind):
-    src = LIB.format(factory=random.choice(["ones", "zeros", "empty"]) if kind == "device" else random.choice(["ones", "zeros"]),
+    src = LIB.format(factory=random.choice(["ones", "zeros"]),  # (`empty` may hold NaN: int() of its sum raises)
                      dev=", device=x.device" if kind == "device" else "", chain=random.choice(["", ".float()", ".cumsum(0)", "[:, :1]"]),
                      use=random.choice(USES))
     w = random.randint(1, 3)

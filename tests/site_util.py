@@ -145,3 +145,38 @@ def clean_or_hit(bad, kind: str, category: str, lib: Path, target: Path, caller:
 def at(bad, category: str, line: int):
     """The findings of one category at one line."""
     return bad[(bad.category == category) & (bad.line == line)]
+
+
+# a one-function library `helper(y)` whose body starts from `z = torch.tanh(y)` ({body}, 4-space indented lines
+# after the first), and a target calling it on its static input, its output written into a static buffer
+HELPER_LIB = """
+import torch
+
+
+def helper(y):
+    z = torch.tanh(y)
+    {body}
+"""
+
+HELPER_TARGET = """
+import torch
+from {mod} import helper
+
+
+class Target:
+    def __init__(self):
+        self.x = torch.zeros(2, {d})
+        self.out = torch.zeros(2, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(2, {d}))
+
+    def step(self):
+        y = helper(self.x * {scale})  # SITE
+        self.out[:, :y.shape[1]].copy_(y)
+        return self.out
+
+
+def make(device):
+    return Target()
+"""

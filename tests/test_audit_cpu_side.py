@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from site_util import install_library, marked_line, write_target
+from site_util import HELPER_LIB, HELPER_TARGET, install_library, marked_line, write_target
 
 FORMS = {  # (helper body, the read is on the CPU's side only)
     "early-return": ("if z.is_cuda:\n        return z * 2\n    n = 1 + int(z.abs().max())  # LIBSITE\n"
@@ -30,37 +30,7 @@ FORMS = {  # (helper body, the read is on the CPU's side only)
                        "    n = 1 + int(z.abs().max())  # LIBSITE\n    return z[:, :n] * 2", False),
 }
 
-LIB = """
-import torch
-
-
-def helper(y):
-    z = torch.tanh(y)
-    {body}
-"""
-
-TARGET = """
-import torch
-from {mod} import helper
-
-
-class Target:
-    def __init__(self):
-        self.x = torch.zeros(2, {d})
-        self.out = torch.zeros(2, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(2, {d}))
-
-    def step(self):
-        y = helper(self.x * {scale})  # SITE
-        self.out[:, :y.shape[1]].copy_(y)
-        return self.out
-
-
-def make(device):
-    return Target()
-"""
+LIB, TARGET = HELPER_LIB, HELPER_TARGET
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, table, write_target
+from site_util import HELPER_LIB, HELPER_TARGET, blocking, install_library, library_hit, table, write_target
 
 # (the helper's body, whether its wait is on the GPU's side)
 FORMS = {
@@ -26,36 +26,7 @@ FORMS = {
     "and-cpu-side": ("not z.is_cuda and print(z.sum().item())  # LIBSITE\n    return z", False),
 }
 
-LIB = """
-import torch
-
-
-def helper(y):
-    z = torch.tanh(y)
-    {body}
-"""
-
-TARGET = """
-import torch
-from {mod} import helper
-
-
-class Target:
-    def __init__(self):
-        self.x = torch.zeros(2, {d})
-        self.out = torch.zeros(2, {d})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn(2, {d}))
-
-    def step(self):
-        self.out.copy_(helper(self.x * {scale}))  # SITE
-        return self.out
-
-
-def make(device):
-    return Target()
-"""
+LIB, TARGET = HELPER_LIB, HELPER_TARGET
 
 
 def _forms(gpu_side: bool):

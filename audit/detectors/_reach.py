@@ -12,31 +12,10 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _scopes
+from audit.detectors import _scopes, _source
 from audit.scan.branch_flags import flag_exprs
 
 __all__ = ["blocking_flag", "known", "seen"]
-
-
-def _path(func, line: int) -> list:
-    """(if node, side) from the function's top down to the statement holding `line` (an `if` on that line
-    itself excluded: its own test is read apart)."""
-    def span(n):
-        return n.lineno <= line <= (n.end_lineno or n.lineno)
-
-    def walk(stmts, trail):
-        for st in filter(span, stmts):
-            if isinstance(st, ast.If) and st.lineno == line:
-                return trail
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                block = getattr(st, field, None)
-                inner = [h for b in block for h in (b.body if isinstance(b, ast.ExceptHandler) else [b])] \
-                    if isinstance(block, list) else []
-                if any(map(span, inner)):
-                    return walk(inner, trail + ([(st, field)] if isinstance(st, ast.If) else []))
-            return trail  # `line` is in this statement itself (a conditional expression, an `and`)
-        return []
-    return walk(getattr(func, "body", []), [])
 
 
 def _needs(test, want: bool) -> list:
@@ -97,8 +76,8 @@ def known(tree, file: str, line: int, flags: dict, is_device):
 def blocking_flag(tree, func, node, side: str, file: str, flags: dict, is_device) -> str | None:
     """The flag that kept `side` of the device-guarded `node` out of reach in every audited step, else None."""
     needs = []
-    for anc, field in _path(func, node.lineno):
-        if field in ("body", "orelse"):
+    for anc, field in _source.chain(func, node.lineno):  # the `if`s around `node` (its own: part "test")
+        if isinstance(anc, ast.If) and field in ("body", "orelse"):
             needs += [(anc.lineno, e, want) for e, want in _needs(anc.test, field == "body")]
     needs += [(node.lineno, e, want) for e, want in _needs(node.test, side == "body")[1:]]
     for line, e, want in needs:

@@ -42,13 +42,27 @@ def host_tensors(ctx) -> dict[int, str]:
             continue
         if t.dim() > 1 or t.numel() > 64:
             continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
-        if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in spans) or any(
-                _mutations.host_factory_attr(f, name, span) == "pageable" and _places.sends_to_device(f, span)
-                for f, span in spans):
+        if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in spans) or \
+                pageable_beside_device(obj, name):
             out[sid] = label
     out.update(_module_tensors.host_globals(ctx))  # `_DEFAULT_SPLITS = torch.tensor([8])` at module level
     ctx._host_tensors = out
     return out
+
+
+def moved_elsewhere(obj, name: str) -> bool:
+    """A class of `obj`'s hierarchy puts attribute `name` on a device (`self.count = self.count.to(self.device)`
+    in a subclass's lazy set-up) while another makes it with a host factory (a mixin's `torch.tensor(0)` in
+    `__init__`): on a GPU it lives on the device once the step runs, whatever the factory said."""
+    return any(_mutations.device_attr(f, name, span) for f, span in class_spans(type(obj)))
+
+
+def pageable_beside_device(obj, name: str) -> bool:
+    """Attribute `name` of `obj` is made by a factory naming no device or the CPU, not pinned, in a class that
+    puts other tensors on a device (host memory on a GPU too), and no class of the hierarchy moves it there."""
+    spans = class_spans(type(obj))
+    return any(_mutations.host_factory_attr(f, name, span) == "pageable" and _places.sends_to_device(f, span)
+               for f, span in spans) and not moved_elsewhere(obj, name)
 
 
 def pinned_host(ctx) -> set[int]:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from audit.detectors import _source, register
+from audit.detectors import _inside_torch, _source, register
 from audit.scan.hooks import NON_BLOCKING
 from audit.detectors._moved_host import reads_of_copies
 from audit.detectors._host import (computes_on_host, from_device, host_born, host_derived, host_factories,
@@ -295,7 +295,7 @@ def host_reads(ctx):
             dest = "pageable host memory" if ctx.cuda else "the host"
             what = f"a {list(shape)} tensor" if r.inputs else "a tensor's storage"  # pickle saves the storage
             msg = f"`{op}` on {what} copies it to {dest} and waits for the device"
-            fix = _HOST_FIX.get(op, _DEVICE_FIX)
+            msg, fix = _inside_torch.explain(r, msg, _HOST_FIX.get(op, _DEVICE_FIX))
         elif op.endswith(".query"):
             msg = f"`{op}()` polls device progress from the host (not allowed while capturing)"
             fix = "Remove it from the step; poll outside the captured region."

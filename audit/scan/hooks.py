@@ -27,7 +27,8 @@ import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
-from audit.scan import cpu_cuda, dist_hooks, hook_registry, hops, seed_hooks, settings_hooks, stream_hooks, type_hooks
+from audit.scan import (cpu_cuda, dist_hooks, hook_registry, hops, seed_hooks, settings_hooks, stream_hooks, torch_frames,
+                        type_hooks)
 
 __all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
            "sync_debug_off", "sync_debug_warn", "unaudited"]
@@ -42,6 +43,8 @@ _ACTIVE = None  # the Tracer of the step being audited
 def _read_on_host(tr, label: str, t: torch.Tensor, call):
     """One host read of t (an event at the caller's line), then the call with reads nested in it muted."""
     tr.record_event("host", label, t)
+    if tr._records and (within := torch_frames.inside(sys._getframe(2), tr._roots)):
+        tr._records[-1].inside = within  # the read is torch's own work (a distribution's argument check)
     tr.host_depth += 1
     try:
         return call()

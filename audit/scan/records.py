@@ -42,6 +42,7 @@ class OpRecord:
     nested: bool = False  # dispatched inside a host read (bool(t) -> _local_scalar_dense)
     note: str = ""
     host_scalars: tuple = ()  # (input index, value) of each 0-dim CPU tensor input: a kernel scalar on a GPU
+    inside: str = ""  # host reads made by torch's own Python code: the torch functions, innermost with its line
 
     @property
     def frame(self) -> tuple[str, int, str] | None:

@@ -347,9 +347,16 @@ def from_host_data(r) -> bool:
             and r.inputs[0].device.type != "cpu" and 0 not in r.inputs[0].shape)
 
 
+def host_index(r) -> bool:
+    """(CUDA scans) advanced indexing of a device tensor by a host index tensor: the op copies the index from
+    pageable host memory to the device first, below the dispatcher (a sync, and capture raises on it)."""
+    return (r.kind == "aten" and r.op in INDEX_PUT + ("aten.index",) and len(r.inputs) > 1 and r.inputs[0].device.type
+            == "cuda" and any(t.device.type == "cpu" and t.shape for t in r.inputs[1:-1 if "put" in r.op else None]))
+
+
 def _host_to_device(r) -> bool:
     """A copy from pageable host memory to the device: it syncs, and pageable-copy already says so."""
-    if from_host_data(r):
+    if from_host_data(r) or host_index(r):
         return True
     sides = copy_sides(r)
     return bool(sides) and sides[0].device.type == "cpu" and not sides[0].pinned and sides[1].device.type != "cpu"

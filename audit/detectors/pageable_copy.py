@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from audit.detectors import register
 from audit.detectors._host import host_made
-from audit.detectors.host_sync import (INDEX_PUT, copy_sides, from_host_data, host_scalar_put, lifted_here,
-                                       masked_fill_dispatch, non_blocking)
+from audit.detectors.host_sync import (INDEX_PUT, copy_sides, from_host_data, host_index, host_scalar_put,
+                                       lifted_here, masked_fill_dispatch, non_blocking)
 
 PINNED = ("pinned host->device copy inside the step (captured as a memcpy node; the pinned buffer must be "
           "persistent and refilled in prepare())")
@@ -20,6 +20,8 @@ PINNED_BACK = ("non-blocking device->host copy into pinned memory inside the ste
                "read the host buffer only after the replay has been synchronized)")
 PAGEABLE = ("host->device copy from pageable memory: capture raises 'Cannot copy between CPU and CUDA tensors "
             "... unless the CPU tensor is pinned'")
+HOST_INDEX = ("a host index tensor indexes a device tensor: the op first copies the index from pageable host memory "
+              "to the device (capture raises 'Cannot copy between CPU and CUDA tensors ...'; eager decode waits)")
 FROM_DATA = ("torch.tensor(data, device=...) inside the step copies Python data from pageable host memory to "
              "the device (and bakes its value)")
 
@@ -42,6 +44,8 @@ def host_device_copies(ctx):
     for r in ctx.all_records():
         if from_host_data(r):
             hits.append((r, "blocks-capture", FROM_DATA))
+        elif host_index(r) and not r.nested:
+            hits.append((r, "blocks-capture", HOST_INDEX))
     info = {id(r): (sev, msg) for r, sev, msg in hits}
     out = []
     for (_, _, op), g in ctx.per_site(r for r, _, _ in hits).items():

@@ -325,21 +325,6 @@ def _one_per_line(found: list) -> list:
     return list(first.values())
 
 
-def _syncing_op(recs: list, i: int) -> str:
-    """The op a sync-debug warning belongs to. Torch hands the warning to Python as the C++ call that
-    synchronized returns: inside the tracer's dispatch (the op is the next record) or after the
-    op's record (the last op before it on the same line)."""
-    at, inside = recs[i].stack, recs[i].note.split("\x00")[1:2] == ["in"]
-    if inside and i + 1 < len(recs) and recs[i + 1].kind == "aten" and recs[i + 1].stack == at:
-        return recs[i + 1].op
-    for r in reversed(recs[:i]):
-        if r.kind == "aten" and r.stack == at:
-            return r.op
-        if r.stack != at:
-            break
-    return "synchronizing call"
-
-
 def from_host_data(r) -> bool:
     """torch.tensor(data, device=D) with D a GPU: the data is copied from pageable host memory (the
     copy is not dispatched on its own; the lifted tensor is already on D). Empty data copies nothing."""
@@ -360,25 +345,6 @@ def _host_to_device(r) -> bool:
         return True
     sides = copy_sides(r)
     return bool(sides) and sides[0].device.type == "cpu" and not sides[0].pinned and sides[1].device.type != "cpu"
-
-
-@register("host-sync", cuda_only=True)
-def runtime_reported_syncs(ctx):
-    """CUDA scans: syncs the runtime reported (sync-debug-mode warnings, torch.cuda._gpu_trace
-    callbacks) at the line that synchronized, where no rule above already explains the line."""
-    covered = _covered(ctx)
-    groups: dict = {}
-    for recs in ctx.steps:
-        for i, r in enumerate(recs):
-            if r.kind != "sync" or not _runtime(r) or not r.frame or (r.step,) + r.frame[:2] in covered:
-                continue
-            if r.note == "gpu_trace":
-                op, why = r.op, f"the CUDA runtime reported a {r.op[5:]} here (torch.cuda._gpu_trace)"
-            else:
-                op, why = _syncing_op(recs, i), f"sync-debug mode: {r.note.split(chr(0))[-1]}"
-            groups.setdefault(r.frame[:2] + (op,), []).append((r, why))
-    return [ctx.finding("host-sync", g[0][0], op, len(g) / ctx.n_steps, g[0][1])
-            for (_, _, op), g in groups.items()]
 
 
 @register("host-sync")

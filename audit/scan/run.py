@@ -65,7 +65,10 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     obj, total = res.obj, warmup + steps
     tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
     try:
-        failure = _run_steps(obj, tracer, res.label, warmup, total, progress)
+        # TorchScript's GPU fusers would run a scripted function's ops as one kernel the tracer never sees
+        # (its outputs then look like tensors from outside the step): the scan runs scripts op by op
+        with torch.jit.fuser("none"):
+            failure = _run_steps(obj, tracer, res.label, warmup, total, progress)
     finally:
         tracer.close()  # the detectors below only read the trace
     findings = detectors.run(tracer.trace, obj, cuda=tracer.cuda)

@@ -208,3 +208,24 @@ def script_site(stack: tuple, op: str):
     file, line, name = nodes[min(rank, len(nodes) - 1)]  # name: a traced node's own function
     orig = getattr(getattr(fn, "_torchdynamo_inline", None), "__code__", None)  # the Python function scripted
     return (orig if orig is not None and orig.co_filename == file else _code(file, name or fn.name, line)), line
+
+
+@contextlib.contextmanager
+def unfused_scripts():
+    """TorchScript's fusers off for the scan (on a GPU they run a scripted chain of pointwise ops as one kernel
+    the tracer never sees, whose outputs then look like tensors from outside the step); restored after.
+    (`torch.jit.fuser("none")` does the same but warns that nvfuser is gone.)"""
+    C = torch._C
+    saved = (C._jit_can_fuse_on_cpu(), C._jit_can_fuse_on_gpu(), C._jit_texpr_fuser_enabled(), C._jit_llga_enabled())
+    C._jit_override_can_fuse_on_cpu(False)
+    C._jit_override_can_fuse_on_gpu(False)
+    C._jit_set_texpr_fuser_enabled(False)
+    C._jit_set_llga_enabled(False)
+    try:
+        yield
+    finally:
+        C._jit_override_can_fuse_on_cpu(saved[0])
+        C._jit_override_can_fuse_on_gpu(saved[1])
+        C._jit_set_texpr_fuser_enabled(saved[2])
+        C._jit_set_llga_enabled(saved[3])
+

@@ -17,7 +17,7 @@ from audit import detectors
 from audit.errors import AuditError, TargetFailed
 from audit.report.inventory import SEVERITIES, Inventory
 from audit.target import describe_error, resolve
-from audit.scan import cpu_cuda, hooks, pinned
+from audit.scan import compiled_frames, cpu_cuda, hooks, pinned
 from audit.scan.tracer import Tracer
 
 __all__ = ["scan"]
@@ -65,9 +65,7 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     obj, total = res.obj, warmup + steps
     tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
     try:
-        # TorchScript's GPU fusers would run a scripted function's ops as one kernel the tracer never sees
-        # (its outputs then look like tensors from outside the step): the scan runs scripts op by op
-        with torch.jit.fuser("none"):
+        with compiled_frames.unfused_scripts():  # the scan runs scripts op by op
             failure = _run_steps(obj, tracer, res.label, warmup, total, progress)
     finally:
         tracer.close()  # the detectors below only read the trace

@@ -35,6 +35,9 @@ def _src(r):
 
 INDEX = ("a Python list (or other host data) indexes a device tensor: on a GPU the index is built in host "
          "memory and copied from pageable memory to the device, and capture raises on that copy")
+REFUSED = ("a Python list (or other host data) is the index of `index_select` on a device tensor: on a GPU the op "
+           "refuses an index in host memory ('Expected all tensors to be on the same device'), eagerly and under "
+           "capture alike")
 FACTORY_INDEX = ("an index built in the step by torch factories naming no device (`torch.arange(n)`, and ops on those "
                  "alone) indexes a device tensor: on a GPU the index lives in host memory and is copied from pageable "
                  "memory to the device, and capture raises on that copy")
@@ -44,7 +47,7 @@ _COPIES_INDEX = _INDEXING - {"aten.index_select"}
 
 
 def _host_indices(recs, born: set) -> list:
-    """lift_fresh records of host data that a later op of the step uses as an index into a tensor not
+    """(lift_fresh record, indexing op) of host data that a later op of the step uses as an index into a tensor not
     born from host data (a device tensor on a GPU): `mask[allowed] = 0` with `allowed` a list."""
     lifted = {r.inputs[0].sid: r for r in recs if r.kind == "aten" and r.stack and r.inputs
               and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs[0].sid in born
@@ -53,7 +56,7 @@ def _host_indices(recs, born: set) -> list:
     for r in recs:
         if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.inputs[0].sid not in born:
             indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]  # index_put's last input is the values
-            out += [lifted.pop(t.sid) for t in indices if t.sid in lifted]
+            out += [(lifted.pop(t.sid), r.op) for t in indices if t.sid in lifted]
     return out
 
 
@@ -184,7 +187,8 @@ def host_data_to_device(ctx):
         if any(r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born for r in recs):
             pageable = _host_attrs(ctx) if pageable is None else pageable
             made = _device_made(recs, born | set(host) | set(pageable))
-        hits += [(r, INDEX) for r in _host_indices(recs, born) if not _source.builds_on_device(*_src(r))]
+        hits += [(r, REFUSED if op == "aten.index_select" else INDEX) for r, op in _host_indices(recs, born)
+                 if not _source.builds_on_device(*_src(r))]
         fidx = _factory_indices(recs, born | set(host))
         if fidx:  # not into a tensor the target keeps in host memory (`self.bank = torch.randn(n, d)`)
             pageable = _host_attrs(ctx) if pageable is None else pageable

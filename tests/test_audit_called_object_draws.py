@@ -1,0 +1,42 @@
+"""A host draw inside the `__call__` of a library object the target calls by syntax, running no torch op.
+
+A speculative-acceptance object (`self.acc = HostCoin(p)`, `tok = self.acc(draft, target)`) that flips
+`random.random()` and returns one of its tensor arguments runs no op: the trace holds no frame of it. The draw
+advances Python's global generator all the same, and a replay never draws again: a cpu-side-effect at the
+drawing line, with the target's call of the object as caller. The same object drawing nothing, or from a
+generator it makes and drops in the call, is no finding."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from site_util import blocking, clean_or_hit, library_target
+
+LIB = """
+import random
+import numpy as np
+import torch
+
+
+class HostCoin:
+    def __init__(self, p):
+        self.p = p
+
+    def __call__(self, a, b):
+        {draw}  # LIBSITE
+        return a if u < self.p else b
+"""
+
+DRAWS = {"hit": ["u = random.random()", "u = random.uniform(0.0, 1.0)", "u = np.random.rand()"],
+         "clean": ["u = self.p * 0.5", "u = random.Random(0).random()"]}
+
+
+@pytest.mark.parametrize("kind", ["hit", "clean"])
+def test_draw_in_a_called_library_object(tmp_path, monkeypatch, kind):
+    src = LIB.replace("{draw}", random.choice(DRAWS[kind]))
+    p = round(random.uniform(0.2, 0.8), 2)
+    mod, lib, path, site = library_target(tmp_path, monkeypatch, src, "coin", "HostCoin", "self.acc(self.x * 2, self.x)",
+                                          init=f"        self.acc = HostCoin({p})")
+    bad = blocking(path, forget=mod)
+    clean_or_hit(bad, kind, "cpu-side-effect", lib, path, site)

@@ -329,13 +329,13 @@ def _user_call_into(ctx, change, step: int, own_files: set, site_fn: str = ""):
     holder, files = _holder(ctx, change.owner.split(".")[0])  # the target's attribute and its class's files
     ran = _executed(ctx, step)
     files = [f for f in files if f in own_files] if holder else []
-    calls = [((f, fn) not in ran, line, f, fn) for f in files
+    calls = [((f, fn) not in ran, False, line, f, fn) for f in files
              for line, fn in _implicit.implicit_uses(f, holder, site_fn) if fn not in ("__init__", "prepare")]
-    calls = calls or [((f, fn) not in ran, line, f, fn) for f in files
-                      for line, fn, _ in _mutations.method_calls(f, holder) if fn not in ("__init__", "prepare")]
+    calls = calls or [((f, fn) not in ran, m != site_fn, line, f, fn) for f in files  # the site's method's call first
+                      for line, fn, m in _mutations.method_calls(f, holder) if fn not in ("__init__", "prepare")]
     if not calls:
         return None
-    _, line, f, fn = min(calls)
+    _, _, line, f, fn = min(calls)
     return (f, line, fn)
 
 

@@ -71,15 +71,20 @@ def _decided(p, x):
     return None
 
 
+_ISSUES_OPS = (ast.Call, ast.Subscript, ast.BinOp, ast.UnaryOp, ast.Compare)  # argument expressions that may run ops
+
+
 def _args_first(filename: str, line: int, callee: str) -> bool:
-    """Whether `line` calls `callee` with a call among its arguments (`layer.cross(layer.ln2(x), audio)`): the op
-    that ran at the line just before may be the argument's, evaluated first, so entering `callee` next is the
-    same statement going on, not another iteration of the loop around it."""
+    """Whether `line` calls `callee` with an op among its arguments (`layer.cross(layer.ln2(x), audio)`, a row
+    sliced out for a per-request processor list, `procs(ids[b:b + 1], logits[b:b + 1])`, whose `__call__` is
+    `callee`): the op that ran at the line just before may be the argument's, evaluated first, so entering
+    `callee` next is the same statement going on, not another iteration of the loop around it."""
     t = _source.tree(filename)
     return t is not None and any(
         isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
-        and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)) == callee
-        and any(isinstance(a, ast.Call) for arg in n.args + [k.value for k in n.keywords] for a in ast.walk(arg))
+        and ((n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)) == callee
+             or (callee in ("__call__", "forward") and isinstance(n.func, (ast.Name, ast.Attribute))))
+        and any(isinstance(a, _ISSUES_OPS) for arg in n.args + [k.value for k in n.keywords] for a in ast.walk(arg))
         for n in ast.walk(t))
 
 

@@ -85,7 +85,8 @@ def _rebinds_local(file: str, line: int, name: str) -> bool:
     object the caller handed over is left as it was."""
     t = tree(file)
     return any(isinstance(n, (ast.Assign, ast.AnnAssign)) and n.lineno <= line <= (n.end_lineno or n.lineno)
-               and all(isinstance(x, ast.Name) and x.id == name for x in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+               and all(isinstance(x, ast.Name) and x.id == name
+                       for x in (n.targets if isinstance(n, ast.Assign) else [n.target]))
                for n in ast.walk(t)) if t is not None else False
 
 

@@ -65,10 +65,27 @@ def _decided(p, x):
             if (line := _source.exit_after(pc.co_filename, lp)):
                 return _at(pc, line)
         line = _source.decider(code.co_filename, ps[d][1] if shared else None, lx)
+        if line and shared and _presence_test(code.co_filename, line):  # `if procs is not None: procs(ids, x)`
+            inner = next(((c, found) for c, l in reversed(x.stack[d + 1:])
+                          if (found := _source.decider(c.co_filename, None, l))), None)
+            if inner is not None:  # the nearest decision, inside the call the optional object runs
+                return _at(inner[0], inner[1])
         if line:
             return _at(code, element_guard(code.co_filename, line, lx) or line)
         left = True
     return None
+
+
+def _presence_test(filename: str, line: int) -> bool:
+    """The `if` on `line` only tests whether an optional value was given (`if procs is not None:`): configuration
+    a decode step keeps, so when the call in its body goes on into a function with a branch of its own before its
+    ops (a min-length processor's `if self.cur_len < self.min_length:`), that branch decided."""
+    t = _source.tree(filename)
+    tests = [n.test for n in ast.walk(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
+    parts = (tests[0].values if isinstance(tests[0], ast.BoolOp) else [tests[0]]) if tests else []
+    return bool(parts) and all(isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], (ast.Is, ast.IsNot))
+                               and isinstance(c.comparators[0], ast.Constant) and c.comparators[0].value is None
+                               for c in parts)
 
 
 _ISSUES_OPS = (ast.Call, ast.Subscript, ast.BinOp, ast.UnaryOp, ast.Compare)  # argument expressions that may run ops

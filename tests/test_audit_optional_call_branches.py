@@ -4,7 +4,8 @@ A generation mixin runs `procs = kwargs.get("logits_processor"); if procs is not
 logits)`, and the processor blocks EOS while a host length is short (`if self.cur_len < self.min_length:`). When
 that length crosses the minimum the steps part inside the processor: the presence check, which held in both,
 decided nothing, and the processor's branch is named. When the processor itself comes and goes (None in some
-steps) and has no branch of its own, the presence check is named."""
+steps) and has no branch of its own, or one on a plain flag that held in every step (`if self.on:`), the presence
+check is named."""
 
 from __future__ import annotations
 
@@ -32,6 +33,16 @@ class Scale:
         return torch.tanh(scores)
 
 
+class Guarded:
+    def __init__(self):
+        self.on = True
+
+    def __call__(self, ids, scores):
+        if self.on:
+            scores = torch.tanh(scores)
+        return scores
+
+
 class Mixin:
     def constrained(self, x, kwargs):
         logits = torch.relu(x)
@@ -51,8 +62,9 @@ def test_branch_behind_a_presence_check(tmp_path, monkeypatch, kind):
         prepare = "        self.p.cur_len = i"
     else:
         init = "        self.m = Mixin()\n        self.kw = {{}}"
-        prepare = f"        self.kw['logits_processor'] = Scale() if i >= {at} else None"
-    tpl = module_target(imports=f"from {mod} import Mixin, MinLength, Scale", init=init, prepare=prepare,
+        proc = random.choice(["Scale()", "Guarded()"])  # a branch of its own that always held decides nothing
+        prepare = f"        self.kw['logits_processor'] = {proc} if i >= {at} else None"
+    tpl = module_target(imports=f"from {mod} import Mixin, MinLength, Scale, Guarded", init=init, prepare=prepare,
                         step="        y = self.m.constrained(self.x, self.kw)  # SITE\n        self.out.copy_(y)")
     path, site = write_target(tmp_path / "target" / "optcall.py", tpl, seed=random.randrange(2**31), d=random.choice([4, 8]))
     import audit

@@ -16,7 +16,7 @@ from difflib import SequenceMatcher
 
 from torch import nn
 
-from audit.detectors import _source, register
+from audit.detectors import _reach, _source, register
 from audit.detectors._element_guards import element_guard
 
 
@@ -45,7 +45,7 @@ def _same_path(a, b) -> bool:
     return len(a.stack) == len(b.stack) and all(fa[0] is fb[0] and fa[1] == fb[1] for fa, fb in zip(a.stack, b.stack))
 
 
-def _decided(p, x):
+def _decided(p, x, flags=None):
     """(file, line, function) of the branch that let `x` run after the anchor `p`, or None.
 
     x's frames are walked from where its path leaves p's, outermost first: in the first frame that
@@ -67,13 +67,22 @@ def _decided(p, x):
         line = _source.decider(code.co_filename, ps[d][1] if shared else None, lx)
         if line and shared and _presence_test(code.co_filename, line):  # `if procs is not None: procs(ids, x)`
             inner = next(((c, found) for c, l in reversed(x.stack[d + 1:])
-                          if (found := _source.decider(c.co_filename, None, l))), None)
+                          if (found := _source.decider(c.co_filename, None, l))
+                          and not _held(c.co_filename, found, flags or {})), None)
             if inner is not None:  # the nearest decision, inside the call the optional object runs
                 return _at(inner[0], inner[1])
         if line:
             return _at(code, element_guard(code.co_filename, line, lx) or line)
         left = True
     return None
+
+
+def _held(filename: str, line: int, flags: dict) -> bool:
+    """The `if` on `line` tests a plain flag the scan read with one value in every step (`if self.on:`): it
+    decided nothing."""
+    t = _source.tree(filename)
+    tests = [n.test for n in ast.walk(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
+    return bool(tests) and _reach.seen(filename, line, flags, tests[0]) is not None
 
 
 def _presence_test(filename: str, line: int) -> bool:
@@ -216,7 +225,7 @@ def locate(ctx, p, a, b, q=None, nxt=None):
         return found
     if a is None or b is None or not _same_path(a, b):  # the same path: another module ran (below)
         for x in (a, b):
-            if x is not None and (found := _decided(p, x)):
+            if x is not None and (found := _decided(p, x, ctx.trace.flags)):
                 return found
     if a is None or b is None:
         x = a or b

@@ -57,3 +57,53 @@ def test_lazy_branch_in_a_callee_taking_a_call_argument_is_named(tmp_path, monke
     ddc = bad[bad.category == "data-dependent-control"]
     assert set(ddc.line) == {marked_line(lib, "# BRANCH")}, table(bad)
     assert (ddc.caller_line == site).all(), table(bad)
+
+
+PROC_LIB = """
+import torch
+
+
+class ProcessorList(list):
+    def __call__(self, ids, scores):
+        for proc in self:  # LOOP
+            scores = proc(ids, scores)
+        return scores
+
+
+class Scale:
+    def __call__(self, ids, scores):
+        return torch.softmax(scores, -1) * 2.0
+
+
+class Batch:
+    def __init__(self, n):
+        self.procs = [[] for _ in range(n)]
+
+    def apply(self, ids, logits):
+        out = []
+        for b, procs in enumerate(self.procs):
+            plist = ProcessorList(procs)
+            out.append(plist({ids}, {rows}))
+        return torch.cat(out)
+"""
+
+
+def test_per_request_processor_list_toggled_names_its_loop(tmp_path, monkeypatch):
+    """Per-request processor lists applied to rows sliced in the call (`plist(ids[b:b + 1], logits[b:b + 1])`),
+    one request's list toggled between steps: the slice just before the extra ops is the argument's, so the
+    processor list's own loop, whose trip count changed, is named, not the loop over the rows."""
+    rows = random.choice(["logits[b:b + 1]", "logits[b][None]", "logits[b:b + 1] * 1.0"])
+    ids = random.choice(["ids[b:b + 1]", "ids"])
+    n = random.choice([2, 3, 4])
+    mod, lib = install_library(tmp_path, monkeypatch, PROC_LIB.format(rows=rows, ids=ids), prefix="perreq")
+    row = random.randrange(n)
+    tpl = module_target(imports=f"from {mod} import Batch, Scale",
+                        init=f"        self.bt = Batch({n})\n        self.ids = torch.zeros({n}, 3, dtype=torch.long)",
+                        prepare=f"        self.bt.procs[{row}] = [Scale()] if i % 2 else []",
+                        step=f"        y = self.bt.apply(self.ids, self.x.expand({n}, -1))  # SITE\n"
+                             "        self.out.copy_(y[:1])")
+    path, site = write_target(tmp_path / "target" / "perreq.py", tpl, seed=random.randrange(2**31), d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    ddc = bad[bad.category == "data-dependent-control"]
+    assert set(ddc.line) == {marked_line(lib, "# LOOP")} and set(ddc.file.map(lambda f: f.split("/")[-1])) == {lib.name}, table(bad)
+    assert (ddc.caller_line == site).all(), table(bad)

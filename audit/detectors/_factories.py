@@ -13,7 +13,7 @@ import contextvars
 
 from audit.detectors._source import HOST_FACTORIES, _calls_on, _device_kw, _on_cpu, _span, enclosing_function
 
-__all__ = ["DEFAULT_DEVICE_SET", "factory_on_host", "follows_default"]
+__all__ = ["DEFAULT_DEVICE_SET", "factory_on_device", "factory_on_host", "follows_default"]
 
 # the target put torch's default device in force (`torch.set_default_device(device)` in make()): a factory
 # naming no device follows it, onto the GPU where the step is deployed (set per scan by detectors.run)
@@ -35,6 +35,19 @@ def factory_on_host(filename: str, line: int) -> bool:
             if dev is not None and _on_cpu(filename, dev):
                 return True
             if dev is None and not follows_default(filename, line):
+                return True
+    return False
+
+
+def factory_on_device(filename: str, line: int) -> bool:
+    """A `torch.<factory>(..., device=D)` call on `line`, D not the CPU (or naming no device under a default
+    device the target set): its tensor is born on the step's device, so a host value written into it in the
+    step (`oh = torch.zeros(v, device=dev); oh[eos] = 1.0`, torch's setitem copying a CPU scalar) is a copy
+    from pageable memory on a GPU."""
+    for n in _calls_on(filename, line, HOST_FACTORIES):
+        if isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == "torch":
+            dev = _device_kw(n, filename)
+            if (dev is not None and not _on_cpu(filename, dev)) or (dev is None and follows_default(filename, line)):
                 return True
     return False
 

@@ -80,11 +80,34 @@ def _span(obj) -> tuple[str, tuple[int, int]] | None:
     return None
 
 
-def handoff_sites(own_files, attr: str, skip=("__init__", "prepare")) -> list[tuple[str, int, str, tuple]]:
+def _rebinds_local(file: str, line: int, name: str) -> bool:
+    """The statement on `line` only binds the parameter `name` to another object (`kw = {**kw, "n": 1}`): the
+    object the caller handed over is left as it was."""
+    t = tree(file)
+    return any(isinstance(n, (ast.Assign, ast.AnnAssign)) and n.lineno <= line <= (n.end_lineno or n.lineno)
+               and all(isinstance(x, ast.Name) and x.id == name
+                       for x in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+               for n in ast.walk(t)) if t is not None else False
+
+
+def _held_method(func: ast.expr, held: dict):
+    """`self.<a>.<method>` where `<a>` is one of the target's attributes (`held`: name -> object): the bound
+    method of that object (a generation mixin's `self.model.update_model_kwargs(self.kw, t)`), else None."""
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute)
+            and isinstance(func.value.value, ast.Name) and func.value.value.id == "self" and func.value.attr in held):
+        return None
+    with contextlib.suppress(Exception):
+        m = getattr(held[func.value.attr], func.attr)
+        return m if inspect.ismethod(m) else None
+    return None
+
+
+def handoff_sites(own_files, attr: str, skip=("__init__", "prepare"), held=None) -> list[tuple[str, int, str, tuple]]:
     """(file, line, function, call) for each statement of library code that mutates an object the
     target's code hands it from `<x>.attr`: in the function it is passed to (under the parameter's
-    name), or in the class it is passed to (under the attributes `__init__` keeps it in). `call` is
-    the target's (file, line, function) of the call that handed it over."""
+    name), or in the class it is passed to (under the attributes `__init__` keeps it in), or in the method of
+    an object the target holds (`held`: its attribute name -> object). `call` is the target's (file, line,
+    function) of the call that handed it over."""
     out = []
     for f in sorted(own_files):
         t = tree(f)
@@ -92,11 +115,11 @@ def handoff_sites(own_files, attr: str, skip=("__init__", "prepare")) -> list[tu
             if func.name in skip:
                 continue
             for call in (n for n in ast.walk(func) if isinstance(n, ast.Call)):
-                callee = resolve(f, call.func)
+                callee = resolve(f, call.func) or _held_method(call.func, held or {})
                 code = _code(callee) if callee is not None else None
                 if code is None or code.co_filename in own_files:
                     continue
-                param = _param(code, call, attr, isinstance(callee, type))
+                param = _param(code, call, attr, isinstance(callee, type) or inspect.ismethod(callee))
                 where = _span(callee) if param else None
                 if where is None:
                     continue
@@ -105,5 +128,16 @@ def handoff_sites(own_files, attr: str, skip=("__init__", "prepare")) -> list[tu
                 for name, bare in names:
                     out += [(file, line, fn, (f, call.lineno, func.name))
                             for line, fn in _mutations.mutation_sites(file, name, span, global_name=bare)
-                            if fn != "__init__"]
+                            if fn != "__init__" and not (bare and _rebinds_local(file, line, name))]
     return out
+
+
+def handed_over(ctx, change, ran: set) -> list:
+    """(file, line, function, call) of library statements that change the target's object after the
+    target's code handed it over (`SectionTimer(self.times, "mlp")`, then `self.store[...]` in the
+    timer; `self.model.update(self.kw)`, then `kw["n"] += 1` in that method): calls in the target's functions
+    that ran in the step (`ran`: (file, function)) come first, at most three sites."""
+    held = {p: o for p, o in ctx.trace.objects if p and "." not in p}  # the target's attributes: their methods
+    hits = handoff_sites({f for f, _ in ran}, change.attr.split(".")[0].split("[")[0], held=held)
+    hits.sort(key=lambda h: ((h[3][0], h[3][2]) not in ran, h[3][1], h[1]))
+    return list(dict.fromkeys(hits))[:3]

@@ -29,8 +29,9 @@ def host_tensors(ctx) -> dict[int, str]:
     """Storage id -> 'owner.attr' of tensors the target keeps on the host on purpose: on a CUDA scan
     those on the CPU, on a CPU scan those whose class source puts them on the CPU (`device="cpu"`,
     `.cpu()`, `.to("cpu")`, or a factory naming no device in a class that puts other tensors on a device:
-    `torch.tensor(0.01)` beside `torch.zeros(n, device=device)`), since there every tensor is a host
-    tensor. Computed once per scan."""
+    `torch.tensor(0.01)` beside `torch.zeros(n, device=device)`, or in a plain class that places no tensor
+    and whose attribute nothing else stores: `self.t = torch.tensor(t)` in a temperature processor), since
+    there every tensor is a host tensor. Computed once per scan."""
     if (cached := getattr(ctx, "_host_tensors", None)) is not None:
         return cached
     out, ctx._pinned_host = {}, set()
@@ -43,7 +44,7 @@ def host_tensors(ctx) -> dict[int, str]:
         if t.dim() > 1 or t.numel() > 64:
             continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
         if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in spans) or \
-                pageable_beside_device(obj, name):
+                pageable_beside_device(obj, name, ctx):
             out[sid] = label
     out.update(_module_tensors.host_globals(ctx))  # `_DEFAULT_SPLITS = torch.tensor([8])` at module level
     ctx._host_tensors = out
@@ -57,12 +58,14 @@ def moved_elsewhere(obj, name: str) -> bool:
     return any(_mutations.device_attr(f, name, span) for f, span in class_spans(type(obj)))
 
 
-def pageable_beside_device(obj, name: str) -> bool:
+def pageable_beside_device(obj, name: str, ctx=None) -> bool:
     """Attribute `name` of `obj` is made by a factory naming no device or the CPU, not pinned, in a class that
-    puts other tensors on a device (host memory on a GPU too), and no class of the hierarchy moves it there."""
+    puts other tensors on a device (host memory on a GPU too) or, given the scan (`ctx`), in a plain class that
+    names no device at all (`_places.unplaced`), and no class of the hierarchy moves it there."""
     spans = class_spans(type(obj))
-    return any(_mutations.host_factory_attr(f, name, span) == "pageable" and _places.sends_to_device(f, span)
-               for f, span in spans) and not moved_elsewhere(obj, name)
+    return any(_mutations.host_factory_attr(f, name, span) == "pageable" and (
+        _places.sends_to_device(f, span) or (ctx is not None and _places.unplaced(ctx, obj, name)))
+        for f, span in spans) and not moved_elsewhere(obj, name)
 
 
 def pinned_host(ctx) -> set[int]:

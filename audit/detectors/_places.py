@@ -1,15 +1,20 @@
 """Whether a span of source places tensors on a device it is given (`device=device`, `.to(self.device)`,
 `.cuda()`): code written for a GPU. There a factory that names no device (`torch.tensor(0.01)`) makes a
-host tensor on purpose, on every machine; in code that never names a device it follows whatever the
-target runs on, and a CPU scan cannot tell."""
+host tensor on purpose, on every machine. In code that never names a device it is a host tensor too,
+unless the target put a default device in force (`_factories.follows_default`): a plain object's small
+attribute made so (`unplaced`) is host memory when nothing else stores that attribute; a module's may be
+moved by `.to()`, and the target's own class is judged by its placements alone."""
 
 from __future__ import annotations
 
 import ast
 import functools
 
+import torch
+
 from audit.detectors import _scopes
 from audit.detectors._source import tree
+from audit.scan.user_code import OWN
 
 
 @functools.lru_cache(maxsize=512)
@@ -39,3 +44,14 @@ def _device_expr(n) -> bool:
         return ast.unparse(n.func) in ("torch.device", "device")
     name = n.attr if isinstance(n, ast.Attribute) else n.id if isinstance(n, ast.Name) else ""
     return "device" in name.lower() or name.lower() in ("dev", "gpu")
+
+
+def unplaced(ctx, obj, name: str) -> bool:
+    """A plain object (no module: `.to()` may move its tensors) whose class names no device at all, and whose
+    attribute `name` the target's own code never stores: a tensor its class made with a factory naming no device
+    (`self.t = torch.tensor(t)` in a temperature processor) stays where torch's default put it, host memory."""
+    if isinstance(obj, torch.nn.Module) or obj is ctx.trace.objects[0][1]:
+        return False
+    own = {c.co_filename for c, kind in ctx.trace.codes.values() if kind == OWN}
+    return not any(isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.ctx, ast.Store)
+                   for f in own for n in ast.walk(tree(f) or ast.Module(body=[], type_ignores=[])))

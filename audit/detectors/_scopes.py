@@ -90,12 +90,36 @@ def _classes(tree: ast.Module, cls: ast.ClassDef) -> list[ast.ClassDef]:
     return out
 
 
+def _init_field(c: ast.ClassDef, attr: str) -> bool:
+    """`attr: T = default` in the body of a `@dataclass` class, not `field(init=False)`: a parameter of the
+    generated `__init__` (`Constraint(ids, "cuda")` sets it positionally), so the default is not its value."""
+    deco = [ast.unparse(d.func if isinstance(d, ast.Call) else d).split(".")[-1] for d in c.decorator_list]
+    if "dataclass" not in deco:
+        return False
+    for st in c.body:
+        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.target.id == attr:
+            v = st.value
+            return not (isinstance(v, ast.Call) and any(k.arg == "init" and isinstance(k.value, ast.Constant)
+                                                        and k.value.value is False for k in v.keywords))
+    return False
+
+
+def _field_default(v):
+    """The `default=` of a dataclass `field(...)` call, else the value itself."""
+    if isinstance(v, ast.Call) and ast.unparse(v.func).split(".")[-1] == "field":
+        return next((k.value for k in v.keywords if k.arg == "default"), v)
+    return v
+
+
 def _attr_values(tree: ast.Module, cls: ast.ClassDef, attr: str) -> list | None:
     """Values assigned to `self.<attr>` in the methods of `cls` (else of its bases in this module)."""
     for c in _classes(tree, cls):
+        if _init_field(c, attr):
+            return None  # a dataclass field: its default is what callers leave out, any of them may pass another
         found = _bindings(c.body, lambda t: isinstance(t, ast.Name) and t.id == attr)  # a class attribute
         if found is None:
             return None
+        found = [(_field_default(v), ln) for v, ln in found]  # `field(init=False, default="cpu")`: its default
         for m in (n for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
             me = _self_name(m)
             got = _bindings(_own_nodes(m), lambda t, me=me: isinstance(t, ast.Attribute) and t.attr == attr

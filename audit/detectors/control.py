@@ -16,7 +16,7 @@ from difflib import SequenceMatcher
 
 from torch import nn
 
-from audit.detectors import _source, register
+from audit.detectors import _reach, _source, register
 from audit.detectors._element_guards import element_guard
 
 
@@ -45,7 +45,7 @@ def _same_path(a, b) -> bool:
     return len(a.stack) == len(b.stack) and all(fa[0] is fb[0] and fa[1] == fb[1] for fa, fb in zip(a.stack, b.stack))
 
 
-def _decided(p, x):
+def _decided(p, x, flags=None):
     """(file, line, function) of the branch that let `x` run after the anchor `p`, or None.
 
     x's frames are walked from where its path leaves p's, outermost first: in the first frame that
@@ -65,21 +65,52 @@ def _decided(p, x):
             if (line := _source.exit_after(pc.co_filename, lp)):
                 return _at(pc, line)
         line = _source.decider(code.co_filename, ps[d][1] if shared else None, lx)
+        if line and shared and _presence_test(code.co_filename, line):  # `if procs is not None: procs(ids, x)`
+            inner = next(((c, found) for c, l in reversed(x.stack[d + 1:])
+                          if (found := _source.decider(c.co_filename, None, l))
+                          and not _held(c.co_filename, found, flags or {})), None)
+            if inner is not None:  # the nearest decision, inside the call the optional object runs
+                return _at(inner[0], inner[1])
         if line:
             return _at(code, element_guard(code.co_filename, line, lx) or line)
         left = True
     return None
 
 
+def _held(filename: str, line: int, flags: dict) -> bool:
+    """The `if` on `line` tests a plain flag the scan read with one value in every step (`if self.on:`): it
+    decided nothing."""
+    t = _source.tree(filename)
+    tests = [n.test for n in ast.walk(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
+    return bool(tests) and _reach.seen(filename, line, flags, tests[0]) is not None
+
+
+def _presence_test(filename: str, line: int) -> bool:
+    """The `if` on `line` only tests whether an optional value was given (`if procs is not None:`): configuration
+    a decode step keeps, so when the call in its body goes on into a function with a branch of its own before its
+    ops (a min-length processor's `if self.cur_len < self.min_length:`), that branch decided."""
+    t = _source.tree(filename)
+    tests = [n.test for n in ast.walk(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
+    parts = (tests[0].values if isinstance(tests[0], ast.BoolOp) else [tests[0]]) if tests else []
+    return bool(parts) and all(isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], (ast.Is, ast.IsNot))
+                               and isinstance(c.comparators[0], ast.Constant) and c.comparators[0].value is None
+                               for c in parts)
+
+
+_ISSUES_OPS = (ast.Call, ast.Subscript, ast.BinOp, ast.UnaryOp, ast.Compare)  # argument expressions that may run ops
+
+
 def _args_first(filename: str, line: int, callee: str) -> bool:
-    """Whether `line` calls `callee` with a call among its arguments (`layer.cross(layer.ln2(x), audio)`): the op
-    that ran at the line just before may be the argument's, evaluated first, so entering `callee` next is the
-    same statement going on, not another iteration of the loop around it."""
+    """Whether `line` calls `callee` with an op among its arguments (`layer.cross(layer.ln2(x), audio)`, a row
+    sliced out for a per-request processor list, `procs(ids[b:b + 1], logits[b:b + 1])`, whose `__call__` is
+    `callee`): the op that ran at the line just before may be the argument's, evaluated first, so entering
+    `callee` next is the same statement going on, not another iteration of the loop around it."""
     t = _source.tree(filename)
     return t is not None and any(
         isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
-        and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)) == callee
-        and any(isinstance(a, ast.Call) for arg in n.args + [k.value for k in n.keywords] for a in ast.walk(arg))
+        and ((n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)) == callee
+             or (callee in ("__call__", "forward") and isinstance(n.func, (ast.Name, ast.Attribute))))
+        and any(isinstance(a, _ISSUES_OPS) for arg in n.args + [k.value for k in n.keywords] for a in ast.walk(arg))
         for n in ast.walk(t))
 
 
@@ -194,7 +225,7 @@ def locate(ctx, p, a, b, q=None, nxt=None):
         return found
     if a is None or b is None or not _same_path(a, b):  # the same path: another module ran (below)
         for x in (a, b):
-            if x is not None and (found := _decided(p, x)):
+            if x is not None and (found := _decided(p, x, ctx.trace.flags)):
                 return found
     if a is None or b is None:
         x = a or b

@@ -14,7 +14,7 @@ import ast
 import sys
 from collections import defaultdict
 
-from audit.detectors import _source, register
+from audit.detectors import _called_objects, _source, register
 from audit.detectors._state_sites import _calls, called_by_name, caller_of
 from audit.scan import global_rng
 from audit.scan.user_code import OWN
@@ -107,14 +107,18 @@ def global_generators_drawn(ctx):
             continue
         codes = {code for r in ctx.steps[s] for code, _ in r.stack}
         hits = [(c.co_filename, *x) for c in codes for x in _sites(c.co_filename, c.co_firstlineno, c.co_name, which)]
+        called = {}
         if not hits:  # drawn in a function that ran no torch op (a helper; a branch not taken): one called by name
             files = {c.co_filename for c in codes} | _called_files(codes)  # by one that ran, in its file or imported
             hits = [(f, *x) for f in files for x in _sites(f, None, None, which) if any(_calls(c, x[1]) for c in codes)]
+        if not hits:  # or the `__call__` of a library object the target calls by syntax (`self.acc(d, t)`)
+            called = _called_objects.draws(ctx, own, codes, lambda f, first, fn: _sites(f, first, fn, which))
+            hits = list(called)
         for file, line, fn, gen, text in hits:
             ent = found.setdefault((file, line), [0, fn, gen, text, None])
             ent[0] += 1
             if ent[4] is None:  # the target's line that led there; a draw in the target's own file is its own caller
-                ent[4] = (file, line, fn) if file in own else \
+                ent[4] = (file, line, fn) if file in own else called.get((file, line, fn, gen, text)) or \
                     caller_of(ctx, (file, line, fn), s) or called_by_name(ctx, (file, line, fn), s)
     return [ctx.finding("cpu-side-effect", (file, line, fn), f"{text}()", n / ctx.n_steps,
                         f"`{text}()` draws from {_WHO[gen]} generator inside the step: its state lives on the host, "

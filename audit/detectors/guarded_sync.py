@@ -104,10 +104,19 @@ def _direct_library_calls(ctx, file: str, first: int, name: str):
     for st in func.body:
         if isinstance(st, (ast.If, ast.While, ast.For, ast.Try, ast.Match, ast.Return)):
             continue  # a branch or loop may not have run it
+        entered = {id(i.context_expr) for w in ast.walk(st) if isinstance(w, (ast.With, ast.AsyncWith)) for i in w.items}
         for call in (n for n in ast.walk(st) if isinstance(n, ast.Call)):
-            code = getattr(inspect.unwrap(_handoff.resolve(file, call.func) or (lambda: None)), "__code__", None)
-            if code is not None and frame_kind(code.co_filename, ctx.trace.roots) == LIBRARY:
-                yield call, code
+            for code in _codes(_handoff.resolve(file, call.func), id(call) in entered):
+                if frame_kind(code.co_filename, ctx.trace.roots) == LIBRARY:
+                    yield call, code
+
+
+def _codes(obj, entered: bool) -> list:
+    """The code a call of `obj` runs: a function's; a class's `__init__`, and when the call is a `with` item
+    (`with Timer():`) its `__enter__` and `__exit__`, which the syntax runs with no call naming them."""
+    names = ("__init__", "__enter__", "__exit__") if entered else ("__init__",)
+    fns = [inspect.getattr_static(obj, n, None) for n in names] if isinstance(obj, type) else [obj]
+    return [c for f in fns if (c := getattr(inspect.unwrap(f) if callable(f) else None, "__code__", None)) is not None]
 
 
 def _untaken(node: ast.If, file: str, lines: set, library: bool):

@@ -9,7 +9,7 @@ tensor (`lift_fresh`), and the source says whether it was sent to the step's dev
 
 from __future__ import annotations
 
-from audit.detectors import _host_moves, _mutations, _source, register
+from audit.detectors import _factories, _host_moves, _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors, moved_elsewhere
 from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
@@ -170,6 +170,14 @@ def _device_made(recs, not_device: set) -> set:
     return out
 
 
+def _device_factories(recs) -> set:
+    """Storage ids of the step's tensors a torch factory made on the step's device (`torch.zeros(v,
+    device=dev)`, the source says so): device tensors on a GPU, like those _device_made finds."""
+    return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.stack
+            and r.op.split(".")[1] in _source.HOST_FACTORIES
+            and _factories.factory_on_device(r.stack[-1][0].co_filename, r.stack[-1][1])}
+
+
 @register("pageable-copy")
 def host_data_to_device(ctx):
     """CPU scans: `torch.tensor(..., device=D)` and host-born tensors `.to(D)`, D not the CPU."""
@@ -186,7 +194,7 @@ def host_data_to_device(ctx):
         made = set()
         if any(r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born for r in recs):
             pageable = _host_attrs(ctx) if pageable is None else pageable
-            made = _device_made(recs, born | set(host) | set(pageable))
+            made = _device_made(recs, born | set(host) | set(pageable)) | _device_factories(recs)
         hits += [(r, REFUSED if op == "aten.index_select" else INDEX) for r, op in _host_indices(recs, born)
                  if not _source.builds_on_device(*_src(r))]
         fidx = _factory_indices(recs, born | set(host))

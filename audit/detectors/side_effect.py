@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _between_steps, _constructors, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _source, register
+from audit.detectors import _between_steps, _constructors, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -95,16 +95,6 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
 def _whole_state(change) -> bool:
     """An object compared by its state as a whole (a host RNG, an iterator): its own methods change it."""
     return whole_state_fp(change.after)
-
-
-def _handed_over(ctx, change, step: int) -> list:
-    """(file, line, function, call) of library statements that change the target's object after the
-    target's code handed it over (`SectionTimer(self.times, "mlp")`, then `self.store[...]` in the
-    timer): calls in the target's functions that ran in the step come first, at most three sites."""
-    ran = _executed(ctx, step, own_only=True)
-    hits = _handoff.handoff_sites({f for f, _ in ran}, change.attr.split(".")[0])
-    hits.sort(key=lambda h: ((h[3][0], h[3][2]) not in ran, h[3][1], h[1]))
-    return list(dict.fromkeys(hits))[:3]
 
 
 def _library_spans(ctx, step: int) -> list:
@@ -265,7 +255,9 @@ def python_state_changes(ctx):
                 continue
         sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]
         sites = [x for x in sites if not unchanged_slot_line(c, x) and not _between_steps.lazy_init_line(c, x)] or sites
-        handed = _handed_over(ctx, c, s) if not sites and not owner.startswith("<") else []
+        handed = _handoff.handed_over(ctx, c, _executed(ctx, s, own_only=True)) \
+            if _rebinds.handed_back_only(sites, c.attr) and not owner.startswith("<") else []
+        sites = [] if handed else sites  # `self.kw = lib.update(self.kw)`: the library changed it, the store puts it back
         for file, line, fn, call in handed:  # handed to a library that changes it under its own name
             text, sev = _guarded(_message(c), file, line)
             out.append(ctx.finding("cpu-side-effect", (file, line, fn), "mutate", count, text, severity=sev,
@@ -329,13 +321,13 @@ def _user_call_into(ctx, change, step: int, own_files: set, site_fn: str = ""):
     holder, files = _holder(ctx, change.owner.split(".")[0])  # the target's attribute and its class's files
     ran = _executed(ctx, step)
     files = [f for f in files if f in own_files] if holder else []
-    calls = [((f, fn) not in ran, line, f, fn) for f in files
+    calls = [((f, fn) not in ran, False, line, f, fn) for f in files
              for line, fn in _implicit.implicit_uses(f, holder, site_fn) if fn not in ("__init__", "prepare")]
-    calls = calls or [((f, fn) not in ran, line, f, fn) for f in files
-                      for line, fn, _ in _mutations.method_calls(f, holder) if fn not in ("__init__", "prepare")]
+    calls = calls or [((f, fn) not in ran, m != site_fn, line, f, fn) for f in files  # the site's method's call first
+                      for line, fn, m in _mutations.method_calls(f, holder) if fn not in ("__init__", "prepare")]
     if not calls:
         return None
-    _, line, f, fn = min(calls)
+    _, _, line, f, fn = min(calls)
     return (f, line, fn)
 
 

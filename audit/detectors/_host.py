@@ -10,7 +10,7 @@ import itertools
 
 import torch
 
-from audit.detectors import _factories, _module_tensors, _mutations, _places, _source
+from audit.detectors import _factories, _module_tensors, _attr_memory, _mutations, _places, _source
 from audit.scan import pinned
 
 
@@ -36,14 +36,14 @@ def host_tensors(ctx) -> dict[int, str]:
     out, ctx._pinned_host = {}, set()
     for sid, label, name, obj, t in cpu_attrs(ctx):
         spans = class_spans(type(obj))
-        if pinned.asked(t) or any(_mutations.host_factory_attr(f, name, span) == "pinned" for f, span in spans):
+        if pinned.asked(t) or any(_attr_memory.host_factory_attr(f, name, span) == "pinned" for f, span in spans):
             out[sid] = label  # a pinned staging buffer, of any size: host memory by design
             ctx._pinned_host.add(sid)
             continue
         if t.dim() > 1 or t.numel() > 64:
             continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
         if ctx.cuda or any(_mutations.assigns_host_tensor(f, name, span) for f, span in spans) or any(
-                _mutations.host_factory_attr(f, name, span) == "pageable" and _places.sends_to_device(f, span)
+                _attr_memory.host_factory_attr(f, name, span) == "pageable" and _places.sends_to_device(f, span)
                 for f, span in spans):
             out[sid] = label
     out.update(_module_tensors.host_globals(ctx))  # `_DEFAULT_SPLITS = torch.tensor([8])` at module level

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _host, _mutations, _places, _source, register
+from audit.detectors import _attr_memory, _host, _places, _source, register
 from audit.detectors._factories import follows_default
 from audit.scan import pinned
 
@@ -86,7 +86,7 @@ def _kept_pageable(ctx, small: dict) -> dict[int, str]:
     GPU too (a class that names no device anywhere keeps everything wherever the caller moves it)."""
     return {sid: label for sid, label, name, obj, t in _host.cpu_attrs(ctx)
             if sid not in small and not pinned.asked(t) and any(
-                _mutations.host_factory_attr(f, name, span) == "pageable" and _places.sends_to_device(f, span)
+                _attr_memory.host_factory_attr(f, name, span) == "pageable" and _places.sends_to_device(f, span)
                 for f, span in _host.class_spans(type(obj)))}
 
 

@@ -95,15 +95,17 @@ def syntax_of(site) -> str:
 
 def accessor_sites(ctx, sites: list) -> list:
     """Of sites (file, line, function) in a class's methods, drop those in a property accessor whose syntax the
-    target's own code never writes: reading `x.name` runs the getter, `x.name = v` the setter, and both are named
-    `name` (a cursor property whose setter writes the same cursor); the rest are kept, and all when none is left."""
+    target's own code never writes while it writes the other: reading `x.name` runs the getter, `x.name = v` the
+    setter, and both are named `name` (a cursor property whose setter writes the same cursor); the rest are kept,
+    and all when none is left."""
     own = {ent[0].co_filename for ent in ctx.trace.codes.values() if ent[1] == OWN}
     written = {(n.attr, type(n.ctx)) for f in own for n in ast.walk(tree(f) or ast.Module(body=[], type_ignores=[]))
                if isinstance(n, ast.Attribute)}
 
-    def runs(site) -> bool:
+    def runs(site) -> bool:  # a name the target never writes is read by the library: no say
         kind = syntax_of(site)
-        return not kind.startswith(".") or (site[2], ast.Store if kind.endswith("=") else ast.Load) in written
+        return not kind.startswith(".") or not {(site[2], ast.Load), (site[2], ast.Store)} & written \
+            or (site[2], ast.Store if kind.endswith("=") else ast.Load) in written
 
     return [s for s in sites if runs(s)] or sites
 

@@ -32,6 +32,10 @@ class Engine:
     def _alloc(self, n, block, d, device):
         return [torch.zeros((n, block, d), pin_memory=self.pin and device == "cpu", device=device) for _ in range({layers})]
 
+    @staticmethod
+    def _static_alloc(n, block, d, device, pin=False):
+        return [torch.zeros((n, block, d), pin_memory=pin and device == "cpu", device=device) for _ in range({layers})]
+
     def swap_in(self, src, dst):
         for i in range(len(self.dev_cache)):
             self.dev_cache[i][dst].copy_(self.host_cache[i][src], non_blocking=True)  # LIBSITE_IN
@@ -52,7 +56,9 @@ class Engine:
 ALLOCS = [("self._alloc(n_dev, block, d, device)", 'self._alloc(n_host, block, d, "cpu")'),
           ("self._alloc(n_dev, block, d, device=device)", 'self._alloc(n_host, block, d, device="cpu")'),
           ("alloc_fn(n_dev, block, d, device, pin)", 'alloc_fn(n_host, block, d, "cpu", pin)'),
-          ("alloc_fn(n_dev, block, d, device=device, pin=pin)", 'alloc_fn(n_host, block, d, device="cpu", pin=pin)')]
+          ("alloc_fn(n_dev, block, d, device=device, pin=pin)", 'alloc_fn(n_host, block, d, device="cpu", pin=pin)'),
+          ("self._static_alloc(n_dev, block, d, device, pin)", 'self._static_alloc(n_host, block, d, "cpu", pin)'),
+          ("Engine._static_alloc(n_dev, block, d, device=device, pin=pin)", 'Engine._static_alloc(n_host, block, d, "cpu", pin)')]
 
 TARGET = """
 import torch

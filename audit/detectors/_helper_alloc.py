@@ -20,16 +20,22 @@ from audit.detectors._source import HOST_FACTORIES, tree
 
 
 def _helper(t: ast.Module, call: ast.Call):
-    """The function of this file a call names (`alloc(...)`, `self._alloc(...)`) and whether it is called
-    through an object (its first parameter then bound already); (None, False) when there is none."""
+    """The function of this file a call names (`alloc(...)`, `self._alloc(...)`, a static or class method) and
+    whether its first parameter is bound already (a method through `self`, a classmethod); (None, False) when
+    there is none."""
     if isinstance(call.func, ast.Name):
-        name, bound = call.func.id, False
-    elif isinstance(call.func, ast.Attribute) and getattr(call.func.value, "id", None) in ("self", "cls"):
-        name, bound = call.func.attr, True
+        name = call.func.id
+    elif isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+        name = call.func.attr  # `self._alloc(...)`, `cls._alloc(...)`, `Engine._alloc(...)`
     else:
         return None, False
     defs = [n for n in ast.walk(t) if isinstance(n, ast.FunctionDef) and n.name == name]
-    return (defs[0], bound) if len(defs) == 1 else (None, False)
+    if len(defs) != 1:
+        return None, False
+    static = any(ast.unparse(d) == "staticmethod" for d in defs[0].decorator_list)
+    through = isinstance(call.func, ast.Attribute) and (call.func.value.id in ("self", "cls") or any(
+        ast.unparse(d) == "classmethod" for d in defs[0].decorator_list))
+    return defs[0], through and not static
 
 
 def _bindings(fn: ast.FunctionDef, call: ast.Call, bound: bool) -> dict:

@@ -8,6 +8,7 @@ device->host copy that waits (host-sync), each at the library's copy with the ta
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
@@ -104,3 +105,49 @@ def test_a_host_cache_from_the_engine_allocation_helper(tmp_path, monkeypatch, k
         assert len(bad) == 1, table(bad)
     else:
         assert not len(bad), table(bad)
+
+
+ALLOC_LIB = """
+import torch
+
+
+def {fn}(n, block, d, device, pin_memory=False):
+    return torch.zeros((n, block, d), device=device, pin_memory=pin_memory)
+"""
+
+POOL_LIB = """
+import torch
+from {alloc} import {fn}
+
+
+class Engine:
+    def __init__(self, n_dev, n_host, block, d, device, pin):
+        self.dev_cache = [{fn}(n_dev, block, d, device)]
+        self.host_cache = [{fn}(n_host, block, d, {host}, pin_memory=pin)]
+        self.host_cache[0].normal_()
+
+    def swap_in(self, src, dst):
+        self.dev_cache[0][dst].copy_(self.host_cache[0][src], non_blocking=True)  # LIBSITE_IN
+        return self.dev_cache[0][dst]
+"""
+
+
+@pytest.mark.parametrize("pin", [False, True])
+def test_a_host_cache_from_a_helper_of_another_module(tmp_path, monkeypatch, pin):
+    fn = random.choice(["allocate_blocks", "make_cache", "_alloc_kv"])
+    alloc, _ = install_library(tmp_path, monkeypatch, ALLOC_LIB.replace("{fn}", fn), prefix="kvalloc")
+    host = random.choice(['"cpu"', 'device="cpu"'])
+    mod, lib = install_library(tmp_path, monkeypatch, POOL_LIB.replace("{alloc}", alloc).replace("{fn}", fn)
+                               .replace("{host}", host), prefix="kvpool")
+    n = random.randint(3, 6)
+    a, b = random.sample(range(n), 2)
+    path, site = write_target(tmp_path / "target" / "swap_pool.py", TARGET, mod=mod, seed=random.randrange(2**31),
+                              d=random.choice([4, 8, 16]), block=random.randint(2, 4), n=n, pin=pin,
+                              call=f"self.eng.swap_in({a}, {b})")
+    bad = blocking(path, forget=mod)
+    sys.modules.pop(alloc, None)
+    if pin:
+        assert not len(bad), table(bad)
+        return
+    library_hit(bad, "pageable-copy", lib, path, site, marker="# LIBSITE_IN")
+    assert len(bad) == 1, table(bad)

@@ -10,7 +10,7 @@ import itertools
 
 import torch
 
-from audit.detectors import _factories, _module_tensors, _mutations, _places, _source
+from audit.detectors import _attr_memory, _factories, _module_tensors, _mutations, _places, _source
 from audit.scan import pinned
 
 
@@ -37,7 +37,7 @@ def host_tensors(ctx) -> dict[int, str]:
     out, ctx._pinned_host = {}, set()
     for sid, label, name, obj, t in cpu_attrs(ctx):
         spans = class_spans(type(obj))
-        if pinned.asked(t) or any(_mutations.host_factory_attr(f, name, span) == "pinned" for f, span in spans):
+        if pinned.asked(t) or any(_attr_memory.host_factory_attr(f, name, span) == "pinned" for f, span in spans):
             out[sid] = label  # a pinned staging buffer, of any size: host memory by design
             ctx._pinned_host.add(sid)
             continue
@@ -63,7 +63,7 @@ def pageable_beside_device(obj, name: str, ctx=None) -> bool:
     puts other tensors on a device (host memory on a GPU too) or, given the scan (`ctx`), in a plain class that
     names no device at all (`_places.unplaced`), and no class of the hierarchy moves it there."""
     spans = class_spans(type(obj))
-    return any(_mutations.host_factory_attr(f, name, span) == "pageable" and (
+    return any(_attr_memory.host_factory_attr(f, name, span) == "pageable" and (
         _places.sends_to_device(f, span) or (ctx is not None and _places.unplaced(ctx, obj, name)))
         for f, span in spans) and not moved_elsewhere(obj, name)
 

@@ -12,12 +12,18 @@ import ast
 
 from audit.detectors import _handoff
 from audit.detectors._mutations import tree
+from audit.scan.user_code import OWN
 
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
 def _uses(node, is_obj, dunder: str) -> bool:
-    """Whether `node` invokes `dunder` on an object `is_obj` accepts."""
+    """Whether `node` invokes `dunder` on an object `is_obj` accepts (`.name` / `.name=`: a property's getter / setter,
+    see syntax_of)."""
+    if dunder.startswith("."):
+        want = ast.Store if dunder.endswith("=") else ast.Load
+        return isinstance(node, ast.Attribute) and node.attr == dunder[1:].rstrip("=") and isinstance(node.ctx, want) \
+            and is_obj(node.value)
     if dunder in ("__getattr__", "__getattribute__", "__setattr__", "__delattr__"):
         want = {"__setattr__": ast.Store, "__delattr__": ast.Del}.get(dunder, ast.Load)
         return isinstance(node, ast.Attribute) and isinstance(node.ctx, want) and is_obj(node.value)
@@ -48,7 +54,7 @@ def implicit_uses(filename: str, holder: str, dunder: str, global_name: bool = F
     """(line, function) of the statements of `filename` that invoke `dunder` on the object held in
     `<x>.holder` (the global `holder`), or on a local alias of it (`mlp = self.mlp`)."""
     t = tree(filename)
-    if t is None or dunder not in DUNDERS:
+    if t is None or (dunder not in DUNDERS and not dunder.startswith(".")):
         return []
 
     def direct(n) -> bool:
@@ -68,6 +74,40 @@ def implicit_uses(filename: str, holder: str, dunder: str, global_name: bool = F
         out += [(n.lineno if hasattr(n, "lineno") else n.iter.lineno, name)
                 for n in ast.walk(func) if _uses(n, is_obj, dunder)]
     return sorted(set(out))
+
+
+def syntax_of(site) -> str:
+    """What runs the function of a site (file, line, name) by syntax: its name (a dunder: `__len__` by `len(x)`), or,
+    for a property's getter, `.name` (run by reading `x.name`, an attribute access that no call names: a block table's
+    `next_slot` property advancing a host cursor) and `.name=` for its setter (run by `x.name = v`)."""
+    file, line, fn = site
+    t = tree(file) if file else None
+    defs = [n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == fn
+            and n.lineno <= line <= (n.end_lineno or n.lineno)] if t is not None else []
+    for d in (max(defs, key=lambda n: n.lineno).decorator_list if defs else ()):
+        text = ast.unparse(d)
+        if text in ("property", "functools.cached_property", "cached_property"):
+            return "." + fn
+        if text.endswith(".setter"):
+            return "." + fn + "="
+    return fn
+
+
+def accessor_sites(ctx, sites: list) -> list:
+    """Of sites (file, line, function) in a class's methods, drop those in a property accessor whose syntax the
+    target's own code never writes while it writes the other: reading `x.name` runs the getter, `x.name = v` the
+    setter, and both are named `name` (a cursor property whose setter writes the same cursor); the rest are kept,
+    and all when none is left."""
+    own = {ent[0].co_filename for ent in ctx.trace.codes.values() if ent[1] == OWN}
+    written = {(n.attr, type(n.ctx)) for f in own for n in ast.walk(tree(f) or ast.Module(body=[], type_ignores=[]))
+               if isinstance(n, ast.Attribute)}
+
+    def runs(site) -> bool:  # a name the target never writes is read by the library: no say
+        kind = syntax_of(site)
+        return not kind.startswith(".") or not {(site[2], ast.Load), (site[2], ast.Store)} & written \
+            or (site[2], ast.Store if kind.endswith("=") else ast.Load) in written
+
+    return [s for s in sites if runs(s)] or sites
 
 
 def inline_uses(own_files, site, ran: set) -> tuple[str, int, str] | None:

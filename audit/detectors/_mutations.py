@@ -290,38 +290,6 @@ def assigns_host_tensor(filename: str, attr: str, lines: tuple[int, int] | None 
 _ATTR_FACTORIES = HOST_FACTORIES + ("tensor", "as_tensor", "from_numpy", "frombuffer")
 
 
-def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = None) -> str | None:
-    """How the source (or a span of it) makes `<x>.attr`: "pinned" / "pageable" when every assignment is
-    a `torch.<factory>(...)` naming no device or the CPU (`pin_memory=True`: pinned), else None (never
-    assigned that way, or also assigned something else: moved to a device, computed)."""
-    t = tree(filename)
-    kinds = set()
-    for node in ast.walk(t) if t is not None else ():
-        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or (lines and not lines[0] <= node.lineno <= lines[1]):
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if node.value is None:
-            continue
-        if any(isinstance(x, ast.Name) and x.id == attr for x in targets) and (made := _field_factory(node.value)):
-            call = made  # `temp: torch.Tensor = field(default_factory=lambda: torch.ones(1))` in a dataclass
-        elif any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets):
-            call = node.value
-        else:
-            continue
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "pin_memory" \
-                and _host_computed(filename, call.func.value):  # `torch.zeros(n).pin_memory()`
-            kinds.add("pinned")
-        elif _host_factory(filename, call):
-            pinned = any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords)
-            kinds.add("pinned" if pinned else "pageable")
-        elif _host_computed(filename, call) and any(_host_factory(filename, n) for n in ast.walk(call)):
-            # `torch.randn(n, d) * 0.1`: a new tensor, in pageable memory (`= 0` makes no tensor)
-            kinds.add("pageable")
-        else:
-            return None
-    return kinds.pop() if len(kinds) == 1 else None
-
-
 def _host_factory(filename: str, call) -> bool:
     """`torch.<factory>(...)` naming no device or the CPU; `torch.<f>_like(t, ...)` or `t.new_<f>(...)` naming the
     CPU (without a device they follow t's: `torch.zeros_like(self.dev, device="cpu")` is a host pool)."""

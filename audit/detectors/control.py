@@ -146,6 +146,18 @@ def _skipped_in_loop(x, nxt):
     return None
 
 
+def _picked_callee(p, x):
+    """One step ran extra ops `x` with no branch around them, below a call of a callee picked by a computed key
+    (`q = self.quantizers[self.kv_dtype]; q(k)`, one pick an `nn.Identity()` or `lambda x: x` that runs no op):
+    the pick, in the innermost frame of `x` not shared with the anchor `p`; None when there is none."""
+    shared = 0 if p is None else sum(1 for _ in itertools.takewhile(
+        lambda f: f[0][0] is f[1][0] and f[0][1] == f[1][1], zip(p.stack, x.stack)))
+    for code, line in reversed(x.stack[shared:]):
+        if (pick := _source.picked_by(code.co_filename, line)):
+            return _at(code, pick)
+    return None
+
+
 def _parted_inside(a, b):
     """Both executions came through the same line into the same function and part inside it (a ring cache's
     `if full:` under the caller's `if cache is not None:`): the branch between their lines there, the
@@ -238,7 +250,7 @@ def locate(ctx, p, a, b, q=None, nxt=None):
                 (pc, lp), (xc, lx) = p.stack[d], x.stack[d]
                 if pc is xc and (found := _source.exit_branch(pc.co_filename, lp, lx)):
                     return _at(pc, found)
-        return _at(code, branch or line)
+        return (None if branch else _picked_callee(p, x)) or _at(code, branch or line)
     sa, sb = a.stack, b.stack
     i = 0
     while i < min(len(sa), len(sb)) and sa[i][0] is sb[i][0] and sa[i][1] == sb[i][1]:

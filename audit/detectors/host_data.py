@@ -9,7 +9,7 @@ tensor (`lift_fresh`), and the source says whether it was sent to the step's dev
 
 from __future__ import annotations
 
-from audit.detectors import _factories, _host_moves, _mutations, _source, register
+from audit.detectors import _attr_memory, _factories, _helper_alloc, _host_moves, _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors, moved_elsewhere
 from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories
 from audit.detectors.pageable_copy import FROM_DATA
@@ -91,10 +91,11 @@ def _host_attrs(ctx) -> dict[int, str]:
     of a dict or list attribute (an offload hook's `{name: p.detach().to("cpu")}`)."""
     out = {sid: label for sid, label, name, obj, t in cpu_attrs(ctx)
            if not pinned.asked(t)  # asked to be pinned when made (`pin_memory=self.pin`): the source may not say
-           and any(_mutations.host_factory_attr(f, name, span) == "pageable" or _host_moves.moved_to_host(f, name, span)
+           and any(_attr_memory.host_factory_attr(f, name, span) == "pageable" or _host_moves.moved_to_host(f, name, span)
                    for f, span in class_spans(type(obj))) and not moved_elsewhere(obj, name)}
     out.update({sid: label for sid, label, name, obj, _ in _host_moves.members(ctx)
                 if any(_host_moves.moved_to_host(f, name, span) for f, span in class_spans(type(obj)))})
+    out.update(_helper_alloc.host_buffers(ctx))  # `self.cpu_cache = self._allocate(n, "cpu")`
     return out
 
 
@@ -117,7 +118,7 @@ def _device_attrs(ctx) -> set[int]:
     and of the tensors held in its dict or list attributes made so."""
     return {sid for sid, _, name, obj, _ in cpu_attrs(ctx)
             if any(_mutations.device_attr(f, name, span) for f, span in class_spans(type(obj)))} | \
-        _host_moves.device_members(ctx)  # `self.states = {i: torch.zeros(n, device=device) ...}`
+        _host_moves.device_members(ctx) | _helper_alloc.device_buffers(ctx)  # `{i: torch.zeros(n, device=device) ...}`
 
 
 def _copied_in(r, derived: dict, device: set) -> bool:

@@ -29,8 +29,7 @@ from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
 def _executed(ctx, step: int, own_only: bool = False) -> set:
-    """(file, function) pairs that ran in the step (from the op stacks): library code included,
-    unless own_only (the target's own files)."""
+    """(file, function) pairs that ran in the step (from the op stacks): library code included, unless own_only."""
     out = set()
     for r in ctx.steps[step]:
         for code, _ in r.stack:
@@ -83,12 +82,14 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     calls, note, methods = _calls_into(ctx, change, foreign, ran) if cands or foreign else ([], "", set())
     # a method the step called on the object that ran no torch op (`self.lru.touch(ids)`): its own
     # statement (`self.order.move_to_end(b)`) is the site, not the class's other mutating methods
-    inside = [(f, line, fn) for _, f, line, fn in cands if fn in methods and frame_kind(f, ctx.trace.roots) != HIDDEN]
+    inside = _implicit.accessor_sites(ctx, [(f, line, fn) for _, f, line, fn in cands if fn in methods
+                                            and frame_kind(f, ctx.trace.roots) != HIDDEN])
     if inside:
         return inside[:3], note if foreign else ""
     if foreign and calls:
         return calls, note
-    shown = _between_steps.step_sites(ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN])
+    shown = _implicit.accessor_sites(ctx, _between_steps.step_sites(
+        ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN]))
     return shown[:3], ""
 
 
@@ -274,7 +275,7 @@ def python_state_changes(ctx):
                 caller = (hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s)
                           or _constructors.constructor_call(ctx, site, s) or _implicit.class_call(
                     class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
-                          or _user_call_into(ctx, c, s, own_files, site[2])
+                          or _user_call_into(ctx, c, s, own_files, _implicit.syntax_of(site))
                           or _elements.container_call(ctx, c.owner, own_files, _executed(ctx, s, True), site[2], c.attr)
                           or _user_call_of(ctx, site, s, own_files)
                           or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True))
@@ -313,9 +314,8 @@ def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
 def _user_call_into(ctx, change, step: int, own_files: set, site_fn: str = ""):
     """For a site in library code that ran no torch op (a streamer's `self._q.put(ids)`): the target's
     own call of a method of the library object (`self.streamer.put(ids)`), found in the target's source
-    from the attribute that holds the object; for a site in a dunder the syntax runs (a proxy's
-    `__getattr__`), the target's line with that syntax on the object (`self.mlp.scale`); None when
-    there is none."""
+    from the attribute that holds the object; for a site in a dunder or a property the syntax runs (a proxy's
+    `__getattr__`: `self.mlp.scale`), the target's line with that syntax on the object; None when there is none."""
     if change.owner.startswith("<"):
         return None
     holder, files = _holder(ctx, change.owner.split(".")[0])  # the target's attribute and its class's files

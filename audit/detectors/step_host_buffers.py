@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _host, _source, register
+from audit.detectors import _helper_alloc, _host, _source, register
 from audit.detectors._factories import follows_default
 from audit.scan import pinned
 
@@ -84,8 +84,10 @@ def _kept_pageable(ctx, small: dict) -> dict[int, str]:
     """Storage id -> 'owner.attr' of the tensor attributes (beyond the small ones) whose class makes them with a
     factory naming no device or the CPU, not pinned, while it puts other tensors on a device: host memory on a
     GPU too (a class that names no device anywhere keeps everything wherever the caller moves it)."""
-    return {sid: label for sid, label, name, obj, t in _host.cpu_attrs(ctx)
-            if sid not in small and not pinned.asked(t) and _host.pageable_beside_device(obj, name)}
+    out = {sid: label for sid, label, name, obj, t in _host.cpu_attrs(ctx)
+           if sid not in small and not pinned.asked(t) and _host.pageable_beside_device(obj, name)}
+    out.update({sid: label for sid, label in _helper_alloc.host_buffers(ctx).items() if sid not in small})
+    return out
 
 
 @register("host-sync")

@@ -16,7 +16,7 @@ from difflib import SequenceMatcher
 
 from torch import nn
 
-from audit.detectors import _reach, _source, register
+from audit.detectors import _control_source, _source, register
 from audit.detectors._element_guards import element_guard
 
 
@@ -58,60 +58,24 @@ def _decided(p, x, flags=None):
         shared = not left and d < len(ps) and ps[d][0] is code
         if shared and ps[d][1] == lx and d < len(x.stack) - 1:
             if len(ps) == d + 1 and (line := _source.decider(code.co_filename, lx, lx)) \
-                    and not _args_first(code.co_filename, lx, x.stack[d + 1][0].co_name):
+                    and not _control_source.args_first(code.co_filename, lx, x.stack[d + 1][0].co_name):
                 return _at(code, line)  # p's op ended that call: x's call is another loop iteration
             continue  # the same call in progress: the paths part deeper
         for pc, lp in reversed(ps[d + 1:] if shared else ()):  # x left calls p was in: how they returned
             if (line := _source.exit_after(pc.co_filename, lp)):
                 return _at(pc, line)
         line = _source.decider(code.co_filename, ps[d][1] if shared else None, lx)
-        if line and shared and _presence_test(code.co_filename, line):  # `if procs is not None: procs(ids, x)`
+        # `if procs is not None: procs(ids, x)`
+        if line and shared and _control_source.presence_test(code.co_filename, line):
             inner = next(((c, found) for c, l in reversed(x.stack[d + 1:])
                           if (found := _source.decider(c.co_filename, None, l))
-                          and not _held(c.co_filename, found, flags or {})), None)
+                          and not _control_source.held(c.co_filename, found, flags or {})), None)
             if inner is not None:  # the nearest decision, inside the call the optional object runs
                 return _at(inner[0], inner[1])
         if line:
             return _at(code, element_guard(code.co_filename, line, lx) or line)
         left = True
     return None
-
-
-def _held(filename: str, line: int, flags: dict) -> bool:
-    """The `if` on `line` tests a plain flag the scan read with one value in every step (`if self.on:`): it
-    decided nothing."""
-    t = _source.tree(filename)
-    tests = [n.test for n in ast.walk(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
-    return bool(tests) and _reach.seen(filename, line, flags, tests[0]) is not None
-
-
-def _presence_test(filename: str, line: int) -> bool:
-    """The `if` on `line` only tests whether an optional value was given (`if procs is not None:`): configuration
-    a decode step keeps, so when the call in its body goes on into a function with a branch of its own before its
-    ops (a min-length processor's `if self.cur_len < self.min_length:`), that branch decided."""
-    t = _source.tree(filename)
-    tests = [n.test for n in ast.walk(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
-    parts = (tests[0].values if isinstance(tests[0], ast.BoolOp) else [tests[0]]) if tests else []
-    return bool(parts) and all(isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], (ast.Is, ast.IsNot))
-                               and isinstance(c.comparators[0], ast.Constant) and c.comparators[0].value is None
-                               for c in parts)
-
-
-_ISSUES_OPS = (ast.Call, ast.Subscript, ast.BinOp, ast.UnaryOp, ast.Compare)  # argument expressions that may run ops
-
-
-def _args_first(filename: str, line: int, callee: str) -> bool:
-    """Whether `line` calls `callee` with an op among its arguments (`layer.cross(layer.ln2(x), audio)`, a row
-    sliced out for a per-request processor list, `procs(ids[b:b + 1], logits[b:b + 1])`, whose `__call__` is
-    `callee`): the op that ran at the line just before may be the argument's, evaluated first, so entering
-    `callee` next is the same statement going on, not another iteration of the loop around it."""
-    t = _source.tree(filename)
-    return t is not None and any(
-        isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
-        and ((n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)) == callee
-             or (callee in ("__call__", "forward") and isinstance(n.func, (ast.Name, ast.Attribute))))
-        and any(isinstance(a, _ISSUES_OPS) for arg in n.args + [k.value for k in n.keywords] for a in ast.walk(arg))
-        for n in ast.walk(t))
 
 
 def _parted_before(p, q):
@@ -206,20 +170,11 @@ def _reentered(p, x):
         depth = d
         break
     for code, line in reversed(x.stack[:depth or 0]):
-        if (found := _source.decider(code.co_filename, line, line)) or _comprehension_at(code.co_filename, line):
+        found = _source.decider(code.co_filename, line, line)
+        if found or _control_source.comprehension_at(code.co_filename, line):
             found = element_guard(code.co_filename, found, line) or found if found else None  # `if f.enabled:`
             return _at(code, found or line)  # a comprehension's iteration count (`[f(h, i) for i in range(k)]`)
     return None
-
-
-_COMPS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-
-
-def _comprehension_at(filename: str, line: int) -> bool:
-    """Whether a comprehension or generator expression spans `line` (its own frame, or inlined in 3.12+)."""
-    t = _source.tree(filename)
-    return t is not None and any(isinstance(n, _COMPS) and n.lineno <= line <= (n.end_lineno or n.lineno)
-                                 for n in ast.walk(t))
 
 
 def locate(ctx, p, a, b, q=None, nxt=None):

@@ -180,3 +180,30 @@ class Target:
 def make(device):
     return Target()
 """
+
+
+# a target holding a library `Swap({n}, {block}, {d}, device, {pin})` (a host swap space beside a device block)
+# and calling one of its methods on the step's device rows at the marked line
+SWAP_TARGET = """
+import torch
+from {mod} import Swap
+
+class Target:
+    def __init__(self, device):
+        torch.manual_seed({seed})
+        self.w = torch.randn({d}, {d}, device=device)
+        self.x = torch.zeros({block}, {d}, device=device)
+        self.out = torch.zeros({block}, {d}, device=device)
+        self.swap = Swap({n}, {block}, {d}, device, {pin})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn({block}, {d}))
+
+    def step(self):
+        y = self.swap.{method}(torch.tanh(self.x @ self.w), {slot})  # SITE
+        self.out.copy_(y)
+        return self.out
+
+def make(device):
+    return Target(device)
+"""

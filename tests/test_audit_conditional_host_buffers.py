@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, table, write_target
+from site_util import SWAP_TARGET, blocking, install_library, library_hit, table, write_target
 
 LIB = """
 import torch
@@ -33,30 +33,6 @@ FACTORIES = ["torch.zeros(shape, pin_memory=True) if pin else torch.zeros(shape)
              "torch.zeros(shape) if not pin else torch.zeros(shape, pin_memory=True)",
              "torch.empty(shape, pin_memory=pin) if pin else torch.zeros(shape)"]
 
-TARGET = """
-import torch
-from {mod} import Swap
-
-class Target:
-    def __init__(self, device):
-        torch.manual_seed({seed})
-        self.w = torch.randn({d}, {d}, device=device)
-        self.x = torch.zeros({block}, {d}, device=device)
-        self.out = torch.zeros({block}, {d}, device=device)
-        self.swap = Swap({n}, {block}, {d}, device, {pin})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn({block}, {d}))
-
-    def step(self):
-        y = self.swap.{method}(torch.tanh(self.x @ self.w), {slot})  # SITE
-        self.out.copy_(y)
-        return self.out
-
-def make(device):
-    return Target(device)
-"""
-
 
 @pytest.mark.parametrize("method", ["out", "fetch"])
 @pytest.mark.parametrize("pin", [False, True])
@@ -64,7 +40,7 @@ def test_a_conditionally_pinned_host_buffer(tmp_path, monkeypatch, method, pin):
     lib_src = LIB.replace("{factory}", random.choice(FACTORIES))
     mod, lib = install_library(tmp_path, monkeypatch, lib_src, prefix="cswap")
     n = random.randint(3, 6)
-    path, site = write_target(tmp_path / "target" / "cond_swap.py", TARGET, mod=mod, seed=random.randrange(2**31),
+    path, site = write_target(tmp_path / "target" / "cond_swap.py", SWAP_TARGET, mod=mod, seed=random.randrange(2**31),
                               d=random.choice([4, 8, 16]), block=random.randint(2, 4), n=n, pin=pin, method=method,
                               slot=random.randrange(n))
     bad = blocking(path, forget=mod)

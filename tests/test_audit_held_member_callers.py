@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from site_util import install_library, library_hit, matmul_target, write_target
+from site_util import blocking, install_library, library_hit, matmul_target, write_target
 
 LIB = """
 from dataclasses import dataclass
@@ -49,11 +49,5 @@ def test_the_call_of_the_changing_method_is_the_caller(tmp_path, monkeypatch):
                         step=before + f"        self.table.{name}()  # SITE\n        self.out.copy_(y)\n        return self.out")
     path, site = write_target(tmp_path / "target" / "reqtable_target.py", tpl, seed=random.randrange(2**31),
                               d=random.choice([4, 8]))
-    import sys
-
-    import audit
-    try:
-        bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     library_hit(bad, "cpu-side-effect", lib, path, site)

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, table, write_target
+from site_util import SWAP_TARGET, blocking, install_library, library_hit, table, write_target
 
 LIB = """
 import torch
@@ -29,36 +29,12 @@ class Swap:
         return blk
 """
 
-TARGET = """
-import torch
-from {mod} import Swap
-
-class Target:
-    def __init__(self, device):
-        torch.manual_seed({seed})
-        self.w = torch.randn({d}, {d}, device=device)
-        self.x = torch.zeros({block}, {d}, device=device)
-        self.out = torch.zeros({block}, {d}, device=device)
-        self.swap = Swap({n}, {block}, {d}, device, {pin})
-
-    def prepare(self, i):
-        self.x.copy_(torch.randn({block}, {d}))
-
-    def step(self):
-        y = self.swap.{method}(torch.tanh(self.x @ self.w), {slot})  # SITE
-        self.out.copy_(y)
-        return self.out
-
-def make(device):
-    return Target(device)
-"""
-
 
 @pytest.mark.parametrize("kind", ["pageable", "pinned", "host-rows"])
 def test_device_values_into_a_kept_pageable_buffer(tmp_path, monkeypatch, kind):
     mod, lib = install_library(tmp_path, monkeypatch, LIB, prefix="swap")
     n = random.randint(3, 6)
-    path, site = write_target(tmp_path / "target" / "kept_swap.py", TARGET, mod=mod, seed=random.randrange(2**31),
+    path, site = write_target(tmp_path / "target" / "kept_swap.py", SWAP_TARGET, mod=mod, seed=random.randrange(2**31),
                               d=random.choice([4, 8, 16]), block=random.randint(2, 4), n=n,
                               pin=kind == "pinned", method="out_host" if kind == "host-rows" else "out",
                               slot=random.randrange(n))

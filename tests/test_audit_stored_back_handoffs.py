@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from site_util import install_library, library_hit, matmul_target, table, write_target
+from site_util import blocking, install_library, library_hit, matmul_target, table, write_target
 
 LIB = """
 import torch
@@ -50,13 +50,7 @@ def test_store_back_of_a_handed_dict(tmp_path, monkeypatch, kind, how):
                              "        self.out.copy_(y)\n        return self.out")
     path, site = write_target(tmp_path / "target" / "kw_target.py", tpl, seed=random.randrange(2**31),
                               d=random.choice([4, 8]))
-    import sys
-
-    import audit
-    try:
-        bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     if kind == "in-place":
         library_hit(bad, "cpu-side-effect", lib, path, site)
     else:

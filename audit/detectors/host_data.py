@@ -12,6 +12,7 @@ from __future__ import annotations
 from audit.detectors import _attr_memory, _factories, _helper_alloc, _host_moves, _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors, moved_elsewhere
 from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories
+from audit.detectors.host_sync import index_tensors
 from audit.detectors.pageable_copy import FROM_DATA
 from audit.scan import pinned
 
@@ -55,8 +56,7 @@ def _host_indices(recs, born: set) -> list:
     out = []
     for r in recs:
         if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.inputs[0].sid not in born:
-            indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]  # index_put's last input is the values
-            out += [(lifted.pop(t.sid), r.op) for t in indices if t.sid in lifted]
+            out += [(lifted.pop(t.sid), r.op) for t in index_tensors(r) if t.sid in lifted]
     return out
 
 
@@ -73,8 +73,7 @@ def _factory_indices(recs, skip: set) -> list:
     out = []
     for r in recs:
         if r.kind == "aten" and r.op in _COPIES_INDEX and r.inputs and r.stack and r.inputs[0].sid not in made | skip:
-            indices = r.inputs[1:-1] if "put" in r.op else r.inputs[1:]
-            if any(t.sid in made and len(t.shape) > 0 for t in indices):
+            if any(t.sid in made and len(t.shape) > 0 for t in index_tensors(r)):
                 out.append(r)
     return out
 

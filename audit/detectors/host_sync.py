@@ -91,7 +91,7 @@ def dense_to_sparse(rec):
 @sync_op("aten.index", "aten.index_put_", "aten.index_put", "aten._index_put_impl_")
 def bool_mask_index(rec):
     """Boolean-mask indexing is nonzero() in disguise: the result size is the number of Trues."""
-    idx = rec.inputs[1:] if rec.op == "aten.index" else rec.inputs[1:-1]
+    idx = index_tensors(rec)
     if any(m.dtype in _BOOLS for m in idx):
         return ("boolean-mask indexing (x[mask]) needs the number of True elements on the host",
                 ("Use torch.where(mask, x, fill) / masked_fill on the full tensor, or gather with "
@@ -159,6 +159,11 @@ _HOST_FIX = {
 
 
 INDEX_PUT = ("aten.index_put_", "aten.index_put", "aten._index_put_impl_")
+
+
+def index_tensors(r) -> tuple:
+    """The index tensors of an aten.index / index_put record (an index_put's last input is the values)."""
+    return r.inputs[1:-1] if r.op in INDEX_PUT else r.inputs[1:]
 
 
 def masked_fill_dispatch(rec, lifted: set, cuda: bool) -> bool:
@@ -335,8 +340,8 @@ def from_host_data(r) -> bool:
 def host_index(r) -> bool:
     """(CUDA scans) advanced indexing of a device tensor by a host index tensor: the op copies the index from
     pageable host memory to the device first, below the dispatcher (a sync, and capture raises on it)."""
-    return (r.kind == "aten" and r.op in INDEX_PUT + ("aten.index",) and len(r.inputs) > 1 and r.inputs[0].device.type
-            == "cuda" and any(t.device.type == "cpu" and t.shape for t in r.inputs[1:-1 if "put" in r.op else None]))
+    return (r.kind == "aten" and r.op in INDEX_PUT + ("aten.index",) and len(r.inputs) > 1
+            and r.inputs[0].device.type == "cuda" and any(t.device.type == "cpu" and t.shape for t in index_tensors(r)))
 
 
 def _host_to_device(r) -> bool:

@@ -49,11 +49,14 @@ def test_copies_between_gpus_are_flagged_at_their_lines(rng):
         _rec(4, "aten._to_copy", [_meta(shape, "cuda:0", next(sid))], [_meta(shape, "cpu", next(sid))], lines[4]),
         _rec(5, "aten.mul", [_meta(shape, "cuda:0", next(sid)), _meta([], "cpu", next(sid))],
              [_meta(shape, "cuda:0", next(sid))], lines[5]),
+        # a jagged nested tensor's view takes a meta placeholder for its ragged size: no memory, no kernel
+        _rec(6, "aten._nested_view_from_jagged", [_meta(shape, "cuda:0", next(sid)), _meta([shape[0] + 1], "cuda:0",
+             next(sid)), _meta([0, shape[0]], "meta", next(sid))], [_meta(shape, "cuda:0", next(sid))], lines[5] + 60),
     ]
     steps = int(torch.randint(2, 4, (1,), generator=rng))
     got = _cross("cuda:0", recs, steps)
     # both copies span two GPUs; the op left on cuda:1 runs outside a graph captured on cuda:0;
-    # work on the home GPU, a device->host copy (pageable-copy's business) and CPU scalars are fine
+    # work on the home GPU, a device->host copy (pageable-copy's business), CPU scalars and meta placeholders are fine
     assert sorted(got.line) == sorted(lines[:3])
     assert set(got.severity) == {"silent-corruption"} and set(got.module) == {"model.layers.1.hop"}
     assert list(got.count_per_step) == [1.0] * 3

@@ -2,7 +2,9 @@
 
 A graph belongs to one device and is captured on one stream; work on another device is not in
 it (empty graph on device 0, stale replay elsewhere: measured on a real port). Host<->device copies are
-pageable-copy's business; 0-dim CPU tensors (scalars) are allowed operands and skipped.
+pageable-copy's business; 0-dim CPU tensors (scalars) are allowed operands and skipped, and so are tensors on
+the meta device (no memory, no kernel: a jagged nested tensor's view op takes a meta placeholder for its ragged
+size).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from audit.detectors import register
 
 
 def _devices(rec):
-    return {str(m.device) for m in rec.inputs + rec.outputs if m.device.type != "cpu"}
+    return {str(m.device) for m in rec.inputs + rec.outputs if m.device.type not in ("cpu", "meta")}
 
 
 @register("cross-device", cuda_only=True)

@@ -20,7 +20,8 @@ FORMS = ["control_guards", "control_dispatch", "control_picked", "control_named"
          "capture_guard", "device_flags", "rng_reseed", "streams_cached", "host_reads_aliased",
          "host_state_buffers", "control_slices", "host_state_callbacks", "host_data_fields", "host_state_ipc",
          "host_state_bound", "rng_fresh", "host_data_derived",
-         "host_reads_config", "control_paths", "control_modes", "host_index", "script_fused"]
+         "host_reads_config", "control_paths", "control_modes", "host_index", "script_fused",
+         "host_scalar_operands"]
 
 
 def _scan(name: str, factory: str):

@@ -13,7 +13,7 @@ from audit.detectors import _attr_memory, _factories, _helper_alloc, _host_moves
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors, moved_elsewhere
 from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories
 from audit.detectors.host_sync import index_tensors
-from audit.detectors.pageable_copy import FROM_DATA
+from audit.detectors.pageable_copy import FROM_DATA, PINNED_STEP
 from audit.scan import pinned
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
@@ -22,9 +22,6 @@ COPY_IN = ("host data built in the step is copied into a device tensor (`buf.cop
            "one the step computed on the device): "
            "on a GPU that is a copy from pageable host memory, and capture raises 'Cannot copy between CPU and "
            "CUDA tensors ...'")
-PINNED_STEP = ("host data built in the step is pinned in the step and copied to the device: on a GPU the copy is "
-               "captured reading a pinned buffer filled once, with the Python data of the captured step (which the "
-               "allocator may hand out again), so every replay uploads those stale bytes")
 FIX = ("Build the tensor once outside the step (a persistent device buffer, refilled in prepare() with "
        "copy_), or use a device op (torch.full, fill_) for constants.")
 

@@ -344,9 +344,21 @@ def host_index(r) -> bool:
             and r.inputs[0].device.type == "cuda" and any(t.device.type == "cpu" and t.shape for t in index_tensors(r)))
 
 
+# ops that move a 0-dim CPU operand to the device of the others with `.to(device)` (ATen's where_self_out),
+# where binary ops would pass it as a kernel argument
+SCALAR_COPIED = ("aten.where",)
+
+
+def scalar_operand_copy(r) -> bool:
+    """(CUDA scans) `torch.where(m, x, torch.tensor(-1e4))`: the 0-dim CPU operand is copied from pageable host
+    memory to the device first, below the dispatcher (a sync, and capture raises on it)."""
+    return (r.kind == "aten" and r.op in SCALAR_COPIED and bool(r.outputs) and r.outputs[0].device.type == "cuda"
+            and any(m.device.type == "cpu" and not m.shape for m in r.inputs))
+
+
 def _host_to_device(r) -> bool:
     """A copy from pageable host memory to the device: it syncs, and pageable-copy already says so."""
-    if from_host_data(r) or host_index(r):
+    if from_host_data(r) or host_index(r) or scalar_operand_copy(r):
         return True
     sides = copy_sides(r)
     return bool(sides) and sides[0].device.type == "cpu" and not sides[0].pinned and sides[1].device.type != "cpu"

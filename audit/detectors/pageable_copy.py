@@ -10,9 +10,10 @@ one finding.
 from __future__ import annotations
 
 from audit.detectors import register
-from audit.detectors._host import host_made
-from audit.detectors.host_sync import (INDEX_PUT, copy_sides, from_host_data, host_index, host_scalar_put,
-                                       lifted_here, masked_fill_dispatch, non_blocking)
+from audit.detectors._host import from_kept, host_data, host_made
+from audit.detectors.host_sync import (INDEX_PUT, SCALAR_COPIED, copy_sides, from_host_data, host_index,
+                                       host_scalar_put, lifted_here, masked_fill_dispatch, non_blocking,
+                                       scalar_operand_copy)
 
 PINNED = ("pinned host->device copy inside the step (captured as a memcpy node; the pinned buffer must be "
           "persistent and refilled in prepare())")
@@ -22,13 +23,18 @@ PAGEABLE = ("host->device copy from pageable memory: capture raises 'Cannot copy
             "... unless the CPU tensor is pinned'")
 HOST_INDEX = ("a host index tensor indexes a device tensor: the op first copies the index from pageable host memory "
               "to the device (capture raises 'Cannot copy between CPU and CUDA tensors ...'; eager decode waits)")
+PINNED_STEP = ("host data built in the step is pinned in the step and copied to the device: on a GPU the copy is "
+               "captured reading a pinned buffer filled once, with the Python data of the captured step (which the "
+               "allocator may hand out again), so every replay uploads those stale bytes")
 FROM_DATA = ("torch.tensor(data, device=...) inside the step copies Python data from pageable host memory to "
              "the device (and bakes its value)")
 
 
 @register("pageable-copy", cuda_only=True)
 def host_device_copies(ctx):
-    """Host->device copies: blocking when pageable, info when pinned (and pinned non-blocking reads back)."""
+    """Host->device copies: blocking when pageable, info when pinned (and pinned non-blocking reads back), silent
+    corruption when the step pinned the source itself (`torch.tensor(vals, pin_memory=True).to(dev)`: a replay
+    copies the bytes of the captured step from a buffer the host allocator may have handed out again)."""
     hits = []
     for r in ctx.all_records():
         sides = copy_sides(r)
@@ -37,8 +43,11 @@ def host_device_copies(ctx):
         src, dst = sides
         if {src.device.type, dst.device.type} != {"cpu", "cuda"}:
             continue
-        if src.device.type == "cpu":
-            hits.append((r, "info", PINNED) if src.pinned else (r, "blocks-capture", PAGEABLE))
+        if src.device.type == "cpu" and src.pinned:  # its storage made in this step, or a persistent buffer
+            made = ctx.trace.born.get(src.sid, (None,))[0] == r.step
+            hits.append((r, "silent-corruption", PINNED_STEP) if made else (r, "info", PINNED))
+        elif src.device.type == "cpu":
+            hits.append((r, "blocks-capture", PAGEABLE))
         elif dst.pinned and non_blocking(r) and not r.nested:
             hits.append((r, "info", PINNED_BACK))
     for r in ctx.all_records():
@@ -73,4 +82,34 @@ def scalar_value_puts(ctx):
         if not masked_fill_dispatch(r, here, ctx.cuda) and host_scalar_put(r, here, ctx.cuda):
             hits.append(r)
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, SCALAR_PUT, fix=SCALAR_PUT_FIX)
+            for (_, _, op), g in ctx.per_site(hits).items()]
+
+
+SCALAR_OPERAND = ("`{op}` takes a 0-dim host tensor beside device tensors: torch first copies it to the device from "
+                  "pageable host memory (`.to(device)` inside the op; eager decode waits for the copy, and capture "
+                  "raises 'Cannot copy between CPU and CUDA tensors ...')")
+SCALAR_OPERAND_FIX = ("Pass a Python number (`torch.where(m, x, -1e4)`: it travels as a kernel argument), or a 0-dim "
+                      "tensor made on the device once outside the step.")
+
+
+@register("pageable-copy")
+def scalar_operands(ctx):
+    """Both scans: `torch.where(mask, x, torch.tensor(-1e4))` on device tensors. Where binary ops take a 0-dim
+    CPU tensor as a kernel argument, where() moves it to the device with a copy. A CPU scan knows the host
+    tensor by where it came from (host data or a host factory in the step, a tensor the target keeps on the
+    host: _host.host_data, from_kept) and the device side by an operand that came from neither."""
+    hits = []
+    for r in ctx.all_records(("aten",)):
+        if r.op not in SCALAR_COPIED or r.nested or not r.frame:
+            continue
+        if ctx.cuda:
+            hit = scalar_operand_copy(r)
+        else:
+            host = host_data(ctx, r.step) | from_kept(ctx, r.step)
+            hit = any(not m.shape and m.sid in host for m in r.inputs) and \
+                any(m.shape and m.sid not in host for m in r.inputs)
+        if hit:
+            hits.append(r)
+    return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, SCALAR_OPERAND.format(op=op.split(".")[-1]),
+                        fix=SCALAR_OPERAND_FIX, severity="blocks-capture")
             for (_, _, op), g in ctx.per_site(hits).items()]

@@ -156,7 +156,8 @@ _WRAPPING = (zip, enumerate, map, filter)
 def _iterator_position(v, depth: int = 0):
     """The position of a builtin iterator (list, tuple, range...: its __reduce__ carries it), or the positions
     of the iterators a zip / enumerate / map / filter wraps (a sampler's `next(self.pairs)` over
-    `zip(sigmas[:-1], sigmas[1:])`; enumerate's count included), else None."""
+    `zip(sigmas[:-1], sigmas[1:])`; enumerate's count included), else None. A range iterator reduces to the
+    range still ahead on Python 3.12+ (its start is the position), a dict or set iterator to the items left."""
     wrap = type(v) in _WRAPPING
     if not wrap and (type(v).__module__ != "builtins" or not type(v).__name__.endswith("iterator")):
         return None
@@ -165,7 +166,12 @@ def _iterator_position(v, depth: int = 0):
     except Exception:  # noqa: BLE001 - not every iterator reduces
         return None
     if not wrap:
-        return r[2] if len(r) > 2 and isinstance(r[2], int) else None
+        if len(r) > 2 and isinstance(r[2], int):
+            return r[2]
+        ahead = r[1] if len(r) > 1 and isinstance(r[1], tuple) and len(r[1]) == 1 else ()
+        if ahead and isinstance(ahead[0], range):
+            return ahead[0].start
+        return f"{len(ahead[0])} left" if ahead and isinstance(ahead[0], list) else None
     inner = tuple(a if isinstance(a, int) else _iterator_position(a, depth + 1)
                   for a in (r[1] if len(r) > 1 and depth < 4 else ()) if not callable(a))
     return inner if any(x is not None for x in inner) else None

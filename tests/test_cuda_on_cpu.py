@@ -112,3 +112,20 @@ def test_streams_and_events_made_in_make_scan_on_a_cpu_only_torch(tmp_path, join
     inv = audit.scan(f"{tmp_path / 'side.py'}:make", device="cpu")
     bad = inv.blocking()
     assert set(bad.category) == (set() if join != "pass" else {"unjoined-stream"}), bad[["category", "line"]]
+
+
+@pytest.mark.parametrize("message", ["CUDA error: no CUDA-capable device is detected",
+                                     "Found no NVIDIA driver on your system."])
+def test_a_cuda_build_without_a_gpu_gets_the_stand_ins_too(tmp_path, monkeypatch, message):
+    """A CUDA build of torch on a node without a GPU (or with CUDA_VISIBLE_DEVICES="") raises its own errors when
+    make() builds a stream or an event; those are the missing GPU too, not a fault of the target."""
+    import random
+
+    def refuse(cls, *args, **kwargs):
+        raise torch.AcceleratorError(message)
+
+    monkeypatch.setattr(torch.cuda.Stream, "__new__", refuse)
+    monkeypatch.setattr(torch.cuda.Event, "__new__", refuse)
+    (tmp_path / "side.py").write_text(SIDE.format(seed=random.randrange(2**31), d=random.choice([4, 8]), join="pass"))
+    inv = audit.scan(f"{tmp_path / 'side.py'}:make", device="cpu")
+    assert set(inv.blocking().category) == {"unjoined-stream"}

@@ -23,7 +23,8 @@ __all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "outside_steps
 _CUDA_MISSING = ("torch not compiled with cuda", "requires cuda support", "dummy base class", "no nvidia driver",
                  "no cuda gpus are available", "cuda driver initialization failed", "cuda is not available",
                  "found no nvidia driver", "cannot access accelerator device",
-                 "driver version is insufficient for cuda runtime")  # a CUDA build of torch, no driver
+                 "driver version is insufficient for cuda runtime",  # a CUDA build of torch, no driver
+                 "no cuda-capable device is detected")  # a CUDA build and a driver, no GPU (CUDA_VISIBLE_DEVICES="")
 
 
 def needs_gpu(text: str) -> bool:

@@ -49,7 +49,8 @@ def test_where_with_a_cpu_scalar_operand_is_a_pageable_copy(rng):
     lines = (torch.randperm(80, generator=rng)[:3] + 10).tolist()
     sid = iter(range(100, 200))
     cond, x = _meta(shape, "cuda:0", next(sid)), _meta(shape, "cuda:0", next(sid))
-    recs = [_rec(0, "aten.where", [cond, x, _meta([], "cpu", next(sid))], [_meta(shape, "cuda:0", next(sid))], lines[0]),
+    recs = [_rec(0, "aten.where", [cond, x, _meta([], "cpu", next(sid))], [_meta(shape, "cuda:0", next(sid))],
+                 lines[0]),
             _rec(1, "aten.where", [_meta([], "cpu", next(sid)), x, _meta([], "cuda:0", next(sid))],
                  [_meta(shape, "cuda:0", next(sid))], lines[1]),
             _rec(2, "aten.mul", [x, _meta([], "cpu", next(sid))], [_meta(shape, "cuda:0", next(sid))], lines[2])]

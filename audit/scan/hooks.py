@@ -27,8 +27,8 @@ import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
-from audit.scan import (cpu_cuda, dist_hooks, hook_registry, hops, seed_hooks, settings_hooks, stream_hooks, torch_frames,
-                        type_hooks)
+from audit.scan import (cpu_cuda, dist_hooks, hook_registry, hops, module_setattr, seed_hooks, settings_hooks,
+                        stream_hooks, torch_frames, type_hooks)
 
 __all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
            "sync_debug_off", "sync_debug_warn", "unaudited"]
@@ -219,17 +219,6 @@ def patched(owner, name: str, new):
             delattr(owner, name)
 
 
-def _setattr_wrapper(orig):
-    def __setattr__(self, name, value):
-        tr = _ACTIVE
-        if tr is not None and tr._step >= 0:
-            tr.record_event("setattr", "setattr", note=f"{tr.path_of(self)}\x00{name}")
-        orig(self, name, value)
-
-    __setattr__.__wrapped__ = orig
-    return __setattr__
-
-
 @contextlib.contextmanager
 def active(tracer):
     """Installs every patch for `tracer`'s step; removes them in reverse order, also on error."""
@@ -274,7 +263,8 @@ def active(tracer):
             stack.enter_context(cpu_cuda.standing_in(tracer, patched))
         if tracer.cuda:
             stack.enter_context(stream_hooks.watching(tracer, patched))
-        stack.enter_context(patched(nn.Module, "__setattr__", _setattr_wrapper(nn.Module.__setattr__)))
+        setattr_hook = module_setattr.wrapper(nn.Module.__setattr__, lambda: _ACTIVE)
+        stack.enter_context(patched(nn.Module, "__setattr__", setattr_hook))
         stack.enter_context(hops.eager_compiled())  # compiled code runs its source under the tracer
         _ACTIVE = tracer
         try:

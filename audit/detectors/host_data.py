@@ -9,12 +9,14 @@ tensor (`lift_fresh`), and the source says whether it was sent to the step's dev
 
 from __future__ import annotations
 
+import torch
+
 from audit.detectors import _attr_memory, _factories, _helper_alloc, _host_moves, _mutations, _source, register
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors, moved_elsewhere
 from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories
 from audit.detectors.host_sync import index_tensors
 from audit.detectors.pageable_copy import FROM_DATA, PINNED_STEP
-from audit.scan import pinned
+from audit.scan import host_sends, pinned, state
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
              "from pageable host memory, and capture raises 'Cannot copy between CPU and CUDA tensors ...'")
@@ -75,8 +77,9 @@ def _factory_indices(recs, skip: set) -> list:
     return out
 
 
-STAGED = ("{name} (made by a torch factory that names no device or the CPU: pageable memory) is copied to "
-          "the device in the step: on a GPU capture raises 'Cannot copy between CPU and CUDA tensors ...'")
+STAGED = ("{name} (pageable host memory: made by a torch factory that names no device or the CPU, or sent there with "
+          "`.cpu()` / `.to(\"cpu\")`) is copied to the device in the step: on a GPU capture raises 'Cannot copy between "
+          "CPU and CUDA tensors ...'")
 STAGED_FIX = ("Stage through a persistent pinned buffer (pin_memory=True) copied with non_blocking=True into a "
               "persistent device tensor, or keep the data on the device and refill it in prepare().")
 
@@ -92,6 +95,22 @@ def _host_attrs(ctx) -> dict[int, str]:
     out.update({sid: label for sid, label, name, obj, _ in _host_moves.members(ctx)
                 if any(_host_moves.moved_to_host(f, name, span) for f, span in class_spans(type(obj)))})
     out.update(_helper_alloc.host_buffers(ctx))  # `self.cpu_cache = self._allocate(n, "cpu")`
+    out.update(_sent_members(ctx, out))  # `state_dict = {n: p.to("cpu") ...}` in a function, kept by a hook
+    return out
+
+
+def _sent_members(ctx, known: dict) -> dict[int, str]:
+    """Storage id -> label of the tensors the target sent to host memory while it was built (`.cpu()`, `.to("cpu")`
+    in its source: audit.scan.host_sends) and that a reachable object still holds, as an attribute or a member
+    of a dict, list or tuple attribute, wherever that call was written."""
+    out = {}
+    for path, obj in ctx.trace.objects:
+        for name, v in list(getattr(obj, "__dict__", {}).items()):
+            members = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, (list, tuple)) else [("", v)]
+            for k, t in list(members)[:4096]:
+                if isinstance(t, torch.Tensor) and (sid := state.storage_id(t)) not in known and host_sends.sent(sid):
+                    label = f"{path}.{name}" if path else name
+                    out[sid] = f"{label}[{k!r}]" if k != "" else label
     return out
 
 
@@ -135,13 +154,17 @@ def host_attrs_to_device(ctx):
     staged, device = _host_attrs(ctx), None
     hits, names = [], {}
     for step, recs in enumerate(ctx.steps) if staged else ():
-        # moved: sent by `.to(D)` (a no-op on a CPU scan)
-        derived, moved = _from_staged(recs, staged, host_data(ctx, step)), set()
+        # moved: sent by `.to(D)` (a no-op on a CPU scan); a later `.to(D)` of the same memory through another
+        # tensor object (accelerate re-wrapping the moved weight in a Parameter) moves the device copy on a GPU
+        derived, moved, sent_tids = _from_staged(recs, staged, host_data(ctx, step)), set(), set()
         for r in recs:
             sent = r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack and r.inputs[0].sid in derived \
                 and not _source.names_cpu(*_src(r))
+            if sent and r.inputs[0].sid in moved and r.inputs[0].tid not in sent_tids:
+                continue
             if sent:
                 moved.add(r.inputs[0].sid)
+                sent_tids.add(r.inputs[0].tid)
             if not sent and r.op == "aten.copy_" and device is None:
                 device = _device_attrs(ctx)
             if sent or (r.op == "aten.copy_" and _copied_in(r, derived, device) and r.inputs[1].sid not in moved):

@@ -16,7 +16,7 @@ import itertools
 import sys
 
 import torch
-from audit.scan import cpu_graphs, cpu_queries, dynamo_rules, pinned, stream_hooks
+from audit.scan import cpu_graphs, cpu_queries, dynamo_rules, host_sends, pinned, stream_hooks
 
 __all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "outside_steps", "standing_in"]
 
@@ -291,7 +291,7 @@ def outside_steps():
     for cls, _ in saved:
         cls.__new__ = _or_host(cls.__new__, HostEvent if cls is cuda.Event else HostStream)
     try:
-        with pinned.stand_in():
+        with pinned.stand_in(), host_sends.Sends():
             yield
     finally:
         for cls, new in saved:

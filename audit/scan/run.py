@@ -17,7 +17,7 @@ from audit import detectors
 from audit.errors import AuditError, TargetFailed
 from audit.report.inventory import SEVERITIES, Inventory
 from audit.target import describe_error, resolve
-from audit.scan import compiled_frames, cpu_cuda, hooks, pinned
+from audit.scan import compiled_frames, cpu_cuda, hooks, host_sends, pinned
 from audit.scan.tracer import Tracer
 
 __all__ = ["scan"]
@@ -61,6 +61,7 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     options = {k: v for k, v in (options or {}).items() if v is not None}
     options.setdefault("max_new_tokens", warmup + steps + 1)  # what an hf: StaticCache must hold
     pinned.forget()  # the pinned storages an earlier scan's target asked for
+    host_sends.forget()  # and the host copies it made
     res = _build(target, device, path, tp, options)
     obj, total = res.obj, warmup + steps
     tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)

@@ -1,0 +1,69 @@
+"""Tensors a target sends to host memory while it is built or prepared: `.cpu()`, `.to("cpu")` in its source.
+
+On a GPU each such call makes a new host copy of a device tensor; an offload hook keeps those copies and moves
+them back to the execution device at every forward (accelerate's `cpu_offload` keeps `{n: p.to("cpu") ...}` as
+its weights map). On a CPU-only torch the call returns the very tensor it was given, so a step's `.to(device)` of
+the kept copy would read as a no-op on the device's own memory. While make() and prepare() run on a CPU-only
+torch, such a call returns a new copy instead, as a GPU would, noted with the line that asked for it: the copy
+rules then know that memory as pageable host memory. A device named by a variable that happens to be the CPU
+here (`w.to(device)`) is the step's device, not a send.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sys
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["Sends", "forget", "sent"]
+
+_SENT: dict[int, tuple[object, str]] = {}  # storage _cdata -> (the storage, held; 'file:line' that sent it)
+_NAMES_CPU = re.compile(r"""\.cpu\(|["']cpu["']""")
+_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _asking_line() -> tuple[str, int] | None:
+    """(file, line) of the innermost frame outside torch and this package: the code that called `.to`."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(_SKIP):
+        f = f.f_back
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else None
+
+
+def _to_cpu(func, args, out) -> bool:
+    """A `.cpu()`, or a `.to(...)` whose result is on the CPU."""
+    return (func is torch.Tensor.cpu or func is torch.Tensor.to) and isinstance(out, torch.Tensor) \
+        and out.device.type == "cpu" and bool(args) and isinstance(args[0], torch.Tensor)
+
+
+class Sends(TorchFunctionMode):
+    """Around make() and prepare() on a CPU-only torch: `.cpu()` / `.to("cpu")` return new memory, noted."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not _to_cpu(func, args, out):
+            return out
+        at = _asking_line()
+        if at is None or not _NAMES_CPU.search(linecache.getline(*at)):
+            return out
+        if out.untyped_storage()._cdata == args[0].untyped_storage()._cdata:  # the same memory here, new on a GPU
+            out = out.clone()
+        s = out.untyped_storage()
+        _SENT[s._cdata] = (s, f"{at[0]}:{at[1]}")
+        return out
+
+
+def sent(sid: int) -> str | None:
+    """'file:line' of the `.cpu()` / `.to("cpu")` that made this storage while the target was built, else None."""
+    ent = _SENT.get(sid)
+    return ent[1] if ent is not None else None
+
+
+def forget() -> None:
+    """At the start of a scan: an earlier target's host copies are no concern of this one."""
+    _SENT.clear()

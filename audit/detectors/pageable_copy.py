@@ -9,7 +9,7 @@ one finding.
 
 from __future__ import annotations
 
-from audit.detectors import register
+from audit.detectors import _source, register
 from audit.detectors._host import from_kept, host_data, host_made
 from audit.detectors.host_sync import (INDEX_PUT, SCALAR_COPIED, copy_sides, from_host_data, host_index,
                                        host_scalar_put, lifted_here, masked_fill_dispatch, non_blocking,
@@ -92,6 +92,13 @@ SCALAR_OPERAND_FIX = ("Pass a Python number (`torch.where(m, x, -1e4)`: it trave
                       "tensor made on the device once outside the step.")
 
 
+def _sent(ctx, step: int) -> set:
+    """(CPU scan) storage ids that a `.to(D)` of the step sends to the step's device (D not written as the CPU):
+    on a GPU the operand is the device copy (`torch.tensor(0.0).to(x.device)`: that copy is the finding)."""
+    return {r.inputs[0].sid for r in ctx.steps[step] if r.kind == "host" and r.note == "cpu?" and r.inputs
+            and r.stack and not _source.names_cpu(r.stack[-1][0].co_filename, r.stack[-1][1])}
+
+
 @register("pageable-copy")
 def scalar_operands(ctx):
     """Both scans: `torch.where(mask, x, torch.tensor(-1e4))` on device tensors. Where binary ops take a 0-dim
@@ -105,7 +112,7 @@ def scalar_operands(ctx):
         if ctx.cuda:
             hit = scalar_operand_copy(r)
         else:
-            host = host_data(ctx, r.step) | from_kept(ctx, r.step)
+            host = (host_data(ctx, r.step) | from_kept(ctx, r.step)) - _sent(ctx, r.step)
             hit = any(not m.shape and m.sid in host for m in r.inputs) and \
                 any(m.shape and m.sid not in host for m in r.inputs)
         if hit:

@@ -88,3 +88,42 @@ def test_weights_kept_on_the_execution_device_are_clean(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     inv = audit.scan(f"{path}:make", device="cpu", steps=3)
     assert inv.blocking().empty, inv.blocking()[["category", "line", "message"]].to_string()
+
+
+def test_a_buffer_registered_from_a_host_copy_moves_with_its_module(tmp_path):
+    """`register_buffer("inv_freq", inv.cpu())`, then `module.to(device)`: the buffer lives on the device."""
+    d = 2 * random.randint(2, 16)
+    src = textwrap.dedent(f"""
+        import torch
+        from torch import nn
+
+
+        class Rope(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("inv_freq", (1.0 / 10000 ** (torch.arange(0, {d}, 2).float() / {d})).cpu())
+                self.proj = nn.Linear({d}, {d})
+
+
+        class Step:
+            def __init__(self, device):
+                self.rope = Rope().to(device)
+                self.x = torch.randn(3, {d}, device=device)
+                self.out = torch.zeros(3, {d // 2}, device=device)
+
+            def prepare(self, i):
+                self.x.normal_()
+
+            @torch.no_grad()
+            def step(self):
+                f = self.rope.inv_freq.to(self.x.device)
+                self.out.copy_(self.rope.proj(self.x)[:, :{d // 2}] * f)
+                return self.out
+
+
+        def make(device):
+            return Step(device)
+        """)
+    (tmp_path / "rope_target.py").write_text(src)
+    inv = audit.scan(f"{tmp_path / 'rope_target.py'}:make", device="cpu", steps=3)
+    assert inv.blocking().empty, inv.blocking()[["category", "line", "message"]].to_string()

@@ -106,6 +106,8 @@ def _sent_members(ctx, known: dict) -> dict[int, str]:
     out = {}
     for path, obj in ctx.trace.objects:
         for name, v in list(getattr(obj, "__dict__", {}).items()):
+            if name in ("_parameters", "_buffers"):  # Module.to(device) moves those, whatever made them
+                continue
             members = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, (list, tuple)) else [("", v)]
             for k, t in list(members)[:4096]:
                 if isinstance(t, torch.Tensor) and (sid := state.storage_id(t)) not in known and host_sends.sent(sid):

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _between_steps, _constructors, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
+from audit.detectors import _between_steps, _constructors, _descriptors, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -256,6 +256,7 @@ def python_state_changes(ctx):
                 continue
         sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]
         sites = [x for x in sites if not unchanged_slot_line(c, x) and not _between_steps.lazy_init_line(c, x)] or sites
+        sites = _descriptors.ran_accessors(ctx, owner, sites, s)
         handed = _handoff.handed_over(ctx, c, _executed(ctx, s, own_only=True)) \
             if _rebinds.handed_back_only(sites, c.attr) and not owner.startswith("<") else []
         sites = [] if handed else sites  # `self.kw = lib.update(self.kw)`: the library changed it, the store puts it back
@@ -272,7 +273,8 @@ def python_state_changes(ctx):
             caller = caller_of(ctx, site, s)
             own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
             if caller is None and not own_site:  # library code the step's ops never ran in
-                caller = (hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s)
+                caller = (_descriptors.accessor_call(ctx, owner, site, s)
+                          or hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s)
                           or _constructors.constructor_call(ctx, site, s) or _implicit.class_call(
                     class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
                           or _user_call_into(ctx, c, s, own_files, _implicit.syntax_of(site))

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _between_steps, _constructors, _descriptors, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
+from audit.detectors import _between_steps, _constructors, _descriptors, _fresh_slots, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -247,7 +247,7 @@ def python_state_changes(ctx):
             text, sev = _guarded(msg, recs[0].stack[-1][0].co_filename, recs[0].stack[-1][1])
             out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, text, severity=sev))
             continue
-        if escaped_members(ctx, c):  # a slot rebound to a tensor step-allocation reports as escaping
+        if escaped_members(ctx, c) or _fresh_slots.rewritten_each_step(ctx, hits):  # the tensor detectors' own
             continue
         sites, note = _source_sites(ctx, c, s)
         if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from site_util import blocking, install_library, marked_line, module_target, table, write_target
 
 LIB = """
@@ -46,10 +48,11 @@ BODIES = ["return self.lin(x) * self.{attr}", "y = self.lin(x)\n        return y
           "s = self.{attr}\n        return torch.tanh(self.lin(x)) * s"]
 
 
-def test_descriptor_get_counting_reads_has_the_targets_call_as_caller(tmp_path, monkeypatch):
+@pytest.mark.parametrize("shape", range(len(BODIES)))  # the read on an op's line, on its own line, in a local
+def test_descriptor_get_counting_reads_has_the_targets_call_as_caller(tmp_path, monkeypatch, shape):
     attr = random.choice(["scale", "temperature", "gain"])
     counter = random.choice(["reads", "n_get", "hits"])
-    body = random.choice(BODIES).format(attr=attr)
+    body = BODIES[shape].format(attr=attr)
     d = random.choice([4, 8])
     src = LIB.format(attr=attr, counter=counter, value=random.choice(["1.0", "0.5", "2.0"]), body=body)
     mod, lib = install_library(tmp_path, monkeypatch, src, prefix="descr")

@@ -6,8 +6,9 @@ A descriptor kept on a class (`scale = CountingAttr()`) runs its `__get__` on ev
 only counts reads (`obj.__dict__["reads"] += 1`) runs no torch op, so neither the op stacks nor a search
 for calls lead back to the target. The attribute names come from the classes of the object whose state
 changed (the names under which an instance of the accessor's class is kept); the line that runs the
-accessor is a line of a function on the step's op stacks that loads (or, for `__set__`, stores) one of
-those names, and the target's innermost line on that stack is the caller. An accessor whose syntax no
+accessor is in a function on the step's op stacks that loads (or, for `__set__`, stores) one of those
+names: the frame's own line when it has the syntax, else any line of its function (`s = self.scale` runs no op
+itself); the target's innermost line on that stack is the caller. An accessor whose syntax no
 function on the stacks writes did not run in the step: it is no site while another one is.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors._mutations import tree
+from audit.detectors._source import enclosing_function
 from audit.detectors._state_sites import object_at
 
 _ACCESSORS = {"__get__": ast.Load, "__set__": ast.Store, "__delete__": ast.Del}
@@ -37,11 +39,12 @@ def _names(ctx, owner: str, site) -> list[str]:
     return out
 
 
-def _runs(code, line: int, names: list[str], want) -> bool:
-    """Whether the statement of `code`'s file at `line` reads (`want` ast.Load) or writes one of `names`."""
-    t = tree(code.co_filename)
+def _runs(code, line: int, names: list[str], want, whole: bool) -> bool:
+    """Whether the statement of `code`'s file at `line` (`whole`: any line of the function holding it) reads
+    (`want` ast.Load) or writes one of `names`."""
+    t = tree(code.co_filename) if not whole else enclosing_function(code.co_filename, line)
     return t is not None and any(isinstance(n, ast.Attribute) and n.attr in names and isinstance(n.ctx, want)
-                                 and n.lineno <= line <= (n.end_lineno or n.lineno) for n in ast.walk(t))
+                                 and (whole or n.lineno <= line <= (n.end_lineno or n.lineno)) for n in ast.walk(t))
 
 
 def accessor_call(ctx, owner: str, site, step: int):
@@ -52,13 +55,14 @@ def accessor_call(ctx, owner: str, site, step: int):
     if not names:
         return None
     want = _ACCESSORS[site[2]]
-    for r in ctx.steps[step]:
-        for k, (code, line) in enumerate(r.stack):
-            if not _runs(code, line, names, want):
-                continue
-            own = [f for f in r.stack[:k + 1] if ctx.trace.is_own(f[0])]
-            if own:
-                return own[-1][0].co_filename, own[-1][1], own[-1][0].co_name
+    for whole in (False, True):
+        for r in ctx.steps[step]:
+            for k, (code, line) in enumerate(r.stack):
+                if not _runs(code, line, names, want, whole):
+                    continue
+                own = [f for f in r.stack[:k + 1] if ctx.trace.is_own(f[0])]
+                if own:
+                    return own[-1][0].co_filename, own[-1][1], own[-1][0].co_name
     return None
 
 

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _between_steps, _constructors, _descriptors, _fresh_slots, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
+from audit.detectors import _between_steps, _constructors, _descriptors, _foreign_threads, _fresh_slots, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -250,6 +250,8 @@ def python_state_changes(ctx):
         if escaped_members(ctx, c) or _fresh_slots.rewritten_each_step(ctx, hits):  # the tensor detectors' own
             continue
         sites, note = _source_sites(ctx, c, s)
+        if _foreign_threads.other_threads_only(sites, _executed(ctx, s)):  # an actor thread's own counters
+            continue
         if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:
             sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it
             if not sites:

@@ -26,7 +26,8 @@ def _clock_names(tree) -> tuple[set, set]:
     """(names bound to the time / datetime modules or classes, names bound to clock functions themselves).
     A clock function kept under another name counts too: a name assigned one (`_now = time.monotonic`), and an
     attribute, as `.name` (`self._clock = time.monotonic`, or `self.clock = clock` from a parameter whose default
-    is one, `def __init__(self, clock=time.monotonic)`: an injectable clock, read as `self._clock()`)."""
+    is one, `def __init__(self, clock=time.monotonic)`, or a class field `clock: Callable = time.monotonic`: an
+    injectable clock, read as `self._clock()`)."""
     mods, funcs = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -66,9 +67,14 @@ def _kept_clocks(tree, mods: set, funcs: set) -> set:
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in params:
                 out |= {"." + t.attr for t in n.targets if isinstance(t, ast.Attribute)}
     for n in ast.walk(tree):
-        if isinstance(n, ast.Assign) and _is_clock_ref(n.value, mods, funcs):
-            out |= {t.id if isinstance(t, ast.Name) else "." + t.attr for t in n.targets
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and _is_clock_ref(n.value, mods, funcs):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            out |= {t.id if isinstance(t, ast.Name) else "." + t.attr for t in targets
                     if isinstance(t, (ast.Name, ast.Attribute))}
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):  # a field: `clock: Callable = time.time`
+        out |= {"." + s.target.id for s in cls.body if isinstance(s, (ast.Assign, ast.AnnAssign))
+                and isinstance(getattr(s, "target", None), ast.Name) and s.value is not None
+                and _is_clock_ref(s.value, mods, funcs)}
     return out
 
 

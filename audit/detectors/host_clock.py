@@ -23,7 +23,11 @@ _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _clock_names(tree) -> tuple[set, set]:
-    """(names bound to the time / datetime modules or classes, names bound to clock functions themselves)."""
+    """(names bound to the time / datetime modules or classes, names bound to clock functions themselves).
+    A clock function kept under another name counts too: a name assigned one (`_now = time.monotonic`), and an
+    attribute, as `.name` (`self._clock = time.monotonic`, or `self.clock = clock` from a parameter whose default
+    is one, `def __init__(self, clock=time.monotonic)`, or a class field `clock: Callable = time.monotonic`: an
+    injectable clock, read as `self._clock()`)."""
     mods, funcs = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -32,7 +36,46 @@ def _clock_names(tree) -> tuple[set, set]:
             funcs |= {a.asname or a.name for a in node.names if a.name in _TIME}
         elif isinstance(node, ast.ImportFrom) and node.module == "datetime":
             mods |= {a.asname or a.name for a in node.names if a.name == "datetime"}
+    if mods or funcs:
+        funcs |= _kept_clocks(tree, mods, funcs)
     return mods, funcs
+
+
+def _is_clock_ref(node, mods: set, funcs: set) -> bool:
+    """`time.monotonic` or a clock function's name, not called: the function itself."""
+    if isinstance(node, ast.Name):
+        return node.id in funcs
+    return isinstance(node, ast.Attribute) and node.attr in _TIME | _DATETIME and _root(node) in mods
+
+
+def _root(node) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _kept_clocks(tree, mods: set, funcs: set) -> set:
+    """Names (`_now`) and attributes (`.clock`) a clock function is stored under, directly or through a
+    parameter whose default is one."""
+    out = set()
+    for func in (n for n in ast.walk(tree) if isinstance(n, _FUNC)):
+        a = func.args
+        pos = a.posonlyargs + a.args
+        pairs = [*zip(pos[len(pos) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
+        params = {p.arg for p, dflt in pairs if dflt is not None and _is_clock_ref(dflt, mods, funcs)}
+        for n in ast.walk(func):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in params:
+                out |= {"." + t.attr for t in n.targets if isinstance(t, ast.Attribute)}
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and _is_clock_ref(n.value, mods, funcs):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            out |= {t.id if isinstance(t, ast.Name) else "." + t.attr for t in targets
+                    if isinstance(t, (ast.Name, ast.Attribute))}
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):  # a field: `clock: Callable = time.time`
+        out |= {"." + s.target.id for s in cls.body if isinstance(s, (ast.Assign, ast.AnnAssign))
+                and isinstance(getattr(s, "target", None), ast.Name) and s.value is not None
+                and _is_clock_ref(s.value, mods, funcs)}
+    return out
 
 
 def _is_clock(node, mods: set, funcs: set) -> bool:
@@ -42,6 +85,8 @@ def _is_clock(node, mods: set, funcs: set) -> bool:
     f = node.func
     if isinstance(f, ast.Name):
         return f.id in funcs
+    if isinstance(f, ast.Attribute) and "." + f.attr in funcs:  # a kept clock: `self._clock()`
+        return True
     if not isinstance(f, ast.Attribute) or f.attr not in _TIME | _DATETIME:
         return False
     root = f.value

@@ -18,7 +18,7 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _between_steps, _constructors, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
+from audit.detectors import _between_steps, _constructors, _descriptors, _foreign_threads, _fresh_slots, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -247,15 +247,18 @@ def python_state_changes(ctx):
             text, sev = _guarded(msg, recs[0].stack[-1][0].co_filename, recs[0].stack[-1][1])
             out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, text, severity=sev))
             continue
-        if escaped_members(ctx, c):  # a slot rebound to a tensor step-allocation reports as escaping
+        if escaped_members(ctx, c) or _fresh_slots.rewritten_each_step(ctx, hits):  # the tensor detectors' own
             continue
         sites, note = _source_sites(ctx, c, s)
+        if _foreign_threads.other_threads_only(sites, _executed(ctx, s)):  # an actor thread's own counters
+            continue
         if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:
             sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it
             if not sites:
                 continue
         sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]
         sites = [x for x in sites if not unchanged_slot_line(c, x) and not _between_steps.lazy_init_line(c, x)] or sites
+        sites = _descriptors.ran_accessors(ctx, owner, sites, s)
         handed = _handoff.handed_over(ctx, c, _executed(ctx, s, own_only=True)) \
             if _rebinds.handed_back_only(sites, c.attr) and not owner.startswith("<") else []
         sites = [] if handed else sites  # `self.kw = lib.update(self.kw)`: the library changed it, the store puts it back
@@ -272,7 +275,8 @@ def python_state_changes(ctx):
             caller = caller_of(ctx, site, s)
             own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
             if caller is None and not own_site:  # library code the step's ops never ran in
-                caller = (hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s)
+                caller = (_descriptors.accessor_call(ctx, owner, site, s)
+                          or hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s)
                           or _constructors.constructor_call(ctx, site, s) or _implicit.class_call(
                     class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
                           or _user_call_into(ctx, c, s, own_files, _implicit.syntax_of(site))

@@ -18,7 +18,9 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import _between_steps, _constructors, _descriptors, _foreign_threads, _fresh_slots, _elements, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds, _source, register
+from audit.detectors import (_between_steps, _constructors, _descriptors, _elements, _foreign_threads, _fresh_slots,
+                             _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds,
+                             _source, register)
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)

@@ -46,12 +46,18 @@ def in_step(tracer, tensors: list, inputs: tuple, flags: tuple) -> tuple:
     return tuple(out)
 
 
-def note_outputs(tracer, outs: list, idx: int) -> None:
-    """The inner tensors of an op's wrapper outputs: produced by that op, their storages born there when first seen."""
+def note_outputs(tracer, outs: list, idx: int, inputs: list = ()) -> None:
+    """The inner tensors of an op's wrapper outputs: produced by that op, their storages born there when first seen.
+    An inner tensor the op was handed (one of its inputs, or an inner tensor of a wrapper input) was not made there:
+    a dispatch that only views (`t`, `detach`, `alias` rewrapping a quantized weight's own data and scales) hands
+    back the persistent tensors it got, which the step then reads from outside."""
+    given = {x._cdata for t in inputs for x in ((*_inner(t), t) if is_traceable_wrapper_subclass(t) else (t,))}
     for t in outs:
         if not is_traceable_wrapper_subclass(t):
             continue
         for x in _inner(t):
+            if x._cdata in given:
+                continue
             m = tracer._meta(x)
             if tracer._fresh and m.sid:
                 tracer.trace.born[m.sid] = (tracer._step, idx)

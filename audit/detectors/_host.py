@@ -60,28 +60,27 @@ def moved_elsewhere(obj, name: str) -> bool:
     `super().__init__()` (a host-scale variant of a quantizer): that assignment runs last."""
     remade = False
     for f, span in class_spans(type(obj)):  # most derived first
-        init = _init_span(f, span)
-        rest = [span] if init is None else [(span[0], init[0] - 1), (init[1] + 1, span[1])]
+        init = _own_init(f, span)
+        lines = None if init is None else (_source.def_first_line(init), init.end_lineno)
+        rest = [span] if lines is None else [(span[0], lines[0] - 1), (lines[1] + 1, span[1])]
         if any(_mutations.device_attr(f, name, p) for p in rest) or \
-                (init is not None and not remade and _mutations.device_attr(f, name, init)):
+                (lines is not None and not remade and _mutations.device_attr(f, name, lines)):
             return True
-        remade = remade or (init is not None and _assigned_after_super(f, name, init))
+        remade = remade or (init is not None and _assigned_after_super(init, name))
     return False
 
 
-def _init_span(file: str, span: tuple[int, int]):
-    """(first, last line) of the `__init__` a class defines itself (the class spanning `span`), else None."""
+def _own_init(file: str, span: tuple[int, int]):
+    """The `__init__` a class defines itself (the class whose source starts on `span[0]`), else None."""
     t = _source.tree(file)
     cls = next((n for n in ast.walk(t) if isinstance(n, ast.ClassDef) and _source.def_first_line(n) == span[0])
                if t is not None else (), None)
-    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None) if cls else None
-    return (_source.def_first_line(init), init.end_lineno) if init is not None else None
+    return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None) if cls else None
 
 
-def _assigned_after_super(file: str, name: str, init: tuple[int, int]) -> bool:
-    """The `__init__` spanning `init` assigns `self.<name>` in a top-level statement after its `super().__init__()`."""
-    func = _source.enclosing_function(file, init[1])
-    body = getattr(func, "body", [])
+def _assigned_after_super(init: ast.FunctionDef, name: str) -> bool:
+    """`init` assigns `self.<name>` in a top-level statement after its `super().__init__()`."""
+    body = init.body
     sup = next((i for i, st in enumerate(body) if isinstance(st, ast.Expr) and "super()." in ast.unparse(st.value)), None)
     return sup is not None and any(isinstance(st, ast.Assign) and any(
         isinstance(x, ast.Attribute) and x.attr == name for x in st.targets) for st in body[sup + 1:])

@@ -150,7 +150,7 @@ class Context:
         if not self.cuda and category in _WHAT_THE_OP_DOES and not isinstance(at, tuple) and at is not None and \
                 (severity or CATEGORIES[category].severity) != "info" and (cpu := cpu_side(at.stack)):
             severity = "info"  # traced on a side of a device test that a GPU does not take
-            message += f"; on the CPU only: a GPU takes the other side of `{cpu[1]}` ({self.rel(cpu[0])}:{cpu[2]})"
+            message += f"; on the CPU only: {cpu[1]} ({self.rel(cpu[0])}:{cpu[2]})"
         return Finding(category, severity or CATEGORIES[category].severity, file, int(line), fn,
                        module or "", op, round(float(count), 3), message, fix, cf, cl, cfn, extra=extra)
 

@@ -16,6 +16,7 @@ import functools
 from audit.detectors import _scopes, _source
 from audit.detectors._cuda_side import cuda_side
 from audit.detectors._device_branches import guards
+from audit.scan import cpu_kernels
 
 __all__ = ["cpu_side"]
 
@@ -60,9 +61,12 @@ def _whole_expression(tree, func, line: int):
 
 
 def cpu_side(stack):
-    """(file, test text, test line) for the innermost frame of `stack` that runs on a CPU-only side."""
+    """(file, what a GPU does instead, line) for the innermost frame of `stack` that runs on a CPU-only side:
+    the other side of a device test, or another kernel of a custom op (audit/scan/cpu_kernels.py)."""
     for code, line in reversed(stack):
+        if (kernel := cpu_kernels.KERNELS.get((code.co_filename, code.co_firstlineno))) is not None:
+            return code.co_filename, f"a GPU does not run {kernel}", code.co_firstlineno
         hit = _at(code.co_filename, line)
         if hit is not None:
-            return (code.co_filename, *hit)
+            return code.co_filename, f"a GPU takes the other side of `{hit[0]}`", hit[1]
     return None

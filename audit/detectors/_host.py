@@ -4,6 +4,7 @@ from one feeds a device op)."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import itertools
@@ -54,8 +55,35 @@ def host_tensors(ctx) -> dict[int, str]:
 def moved_elsewhere(obj, name: str) -> bool:
     """A class of `obj`'s hierarchy puts attribute `name` on a device (`self.count = self.count.to(self.device)`
     in a subclass's lazy set-up) while another makes it with a host factory (a mixin's `torch.tensor(0)` in
-    `__init__`): on a GPU it lives on the device once the step runs, whatever the factory said."""
-    return any(_mutations.device_attr(f, name, span) for f, span in class_spans(type(obj)))
+    `__init__`): on a GPU it lives on the device once the step runs, whatever the factory said. A base class's
+    `__init__` placing it on a device does not count when a subclass's `__init__` makes it again after calling
+    `super().__init__()` (a host-scale variant of a quantizer): that assignment runs last."""
+    remade = False
+    for f, span in class_spans(type(obj)):  # most derived first
+        init = _own_init(f, span)
+        lines = None if init is None else (_source.def_first_line(init), init.end_lineno)
+        rest = [span] if lines is None else [(span[0], lines[0] - 1), (lines[1] + 1, span[1])]
+        if any(_mutations.device_attr(f, name, p) for p in rest) or \
+                (lines is not None and not remade and _mutations.device_attr(f, name, lines)):
+            return True
+        remade = remade or (init is not None and _assigned_after_super(init, name))
+    return False
+
+
+def _own_init(file: str, span: tuple[int, int]):
+    """The `__init__` a class defines itself (the class whose source starts on `span[0]`), else None."""
+    t = _source.tree(file)
+    cls = next((n for n in ast.walk(t) if isinstance(n, ast.ClassDef) and _source.def_first_line(n) == span[0])
+               if t is not None else (), None)
+    return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None) if cls else None
+
+
+def _assigned_after_super(init: ast.FunctionDef, name: str) -> bool:
+    """`init` assigns `self.<name>` in a top-level statement after its `super().__init__()`."""
+    body = init.body
+    sup = next((i for i, st in enumerate(body) if isinstance(st, ast.Expr) and "super()." in ast.unparse(st.value)), None)
+    return sup is not None and any(isinstance(st, ast.Assign) and any(
+        isinstance(x, ast.Attribute) and x.attr == name for x in st.targets) for st in body[sup + 1:])
 
 
 def pageable_beside_device(obj, name: str, ctx=None) -> bool:

@@ -27,8 +27,9 @@ def _first_reads(ctx, step):
     born = ctx.trace.born
     seen, out = set(), {}
     for key, r in ctx.sites(step).items():
+        body = r.note.startswith("body:")  # a subclass's traced dispatch: its ops read the wrapper's inner tensors
         for j, m in enumerate(r.inputs):
-            if r.in_step[j] or m.sid == 0 or m.sid in born or m.sid in seen:
+            if r.in_step[j] or m.sid == 0 or m.sid in born or m.sid in seen or (body and m.ptr == 0):
                 continue
             seen.add(m.sid)
             out[(key, j)] = (r, m)

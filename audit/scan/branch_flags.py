@@ -6,7 +6,9 @@ runs here, yet runs on a GPU. Whether it runs there also depends on the other co
 depend on the device, so what they held here they hold on the GPU. The tracer hands this module each
 frame of user or library code once per audited step; it reads the flags of that function's `if` tests (a
 name, an attribute chain, `not` of one, a comparison with a constant) from the frame: parameters the
-function never rebinds, module globals, attributes found by `inspect.getattr_static`. A property, a
+function never rebinds (or binds only before the test, outside any loop: `x, w = args` in a dispatch
+implementation), module globals, attributes found by `inspect.getattr_static` (an instance's or a module's own
+attribute as stored: `F.linear`), and `is` between two such reads (`func is F.linear`), which runs no code. A property, a
 `__getattr__`, a tensor or an object with its own `__bool__` is never evaluated: its value stays unknown.
 guarded_sync drops a wait only where a flag on its way was seen and always held the other value.
 """
@@ -43,6 +45,8 @@ def _simple(e) -> bool:
         return _simple(e.operand)
     if isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _COMPARE:
         a, b = e.left, e.comparators[0]
+        if isinstance(e.ops[0], (ast.Is, ast.IsNot)) and _simple(a) and _simple(b):
+            return True  # identity runs no code: `func is F.linear` in a __torch_function__ / __torch_dispatch__
         return (_simple(a) and isinstance(b, ast.Constant)) or (_simple(b) and isinstance(a, ast.Constant))
     return False
 
@@ -65,8 +69,20 @@ def _watches(code):
             out += [(node.lineno, ast.unparse(e), e) for e in flag_exprs(test)]
     if not out:
         return None
-    stored = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
-    return tuple(out), frozenset(stored)
+    return tuple(out), _stores(func)
+
+
+def _stores(func) -> dict:
+    """name -> the last line the function binds it on, or None where a loop may bind it again (`for`, `while`,
+    a comprehension): a local bound once before a test (`x, w = args` in a dispatch implementation) holds the
+    value the test reads once the function has gone past that line."""
+    out, looped = {}, set()
+    for node in ast.walk(func):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.comprehension)):
+            looped |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out[node.id] = max(out.get(node.id, 0), node.lineno)
+    return {k: None if k in looped else v for k, v in out.items()}
 
 
 def _attr(obj, name: str):
@@ -79,6 +95,9 @@ def _attr(obj, name: str):
                 if name in held:
                     return held[name]
         return _UNKNOWN
+    own = getattr(obj, "__dict__", None)
+    if not isinstance(obj, type) and isinstance(own, dict) and name in own:
+        return own[name]  # an instance's (a module's) own attribute, `F.linear`: no descriptor runs on it
     if isinstance(v, types.MemberDescriptorType):  # a __slots__ field
         try:
             return v.__get__(obj, type(obj))
@@ -89,25 +108,26 @@ def _attr(obj, name: str):
     return _UNKNOWN  # a property, a method, any other descriptor: running it is the target's code
 
 
-def _value(e, frame, stored):
+def _value(e, frame, stored, line=0):
     if isinstance(e, ast.Constant):
         return e.value
     if isinstance(e, ast.Name):
         code = frame.f_code
-        if e.id in stored:
+        last = stored.get(e.id, 0)
+        if e.id in stored and (last is None or not last < min(line, frame.f_lineno)):
             return _UNKNOWN  # rebound in the function: its value when the test ran is not its value now
         if e.id in code.co_varnames or e.id in code.co_cellvars or e.id in code.co_freevars:
             return frame.f_locals.get(e.id, _UNKNOWN)
         g = frame.f_globals
         return g[e.id] if e.id in g else getattr(builtins, e.id, _UNKNOWN)
     if isinstance(e, ast.Attribute):
-        base = _value(e.value, frame, stored)
+        base = _value(e.value, frame, stored, line)
         return _UNKNOWN if base is _UNKNOWN else _attr(base, e.attr)
     if isinstance(e, ast.UnaryOp):
-        t = _truth(_value(e.operand, frame, stored))
+        t = _truth(_value(e.operand, frame, stored, line))
         return _UNKNOWN if t is None else not t
     if isinstance(e, ast.Compare):
-        a, b = _value(e.left, frame, stored), _value(e.comparators[0], frame, stored)
+        a, b = _value(e.left, frame, stored, line), _value(e.comparators[0], frame, stored, line)
         if a is _UNKNOWN or b is _UNKNOWN:
             return _UNKNOWN
         if type(e.ops[0]) not in (ast.Is, ast.IsNot) and not (isinstance(a, _PLAIN) and isinstance(b, _PLAIN + (tuple, frozenset))):
@@ -155,7 +175,7 @@ class BranchFlags:
         _, exprs, stored = self.watched[id(code)]
         for line, text, e in exprs:
             try:
-                t = _truth(_value(e, frame, stored))
+                t = _truth(_value(e, frame, stored, line))
             except Exception:  # noqa: BLE001 - a flag we cannot read stays unknown
                 t = None
             if t is not None:

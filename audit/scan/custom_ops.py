@@ -17,6 +17,7 @@ import re
 
 import torch
 
+from audit.scan import cpu_kernels
 from audit.scan.user_code import HIDDEN, frame_kind
 
 _KERNEL = re.compile(r"^(\w+)(?:\[alias\])?: registered at (.+\.py):\d+", re.M)
@@ -37,11 +38,15 @@ def python_body(func, args, kwargs, roots: tuple[str, ...] = (), types=()):
         code = getattr(getattr(opdef, "_init_fn", None), "__code__", None)
         if code is None or frame_kind(code.co_filename, roots) == HIDDEN:
             return None
-        fns = getattr(opdef, "_backend_fns", None) or {}  # torch's wrappers of the kernels, per device type
-        return fns.get(_device_type(args, kwargs)) or fns.get(None)
+        fns = getattr(opdef, "_backend_fns", None) or {}  # the kernels, per device type (None: any device)
+        dev = _device_type(args, kwargs)
+        cpu_kernels.note_custom_op(name, fns, dev)  # a CPU-only kernel: what it traces a GPU never runs
+        return fns.get(dev) or fns.get(None)
     dev = _device_type(args, kwargs)
     if dev is None or not _python_kernel(name, roots):
         return None
+    if dev == "cpu":
+        cpu_kernels.note_library(name, torch._C._dispatch_dump(name))
     key = getattr(torch._C.DispatchKey, torch._C._dispatch_key_for_device(dev), None)
     return functools.partial(func.redispatch, torch._C.DispatchKeySet(key)) if key is not None else None
 

@@ -22,7 +22,7 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN
 from audit.scan.fingerprint import fp as fingerprint
-from audit.scan import script_state, threads
+from audit.scan import script_state, subclass_state, threads
 from audit.scan.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
@@ -114,9 +114,8 @@ def reachable(root, max_depth: int = 8, limit: int = 50000) -> list[tuple[str, o
 def _children(obj):
     if isinstance(obj, nn.Module):
         yield from obj._modules.items()
-    for k, v in _instance_items(obj):
-        if k not in _SKIP_ATTRS:
-            yield k, v
+        yield from subclass_state.held_weights(obj)  # a quantized weight's own Python state
+    yield from ((k, v) for k, v in _instance_items(obj) if k not in _SKIP_ATTRS)
 
 
 def module_names(objects: list[tuple[str, object]]) -> dict[int, str]:

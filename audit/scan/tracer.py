@@ -187,7 +187,7 @@ class Tracer:
                 produced.add(m.tid)
                 out_metas.append(m)
                 new.append(fresh)
-            wrappers.note_outputs(self, outs, idx)  # a wrapper subclass's inner tensors are made here
+            wrappers.note_outputs(self, outs, idx, tensors, new)  # a wrapper subclass's inner tensors are made here
         mods = self._modstack
         stack = self.stack(sys._getframe(2))
         if (site := compiled_frames.script_site(stack, name)) is not None:  # inside a torch.jit.script function

@@ -46,12 +46,24 @@ def in_step(tracer, tensors: list, inputs: tuple, flags: tuple) -> tuple:
     return tuple(out)
 
 
-def note_outputs(tracer, outs: list, idx: int) -> None:
-    """The inner tensors of an op's wrapper outputs: produced by that op, their storages born there when first seen."""
-    for t in outs:
+def note_outputs(tracer, outs: list, idx: int, inputs: list = (), new: list | None = None) -> None:
+    """The inner tensors of an op's wrapper outputs: produced by that op, their storages born there when first seen.
+    An inner tensor the op was handed (one of its inputs, or an inner tensor of a wrapper input) was not made there:
+    a dispatch that only views (`t`, `detach`, `alias` rewrapping a quantized weight's own data and scales) hands
+    back the persistent tensors it got, which the step then reads from outside. A wrapper made of those alone
+    allocates nothing (its own storage holds no memory): no allocation (`new`, the output's flags), none born."""
+    given = {x._cdata for t in inputs for x in ((*_inner(t), t) if is_traceable_wrapper_subclass(t) else (t,))}
+    for j, t in enumerate(outs):
         if not is_traceable_wrapper_subclass(t):
             continue
+        if new is not None and (inner := _inner(t)) and all(x._cdata in given for x in inner):
+            sid = tracer._meta(t).sid
+            if tracer.trace.born.get(sid) == (tracer._step, idx):
+                del tracer.trace.born[sid]
+            new[j] = False
         for x in _inner(t):
+            if x._cdata in given:
+                continue
             m = tracer._meta(x)
             if tracer._fresh and m.sid:
                 tracer.trace.born[m.sid] = (tracer._step, idx)

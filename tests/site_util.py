@@ -207,3 +207,39 @@ class Target:
 def make(device):
     return Target(device)
 """
+
+
+# A weight-only quantized tensor subclass (int8 values and per-row scales in a wrapper), up to its dispatch table:
+# the wrapper-subclass tests append their own `__torch_dispatch__`. `mark` ends the dequantize line (`  # LIBSITE`).
+_QWEIGHT_HEAD = """
+import torch
+
+aten = torch.ops.aten
+
+
+class QWeight(torch.Tensor):
+    @staticmethod
+    def __new__(cls, q, scale, transposed=False):
+        shape = q.shape[::-1] if transposed else q.shape
+        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=scale.dtype, device=q.device)
+
+    def __init__(self, q, scale, transposed=False):
+        self.q, self.scale, self.transposed = q, scale, transposed
+
+    def __tensor_flatten__(self):
+        return ["q", "scale"], (self.transposed,)
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner, meta, size, stride):
+        return cls(inner["q"], inner["scale"], *meta)
+
+    def dequantize(self):
+        w = self.q.to(self.scale.dtype) * self.scale[:, None]MARK
+        return w.t() if self.transposed else w
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+"""
+
+
+def qweight_head(mark: str = "") -> str:
+    return _QWEIGHT_HEAD.replace("MARK", mark)

@@ -16,36 +16,9 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, marked_line, module_target, table, write_target
+from site_util import blocking, install_library, marked_line, module_target, qweight_head, table, write_target
 
-LIB = """
-import torch
-
-aten = torch.ops.aten
-
-
-class QWeight(torch.Tensor):
-    @staticmethod
-    def __new__(cls, q, scale, transposed=False):
-        shape = q.shape[::-1] if transposed else q.shape
-        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=scale.dtype, device=q.device)
-
-    def __init__(self, q, scale, transposed=False):
-        self.q, self.scale, self.transposed = q, scale, transposed
-
-    def __tensor_flatten__(self):
-        return ["q", "scale"], (self.transposed,)
-
-    @classmethod
-    def __tensor_unflatten__(cls, inner, meta, size, stride):
-        return cls(inner["q"], inner["scale"], *meta)
-
-    def dequantize(self):
-        w = self.q.to(self.scale.dtype) * self.scale[:, None]
-        return w.t() if self.transposed else w
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
+LIB = qweight_head() + """
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         w = args[0] if isinstance(args[0], QWeight) else None

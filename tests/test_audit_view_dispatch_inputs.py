@@ -14,36 +14,9 @@ import random
 
 import pytest
 
-from site_util import blocking, clean_or_hit, install_library, module_target, write_target
+from site_util import blocking, clean_or_hit, install_library, module_target, qweight_head, write_target
 
-LIB = """
-import torch
-
-aten = torch.ops.aten
-
-
-class QWeight(torch.Tensor):
-    @staticmethod
-    def __new__(cls, q, scale, transposed=False):
-        shape = q.shape[::-1] if transposed else q.shape
-        return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=scale.dtype, device=q.device)
-
-    def __init__(self, q, scale, transposed=False):
-        self.q, self.scale, self.transposed = q, scale, transposed
-
-    def __tensor_flatten__(self):
-        return ["q", "scale"], (self.transposed,)
-
-    @classmethod
-    def __tensor_unflatten__(cls, inner, meta, size, stride):
-        return cls(inner["q"], inner["scale"], *meta)
-
-    def dequantize(self):
-        w = self.q.to(self.scale.dtype) * self.scale[:, None]  # LIBSITE
-        return w.t() if self.transposed else w
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
+LIB = qweight_head("  # LIBSITE") + """
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if func in (aten.t.default, aten.{view}.default):

@@ -12,16 +12,7 @@ that is state a replay would not move, and stays a cpu-side-effect.
 
 from __future__ import annotations
 
-
-def _storages(fp, out: set) -> set:
-    """The storages of the tensors inside a state fingerprint (("tensor", (storage, ...)) entries)."""
-    if isinstance(fp, tuple):
-        if len(fp) == 2 and fp[0] == "tensor" and isinstance(fp[1], tuple) and len(fp[1]) == 5:
-            out.add(fp[1][0])
-        else:
-            for x in fp:
-                _storages(x, out)
-    return out
+from audit.detectors.allocation import tensor_storages
 
 
 def rewritten_each_step(ctx, hits) -> bool:
@@ -34,7 +25,7 @@ def rewritten_each_step(ctx, hits) -> bool:
             return False
         if s == 0:
             continue
-        before, after = _storages(c.before, set()), _storages(c.after, set())
+        before, after = tensor_storages(c.before, set()), tensor_storages(c.after, set())
         new, gone = after - before, before - after
         if not new or any(born.get(sid, (None,))[0] != s for sid in new) or \
                 any(born.get(sid, (None,))[0] != s - 1 for sid in gone):

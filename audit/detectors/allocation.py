@@ -52,14 +52,14 @@ def escape_lines(ctx) -> set:
     return {ctx.where(ctx.steps[s][i])[:2] for s, i in escapes(ctx)}
 
 
-def _tensor_storages(fp, out: set) -> set:
+def tensor_storages(fp, out: set) -> set:
     """The storages of the tensors inside a state fingerprint (("tensor", (storage, ...)) entries)."""
     if isinstance(fp, tuple):
         if len(fp) == 2 and fp[0] == "tensor" and isinstance(fp[1], tuple) and len(fp[1]) == 5:
             out.add(fp[1][0])
         else:
             for x in fp:
-                _tensor_storages(x, out)
+                tensor_storages(x, out)
     return out
 
 
@@ -69,7 +69,7 @@ def escaped_members(ctx, change) -> bool:
     allocation, wherever the slot is rebound."""
     if not change.tensor_members_only:
         return False
-    new = _tensor_storages(change.after, set()) - _tensor_storages(change.before, set())
+    new = tensor_storages(change.after, set()) - tensor_storages(change.before, set())
     found, born = escapes(ctx), ctx.trace.born
     return bool(new) and all(born.get(sid) in found for sid in new)
 

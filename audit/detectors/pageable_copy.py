@@ -95,8 +95,11 @@ SCALAR_OPERAND_FIX = ("Pass a Python number (`torch.where(m, x, -1e4)`: it trave
 def _sent(ctx, step: int) -> set:
     """(CPU scan) storage ids that a `.to(D)` of the step sends to the step's device (D not written as the CPU):
     on a GPU the operand is the device copy (`torch.tensor(0.0).to(x.device)`: that copy is the finding)."""
-    return {r.inputs[0].sid for r in ctx.steps[step] if r.kind == "host" and r.note == "cpu?" and r.inputs
-            and r.stack and not _source.names_cpu(r.stack[-1][0].co_filename, r.stack[-1][1])}
+    cache = ctx.__dict__.setdefault("_sent_to_device", {})
+    if step not in cache:
+        cache[step] = {r.inputs[0].sid for r in ctx.steps[step] if r.kind == "host" and r.note == "cpu?" and r.inputs
+                       and r.stack and not _source.names_cpu(r.stack[-1][0].co_filename, r.stack[-1][1])}
+    return cache[step]
 
 
 @register("pageable-copy")

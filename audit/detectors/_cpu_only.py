@@ -16,7 +16,7 @@ import functools
 from audit.detectors import _scopes, _source
 from audit.detectors._cuda_side import cuda_side
 from audit.detectors._device_branches import guards
-from audit.scan import cpu_kernels
+from audit.scan.cpu_kernels import KERNELS as CPU_KERNELS
 
 __all__ = ["cpu_side"]
 
@@ -64,7 +64,7 @@ def cpu_side(stack):
     """(file, what a GPU does instead, line) for the innermost frame of `stack` that runs on a CPU-only side:
     the other side of a device test, or another kernel of a custom op (audit/scan/cpu_kernels.py)."""
     for code, line in reversed(stack):
-        if (kernel := cpu_kernels.KERNELS.get((code.co_filename, code.co_firstlineno))) is not None:
+        if (kernel := CPU_KERNELS.get((code.co_filename, code.co_firstlineno))) is not None:
             return code.co_filename, f"a GPU does not run {kernel}", code.co_firstlineno
         hit = _at(code.co_filename, line)
         if hit is not None:

@@ -15,11 +15,11 @@ from audit.detectors._mutations import _field_factory, _host_computed, _host_fac
 from audit.detectors._source import tree
 
 
-def _made(filename: str, call) -> str | None:
+def host_memory(filename: str, call) -> str | None:
     """"pinned" / "pageable" for an expression that makes a host tensor, else None; a conditional expression
     makes what both its arms make ("pageable" when they differ only in a pin flag the source cannot settle)."""
     if isinstance(call, ast.IfExp):
-        arms = {_made(filename, call.body), _made(filename, call.orelse)}
+        arms = {host_memory(filename, call.body), host_memory(filename, call.orelse)}
         return None if None in arms else "pinned" if arms == {"pinned"} else "pageable"
     if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "pin_memory" \
             and _host_computed(filename, call.func.value):  # `torch.zeros(n).pin_memory()`
@@ -50,7 +50,7 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
             call = node.value
         else:
             continue
-        kind = _made(filename, call)
+        kind = host_memory(filename, call)
         if kind is None:
             return None
         kinds.add(kind)

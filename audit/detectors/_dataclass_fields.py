@@ -17,7 +17,7 @@ import functools
 import inspect
 
 from audit.detectors import _scopes
-from audit.detectors._attr_memory import _made
+from audit.detectors._attr_memory import host_memory
 from audit.detectors._source import tree
 
 __all__ = ["field_memory"]
@@ -59,9 +59,9 @@ def _called(f) -> str | None:
 
 
 def _kind(file: str, t: ast.Module, value, line: int, depth: int) -> str | None:
-    """How an expression makes its tensor: a host factory (`_made`), a local assigned one, or a call of a
+    """How an expression makes its tensor: a host factory (`host_memory`), a local assigned one, or a call of a
     module-level function of the file all of whose returns are one."""
-    if (kind := _made(file, value)) is not None or depth <= 0:
+    if (kind := host_memory(file, value)) is not None or depth <= 0:
         return kind
     if isinstance(value, ast.Name):
         vals = _scopes.values(t, value, line)

@@ -120,8 +120,9 @@ def one_hot_classes(rec):
 
 
 def copy_sides(rec):
-    """(source meta, destination meta) of a copy op (`_to_copy`, `copy_`), or None."""
-    if rec.op == "aten._to_copy" and rec.inputs and rec.outputs:
+    """(source meta, destination meta) of a copy op (`_to_copy`, `copy_`; `to` itself where the dispatch shows it
+    undecomposed, as inside a tensor subclass's `__torch_dispatch__`), or None."""
+    if rec.op in ("aten._to_copy", "aten.to") and rec.inputs and rec.outputs:
         return rec.inputs[0], rec.outputs[0]
     if rec.op == "aten.copy_" and len(rec.inputs) >= 2:
         return rec.inputs[1], rec.inputs[0]
@@ -135,7 +136,7 @@ def non_blocking(rec) -> bool:
     return any(isinstance(a, tuple) and len(a) == 2 and a[0] == "non_blocking" and a[1] is True for a in rec.args)
 
 
-@sync_op("aten._to_copy", "aten.copy_")
+@sync_op("aten._to_copy", "aten.to", "aten.copy_")
 def device_to_host(rec):
     """A copy from device memory into host memory waits for the device, unless it goes into
     pinned memory with non_blocking=True (then it is a captured memcpy node, see pageable-copy)."""

@@ -27,7 +27,21 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                 reason="Triton not installed (its interpreter runs the kernels)")
 
 
-_BF16_DOT = '''
+# Triton <= 3.6's interpreter reads a scalar argument (a 1-element array) with int(array), which NumPy >= 2.4 refuses
+# ("only 0-dimensional arrays can be converted to Python scalars"): every `range(..)` over a runtime bound fails.
+# Later Triton squeezes the array first; the child does the same on the versions that do not.
+INDEX_FIX = '''
+import numpy as np
+from triton.runtime import interpreter as _I
+if hasattr(_I, "_patch_lang_tensor"):
+    _patch_tensor0 = _I._patch_lang_tensor
+    def _patch_lang_tensor(tensor, scope):
+        _patch_tensor0(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).squeeze()))
+    _I._patch_lang_tensor = _patch_lang_tensor
+'''
+
+_BF16_DOT = INDEX_FIX + '''
 import numpy as np
 import triton.language as tl
 from triton.runtime import interpreter as _I

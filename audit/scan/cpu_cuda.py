@@ -277,25 +277,32 @@ def cpu_only_checks(tracer):
 
 
 @contextlib.contextmanager
-def outside_steps():
-    """Around make() and prepare() on a CPU-only torch. Serving code stages through pinned buffers made in
+def outside_steps(gpu_scan: bool = False):
+    """Around make() and prepare() of a CPU scan, on a CPU-only torch or not (on a machine with CUDA a CPU scan
+    stands in the same way, so it reports what CI's CPU-only machines report). Serving code stages through pinned buffers made in
     __init__ (`torch.zeros(n, pin_memory=True)`): the CPU scan builds them in ordinary memory (audit.scan.pinned
     remembers they were asked to be pinned: no pageable-copy). Timing and overlapping code makes
     its events (and streams) there: some CPU-only builds make them lazily, others raise ('Tried to instantiate
     dummy base class Event'), and those get the steps' host stand-ins (HostEvent, HostStream)."""
-    if torch.cuda.is_available():
+    if gpu_scan:
         yield
         return
-    cuda = torch.cuda
+    cuda, real = torch.cuda, torch.cuda.is_available()
     saved = [(cls, cls.__dict__["__new__"]) for cls in (cuda.Event, cuda.Stream) if "__new__" in cls.__dict__]
     for cls, _ in saved:
-        cls.__new__ = _or_host(cls.__new__, HostEvent if cls is cuda.Event else HostStream)
+        host_cls = HostEvent if cls is cuda.Event else HostStream
+        cls.__new__ = _host_new(host_cls) if real else _or_host(cls.__new__, host_cls)
     try:
         with pinned.stand_in(), host_sends.Sends():
             yield
     finally:
         for cls, new in saved:
             setattr(cls, "__new__", new)
+
+
+def _host_new(host_cls):
+    """A CPU scan on a machine with CUDA: a stream or event made for the step's CPU tensors is the stand-in."""
+    return lambda cls, *args, **kwargs: host_cls(*args, **kwargs)
 
 
 def _or_host(real, host_cls):

@@ -248,7 +248,7 @@ def active(tracer):
         for owner, name, label in seed_hooks.SEEDERS:  # reseeding in the step, with the seed passed
             stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name), "seed",
                                                                    seed_hooks.seed_note(label))))
-        have_cuda = torch.cuda.is_available()
+        have_cuda = tracer.cuda  # a CPU scan stands in on a machine with CUDA too (what CI's CPU-only machines see)
         for owner, name, label in (*_sync_targets(have_cuda), *dist_hooks.waits()):  # dist: barrier, *_object
             orig = getattr(owner, name)
             stack.enter_context(patched(owner, name, _sync_wrapper(label, orig)))
@@ -259,7 +259,7 @@ def active(tracer):
         stack.enter_context(dist_hooks.completing(tracer, patched))  # a collective's own ops inside work.wait()
         for mod, name, new in cpu_cuda.alias_sites(originals):
             stack.enter_context(patched(mod, name, new))
-        if not have_cuda:  # no CUDA here: stand-ins that record instead of raising
+        if not have_cuda:  # a CPU scan: stand-ins that record instead of raising
             stack.enter_context(cpu_cuda.standing_in(tracer, patched))
         if tracer.cuda:
             stack.enter_context(stream_hooks.watching(tracer, patched))
@@ -278,7 +278,7 @@ def unaudited(tracer):
     """Around warmup steps: nothing is recorded, but on a machine without CUDA the stand-ins keep a
     step written for the GPU from raising. Warmup syncs give no finding: warmup exists for first-call
     work (compiling, allocating, a one-time synchronize), which a capture after it never sees."""
-    if torch.cuda.is_available():
+    if tracer.cuda:
         yield
         return
     with cpu_cuda.standing_in(tracer, patched):

@@ -82,9 +82,10 @@ def step_patches() -> list:
 
 
 @contextlib.contextmanager
-def stand_in():
-    """Around make() and prepare() on a CPU-only torch; on a CUDA build, nothing."""
-    if torch.cuda.is_available():
+def stand_in(gpu_scan: bool = False):
+    """Around make() and prepare() of a CPU scan (on a machine with CUDA too, which would pin for real: the scan
+    reports what a CPU-only machine reports); around a GPU scan's, nothing."""
+    if gpu_scan:
         yield
         return
     with _StandIn():

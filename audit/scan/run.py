@@ -98,7 +98,7 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
 def _build(target, device: str, path: str, tp: int, options: dict | None = None):
     """resolve(), except that a factory needing CUDA on a machine without it is told where to go."""
     try:
-        with cpu_cuda.outside_steps():
+        with cpu_cuda.outside_steps(device != "cpu"):
             return resolve(target, device, path, tp=tp, options=options)
     except AuditError as e:
         if not torch.cuda.is_available() and cpu_cuda.needs_gpu(str(e)):
@@ -119,7 +119,7 @@ def _run_steps(obj, tracer: Tracer, label: str, warmup: int, total: int, progres
         audited = i >= warmup
         stage = "prepare"
         try:
-            with cpu_cuda.outside_steps():
+            with cpu_cuda.outside_steps(tracer.cuda):
                 obj.prepare(i)
             stage = "step"
             if audited:

@@ -78,7 +78,7 @@ def test_target_raising_mid_step_writes_partial_inventory(tmp_path):
                  "        if self.i == 4:\n            raise ValueError('bad token')\n        return v\n\n"
                  "def make(device):\n    return T()\n")
     out = tmp_path / "partial"
-    res = _run("scan", "--target", f"{f}:make", "--out", out)
+    res = _run("scan", "--target", f"{f}:make", "--device", "cpu", "--out", out)  # a GPU scan: x.sum() is a host sum
     assert res.exit_code == 1, res.output
     assert "bad token" in res.stderr and "flaky.py:11" in res.stderr and "Traceback" not in res.output
     data = json.loads((out / "inventory.json").read_text())

@@ -275,8 +275,8 @@ def active(tracer):
 
 @contextlib.contextmanager
 def unaudited(tracer):
-    """Around warmup steps: nothing is recorded, but on a machine without CUDA the stand-ins keep a
-    step written for the GPU from raising. Warmup syncs give no finding: warmup exists for first-call
+    """Around warmup steps: nothing is recorded, but on a CPU scan the stand-ins keep a step written for the
+    GPU from raising. Warmup syncs give no finding: warmup exists for first-call
     work (compiling, allocating, a one-time synchronize), which a capture after it never sees."""
     if tracer.cuda:
         yield

@@ -82,12 +82,9 @@ def step_patches() -> list:
 
 
 @contextlib.contextmanager
-def stand_in(gpu_scan: bool = False):
-    """Around make() and prepare() of a CPU scan (on a machine with CUDA too, which would pin for real: the scan
-    reports what a CPU-only machine reports); around a GPU scan's, nothing."""
-    if gpu_scan:
-        yield
-        return
+def stand_in():
+    """Around make() and prepare() of a CPU scan, on a machine with CUDA too (which would pin for real): the scan
+    reports what a CPU-only machine reports."""
     with _StandIn():
         yield
 

@@ -9,6 +9,7 @@ models are stand-ins with the same signatures."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -25,8 +26,12 @@ def _model(prepare_params: list[str], forward_params: list[str]):
 
 
 def _extras(k: int) -> list[str]:
-    return [f"{random.choice(['inputs_embeds', 'use_cache', 'attention_mask', 'position_ids'])}_{i}=None"
-            for i in range(k)]
+    """k other parameters, of names no other call repeats."""
+    return [f"{random.choice(['inputs_embeds', 'use_cache', 'attention_mask', 'position_ids'])}_{next(_SERIAL)}=None"
+            for _ in range(k)]
+
+
+_SERIAL = itertools.count()
 
 
 @pytest.mark.parametrize("name", list(CACHE_NAMES))

@@ -129,10 +129,19 @@ def load_model(spec: str, where: str, device: str, seed: int = 0):
     return model.to(device).eval(), cfg, random
 
 
+CACHE_NAMES = ("cache", "cache_params", "past_key_values")  # 5.2x; state-space models before it; the rest
+
+
 def cache_kwarg(model) -> str:
-    """What this transformers version calls the cache argument: `cache` (5.2x) or `past_key_values`."""
-    params = inspect.signature(model.prepare_inputs_for_generation).parameters
-    return "cache" if "cache" in params else "past_key_values"
+    """The name this model's generation inputs give the cache, as generate passes it: the first of
+    CACHE_NAMES that `prepare_inputs_for_generation` names, else that `forward` names, else
+    `past_key_values`. A Mamba-style model takes `cache_params`: handed `past_key_values`, its
+    forward never sees the cache, and the generic preparation turns its 2D mask into a dict."""
+    for fn in (model.prepare_inputs_for_generation, model.forward):
+        params = inspect.signature(fn).parameters
+        if (name := next((n for n in CACHE_NAMES if n in params), None)) is not None:
+            return name
+    return "past_key_values"
 
 
 class _Outputs(dict):

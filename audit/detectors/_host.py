@@ -199,24 +199,41 @@ def host_derived(recs, born: set) -> set:
     out = set(born)
     if not out:
         return out
-    calls = itertools.groupby((r for r in recs if r.kind == "aten" and r.stack),
-                              key=lambda r: tuple((id(c), n) for c, n in r.stack))
+    moved = sent_at(recs)  # from its `.to(D)` on, a storage is the device copy (on a CPU scan the same memory)
+
+    def host(m, i: int) -> bool:
+        return m.sid in out and moved.get(m.sid, i + 1) > i
+
+    calls = itertools.groupby(((i, r) for i, r in enumerate(recs) if r.kind == "aten" and r.stack),
+                              key=lambda ir: tuple((id(c), n) for c, n in ir[1].stack))
     for _, call in calls:
-        made, host, ok = set(), False, True
-        for r in call:
+        made, seen, ok = set(), False, True
+        for i, r in call:
             for m in r.inputs:
-                host |= m.sid in out
-                ok &= m.sid in out or m.sid in made
+                seen |= host(m, i)
+                ok &= host(m, i) or m.sid in made
             made |= {m.sid for m in r.outputs}
-        if ok and host:
+        if ok and seen:
             out |= made
     # op by op too: `t.copy_(torch.tensor(vals) * 1)` is one call, whose copy_ has a device input; not through
-    # what `.to(D)` sent (on a CPU scan the same storage goes on as the "device" copy)
+    # what `.to(D)` sent at all (on a CPU scan the same storage goes on as the "device" copy)
     sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs}
     for r in recs:
         if r.kind == "aten" and r.inputs and r.op != "aten.copy_" and all(m.sid in out and m.sid not in sent
                                                                           for m in r.inputs):
             out |= {m.sid for m in r.outputs}
+    return out
+
+
+def sent_at(recs) -> dict[int, int]:
+    """Storage id -> the index in `recs` of the first `.to(D)` sending it to the step's device, D not written
+    as the CPU (`o = torch.zeros(n).to(v)`, `.to(x.device)`): a no-op on a CPU scan, a new device tensor on a
+    GPU, so what the step does with that memory from there on is done on the device."""
+    out: dict[int, int] = {}
+    for i, r in enumerate(recs):
+        if r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack \
+                and not _source.names_cpu(r.stack[-1][0].co_filename, r.stack[-1][1]):
+            out.setdefault(r.inputs[0].sid, i)
     return out
 
 

@@ -97,13 +97,19 @@ def _parted_before(p, q):
     return None
 
 
-def _skipped_in_loop(x, nxt):
+def _skipped_in_loop(x, nxt, p=None):
     """One step ran extra ops `x` where the other went on with `nxt` from the same loop-body line (a
     processor loop whose `if p.enabled:` skipped one): the guard in that loop's body, from the deepest
-    frame the two share at the same line; None when no such guard exists."""
+    frame the two share at the same line; None when no such guard exists, or when `x` goes on, further
+    down, in the call the anchor `p` was in (a processor's own `if ids.shape[-1] < self.min_length:`
+    below that loop): the branch is inside that call, and both steps made it."""
     if x is None or nxt is None:
         return None
     shared = list(itertools.takewhile(lambda f: f[0][0] is f[1][0] and f[0][1] == f[1][1], zip(x.stack, nxt.stack)))
+    d = len(shared)
+    if p is not None and d < min(len(p.stack), len(x.stack)) and p.stack[:d] == x.stack[:d] \
+            and p.stack[d][0] is x.stack[d][0] and x.stack[d][1] > p.stack[d][1]:
+        return None
     for (code, line), _ in reversed(shared):
         if (guard := _source.body_guard(code.co_filename, line)):
             return _at(code, guard)
@@ -184,7 +190,7 @@ def locate(ctx, p, a, b, q=None, nxt=None):
     differ (None: nothing more ran); nxt: where one side went on when the other ran extra ops."""
     if (found := _parted_before(p, q)):
         return found
-    if (a is None) != (b is None) and (found := _skipped_in_loop(a or b, nxt)):
+    if (a is None) != (b is None) and (found := _skipped_in_loop(a or b, nxt, p)):
         return found
     if (a is None) != (b is None) and (found := _next_instance(ctx, p, a or b)):
         return found

@@ -14,7 +14,7 @@ import torch
 from audit.detectors import (_attr_memory, _dataclass_fields, _factories, _helper_alloc, _host_moves, _mutations,
                              _source, register)
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors, moved_elsewhere
-from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories
+from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories, sent_at
 from audit.detectors.host_sync import index_tensors
 from audit.detectors.pageable_copy import FROM_DATA, PINNED_STEP
 from audit.scan import host_sends, pinned, state
@@ -226,7 +226,8 @@ def host_data_to_device(ctx):
             pageable = _host_attrs(ctx) if pageable is None else pageable
             kept = host_derived(recs, set(pageable))
             hits += [(r, FACTORY_INDEX) for r in fidx if r.inputs[0].sid not in kept]
-        for r in recs:
+        moved = sent_at(recs)  # host memory sent on with `.to(D)`: the device copy from there on
+        for i, r in enumerate(recs):
             if not r.stack:
                 continue
             if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs[:1] and \
@@ -237,6 +238,7 @@ def host_data_to_device(ctx):
                     not _source.names_cpu(*_src(r)):
                 hits.append((r, TO_DEVICE))
             elif r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born \
+                    and moved.get(r.inputs[1].sid, i + 1) > i \
                     and r.inputs[0].sid not in born and r.inputs[0].sid not in host \
                     and (not r.in_step[0] or r.inputs[0].sid in made):
                 hits.append((r, COPY_IN))  # `self.buf.copy_(torch.from_numpy(a))`: into a persistent buffer

@@ -70,8 +70,10 @@ def device_values_into_step_host_buffers(ctx):
             continue
         host = _host.host_derived(recs, set(bufs) | _host.host_data(ctx, step) | _host.from_kept(ctx, step)
                                   | set(_host.host_tensors(ctx)))
-        hits += [r for r in recs if r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) >= 2 and not r.nested
-                 and r.inputs[0].sid in bufs and r.inputs[1].sid not in host]
+        moved = _host.sent_at(recs)  # a buffer sent on with `.to(D)` (`torch.zeros(n).to(v)`) is on the device after
+        hits += [r for i, r in enumerate(recs) if r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) >= 2
+                 and not r.nested and r.inputs[0].sid in bufs and r.inputs[1].sid not in host
+                 and moved.get(r.inputs[0].sid, i + 1) > i]
     return [ctx.finding("host-sync", g[0], op, len(g) / ctx.n_steps,
                         "copies a device tensor into a host buffer made in the step (a factory naming no device or "
                         "the CPU): on a GPU a device->host copy into pageable memory that waits for the device "

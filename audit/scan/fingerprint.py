@@ -19,7 +19,7 @@ from collections import deque
 
 import torch
 
-__all__ = ["PLAIN", "PRIMS", "fp"]
+__all__ = ["PLAIN", "PRIMS", "fp", "members"]
 
 PRIMS = (type(None), bool, int, float, complex, str, bytes)
 PLAIN = PRIMS + (list, dict, set, deque, itertools.count, array.array, bytearray,  # values a snapshot fingerprints
@@ -37,6 +37,25 @@ def _view(t: torch.Tensor) -> tuple:
 
 
 def fp(v, depth: int = 0):
+    """_fp(v), or the object's identity where reading it raised: a snapshot must not fail the step."""
+    try:
+        return _fp(v, depth)
+    except Exception:  # noqa: BLE001 - a library container whose own methods raise mid-step
+        return ("obj", type(v).__name__, id(v))
+
+
+def members(v) -> list:
+    """The (key, value) pairs of a dict, the elements of a list, tuple or deque, read from the storage the
+    builtin keeps: a library's subclass that overrides items() or __iter__ in Python (a lazy registry that
+    imports a module per key, as an auto-class mapping does) is not run in the middle of a step, where it
+    could raise, or import and register half a library."""
+    base = dict if isinstance(v, dict) else next(b for b in (list, tuple, deque) if isinstance(v, b))
+    name = "items" if base is dict else "__iter__"
+    meth = getattr(type(v), name, None)
+    return list(getattr(base, name)(v) if isinstance(meth, types.FunctionType) else getattr(v, name)())
+
+
+def _fp(v, depth: int = 0):
     """A cheap, comparable fingerprint of a plain value; tensors are left to the tensor detectors.
 
     Containers are compared element by element (up to _MAX_ELEMS, nested up to _MAX_DEPTH: a
@@ -53,16 +72,18 @@ def fp(v, depth: int = 0):
     if isinstance(v, (torch.dtype, torch.device, torch.Size)):
         return v
     if isinstance(v, (list, tuple, deque)):
-        if depth >= _MAX_DEPTH or len(v) > _MAX_ELEMS:
-            return (type(v).__name__, len(v), _digest(v))
-        return (type(v).__name__, len(v), tuple(fp(x, depth + 1) for x in list(v)))
+        xs = members(v)
+        if depth >= _MAX_DEPTH or len(xs) > _MAX_ELEMS:
+            return (type(v).__name__, len(xs), _digest(xs))
+        return (type(v).__name__, len(xs), tuple(fp(x, depth + 1) for x in xs))
     if isinstance(v, dict):
-        if depth >= _MAX_DEPTH or len(v) > _MAX_ELEMS:
-            return ("dict", len(v), _digest(v))
-        return ("dict", len(v), tuple((repr(k), fp(x, depth + 1)) for k, x in list(v.items())))
+        pairs = members(v)
+        if depth >= _MAX_DEPTH or len(pairs) > _MAX_ELEMS:
+            return ("dict", len(pairs), _digest(pairs))
+        return ("dict", len(pairs), tuple((repr(k), fp(x, depth + 1)) for k, x in pairs))
     if isinstance(v, (set, frozenset)):
-        members = sorted(repr(x) for x in list(v)[:_MAX_ELEMS])
-        return (type(v).__name__, len(v), tuple(members) if len(v) <= _MAX_ELEMS else hash(tuple(members)))
+        shown = sorted(repr(x) for x in list(v)[:_MAX_ELEMS])
+        return (type(v).__name__, len(v), tuple(shown) if len(v) <= _MAX_ELEMS else hash(tuple(shown)))
     if isinstance(v, array.array):  # vLLM keeps token ids in array('l')
         return ("array", v.typecode, len(v), hash(v.tobytes()))
     if isinstance(v, (bytearray, memoryview, mmap.mmap)):  # a shared-memory header, an IPC ring written in
@@ -101,13 +122,12 @@ _MAX_ELEMS = 4096
 _MAX_ARRAY_BYTES = 64 << 20
 
 
-def _digest(v) -> int:
-    """A hash of a container too large or too deep to keep element by element."""
+def _digest(items: list) -> int:
+    """A hash of a container's members (members()) too many or too deep to keep one by one."""
     try:
-        items = list(v.items()) if isinstance(v, dict) else list(v)
         return hash(tuple(repr(x) if not isinstance(x, torch.Tensor) else "<tensor>" for x in items))
     except Exception:  # noqa: BLE001 - an unhashable or unprintable member: fall back to the size
-        return len(v)
+        return len(items)
 
 
 def _reduced_state(v):

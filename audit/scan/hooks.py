@@ -67,6 +67,8 @@ def _host_wrapper(name: str, orig):
 
 
 def _is_cpu(d) -> bool:
+    """`d` names the CPU: a device string or object, or a tensor whose device `.to(t)` takes (`.to(v)`)."""
+    d = d.device if isinstance(d, torch.Tensor) else d
     return (isinstance(d, str) and d.startswith("cpu")) or (isinstance(d, torch.device) and d.type == "cpu")
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from audit.scan.fingerprint import PLAIN
+from audit.scan.fingerprint import PLAIN, members
 from audit.scan.fingerprint import fp as fingerprint
 from audit.scan import script_state, subclass_state, threads
 from audit.scan.loaded import loaded_modules
@@ -283,12 +283,8 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
 def _member_objects(v) -> list[tuple[str, object]]:
     """(`[key].attr`, fingerprint) of the user objects a module-level list or dict holds (a metrics
     registry `{name: Histogram}`): their attributes are state as a global object's are."""
-    if isinstance(v, dict) and len(v) <= 4096:
-        pairs = list(v.items())
-    elif isinstance(v, (list, tuple, deque)) and len(v) <= 4096:
-        pairs = list(enumerate(v))
-    else:
-        return []
+    pairs = members(v) if isinstance(v, (dict, list, tuple, deque)) else []
+    pairs = (pairs if isinstance(v, dict) else list(enumerate(pairs))) if len(pairs) <= 4096 else []
     return [(f"[{key!r}].{a}", fp) for key, x in pairs if _is_user_object(x) and not isinstance(x, nn.Module)
             for a, fp in _attrs(x)]
 

@@ -19,7 +19,7 @@ from collections import deque
 
 import torch
 
-__all__ = ["PLAIN", "PRIMS", "fp"]
+__all__ = ["PLAIN", "PRIMS", "fp", "stored_items"]
 
 PRIMS = (type(None), bool, int, float, complex, str, bytes)
 PLAIN = PRIMS + (list, dict, set, deque, itertools.count, array.array, bytearray,  # values a snapshot fingerprints
@@ -36,13 +36,28 @@ def _view(t: torch.Tensor) -> tuple:
         return (id(t),)
 
 
+def stored_items(d: dict) -> list:
+    """The (key, value) pairs a dict holds, read from its own storage: a subclass's `items()` or `__len__`
+    may run library code (a lazy mapping importing a model class per key, which can raise), and a
+    snapshot must neither run nor fail on it."""
+    return list(dict.items(d))
+
+
 def fp(v, depth: int = 0):
     """A cheap, comparable fingerprint of a plain value; tensors are left to the tensor detectors.
 
     Containers are compared element by element (up to _MAX_ELEMS, nested up to _MAX_DEPTH: a
     persistent batch's 64 slots, a request dict of dicts of lists), sets by their members (a free
     list that gives one slot out and takes one back keeps its size), arrays and numpy arrays by
-    their bytes, iterators and itertools objects by their position."""
+    their bytes, iterators and itertools objects by their position. Reading a value never raises:
+    one whose own methods fail is kept by its identity."""
+    try:
+        return _fp(v, depth)
+    except Exception:  # noqa: BLE001 - a container subclass whose iteration raises (library code)
+        return ("obj", type(v).__name__, id(v))
+
+
+def _fp(v, depth: int = 0):
     if isinstance(v, PRIMS):
         return "nan" if isinstance(v, float) and math.isnan(v) else v
     if isinstance(v, torch.Tensor):  # an attribute's tensor is the tensor detectors' business; a
@@ -57,9 +72,10 @@ def fp(v, depth: int = 0):
             return (type(v).__name__, len(v), _digest(v))
         return (type(v).__name__, len(v), tuple(fp(x, depth + 1) for x in list(v)))
     if isinstance(v, dict):
-        if depth >= _MAX_DEPTH or len(v) > _MAX_ELEMS:
-            return ("dict", len(v), _digest(v))
-        return ("dict", len(v), tuple((repr(k), fp(x, depth + 1)) for k, x in list(v.items())))
+        items = stored_items(v)
+        if depth >= _MAX_DEPTH or len(items) > _MAX_ELEMS:
+            return ("dict", len(items), _digest(v))
+        return ("dict", len(items), tuple((repr(k), fp(x, depth + 1)) for k, x in items))
     if isinstance(v, (set, frozenset)):
         members = sorted(repr(x) for x in list(v)[:_MAX_ELEMS])
         return (type(v).__name__, len(v), tuple(members) if len(v) <= _MAX_ELEMS else hash(tuple(members)))
@@ -104,7 +120,7 @@ _MAX_ARRAY_BYTES = 64 << 20
 def _digest(v) -> int:
     """A hash of a container too large or too deep to keep element by element."""
     try:
-        items = list(v.items()) if isinstance(v, dict) else list(v)
+        items = stored_items(v) if isinstance(v, dict) else list(v)
         return hash(tuple(repr(x) if not isinstance(x, torch.Tensor) else "<tensor>" for x in items))
     except Exception:  # noqa: BLE001 - an unhashable or unprintable member: fall back to the size
         return len(v)

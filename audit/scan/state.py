@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from audit.scan.fingerprint import PLAIN
+from audit.scan.fingerprint import PLAIN, stored_items
 from audit.scan.fingerprint import fp as fingerprint
 from audit.scan import script_state, subclass_state, threads
 from audit.scan.loaded import loaded_modules
@@ -283,8 +283,8 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
 def _member_objects(v) -> list[tuple[str, object]]:
     """(`[key].attr`, fingerprint) of the user objects a module-level list or dict holds (a metrics
     registry `{name: Histogram}`): their attributes are state as a global object's are."""
-    if isinstance(v, dict) and len(v) <= 4096:
-        pairs = list(v.items())
+    if isinstance(v, dict) and dict.__len__(v) <= 4096:
+        pairs = stored_items(v)
     elif isinstance(v, (list, tuple, deque)) and len(v) <= 4096:
         pairs = list(enumerate(v))
     else:

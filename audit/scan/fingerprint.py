@@ -15,7 +15,7 @@ import mmap
 import queue
 import random
 import types
-from collections import deque
+from collections import OrderedDict, deque
 
 import torch
 
@@ -39,8 +39,8 @@ def _view(t: torch.Tensor) -> tuple:
 def stored_items(d: dict) -> list:
     """The (key, value) pairs a dict holds, read from its own storage: a subclass's `items()` or `__len__`
     may run library code (a lazy mapping importing a model class per key, which can raise), and a
-    snapshot must neither run nor fail on it."""
-    return list(dict.items(d))
+    snapshot must neither run nor fail on it. An OrderedDict's order is its own (move_to_end changes it)."""
+    return list((OrderedDict if isinstance(d, OrderedDict) else dict).items(d))
 
 
 def fp(v, depth: int = 0):

@@ -78,9 +78,10 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     if not best and not change.owner.startswith(("<module ", "<closure ")):  # nothing nearer ran: a library
         for spans in (_library_spans, _between_steps.reached_spans):  # a helper handed the object, then its callees
             best = best or [(f, n, fn) for f, span, _ in spans(ctx, step)
-                            for n, fn in _mutations.mutation_sites(f, attr, span) if not _constructors.skipped(change, fn)]
+                            for n, fn in _mutations.mutation_sites(f, attr, span, named=bool(cands))
+                            if not _constructors.skipped(change, fn)]  # the owner's own statements beat a computed setattr
     if best:
-        return best[:3], ""
+        return _between_steps.fitting(best, change)[:3], ""
     calls, note, methods = _calls_into(ctx, change, foreign, ran) if cands or foreign else ([], "", set())
     # a method the step called on the object that ran no torch op (`self.lru.touch(ids)`): its own
     # statement (`self.order.move_to_end(b)`) is the site, not the class's other mutating methods
@@ -91,7 +92,7 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     if foreign and calls:
         return calls, note
     shown = _implicit.accessor_sites(ctx, _between_steps.step_sites(
-        ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN]))
+        ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN], change))
     return shown[:3], ""
 
 

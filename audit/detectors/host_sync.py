@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from audit.detectors import _inside_torch, _source, register
+from audit.detectors import _capture_guards, _inside_torch, _source, register
 from audit.scan.hooks import NON_BLOCKING
 from audit.detectors._moved_host import reads_of_copies
 from audit.detectors._host import (computes_on_host, from_device, host_born, host_derived, host_factories,
@@ -311,7 +311,7 @@ def host_reads(ctx):
         else:
             msg = f"`{op}()` blocks the host until the device is idle (capture cannot contain it)"
             fix = "Remove it from the step; gate profiling syncs behind a flag that is off during capture."
-        guard = _source.capture_guard(r.stack[-1][0].co_filename, r.stack[-1][1]) if r.stack else None
+        guard = next(filter(None, (_capture_guards.capture_guard(c.co_filename, n) for c, n in reversed(r.stack))), None)
         sev = None
         if guard:  # eager decode waits here, a capture never reaches it
             sev, msg = "info", f"{msg}; skipped while a graph is captured (`{guard}`): an eager-only stall"

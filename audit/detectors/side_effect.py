@@ -18,9 +18,9 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import (_between_steps, _constructors, _descriptors, _elements, _foreign_threads, _fresh_slots,
-                             _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds,
-                             _source, register)
+from audit.detectors import (_between_steps, _capture_guards, _constructors, _descriptors, _elements, _foreign_threads,
+                             _fresh_slots, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks,
+                             _rebinds, _source, register)
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -312,7 +312,7 @@ def _message(change, site=None, note: str = "") -> str:
 def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
     """(message, severity): info when the statement sits on the side of an `if` a capture never runs
     (`if not torch.cuda.is_current_stream_capturing():`): bookkeeping of eager steps only."""
-    guard = _source.capture_guard(file, line) if file and line else None
+    guard = _capture_guards.capture_guard(file, line) if file and line else None
     if guard:
         return f"{msg}; skipped while a graph is captured (`{guard}`): it counts eager steps only", "info"
     return msg, None

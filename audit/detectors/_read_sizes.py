@@ -1,0 +1,85 @@
+"""Sizes read off a tensor whose shape already varies: downstream of a dynamic shape, not a new origin.
+
+PyG's `gcn_norm` drops self loops with `edge_index[:, mask]` (a data-dependent edge count), then makes the
+edge weights with `torch.ones((edge_index.size(1),), device=...)`. The factory takes no tensor, so its
+output shape varied with no varying input, and it read as a second origin: a dynamic-shape and a
+baked-host-value at a line whose only fix is the first one. A call is downstream when its statement reads a
+size (`t.size(d)`, `t.shape`, `t.numel()`, `len(t)`) and, in every audited step, each output size that
+changes equals one dimension (the same one each step) of an earlier call's output in that step whose shape
+varies too. Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
+reads no size, and stays a baked value where it enters.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors._source import enclosing_function, tree
+
+_SIZE_CALLS = ("size", "numel", "dim")
+
+
+def _statement(filename: str, line: int):
+    t = tree(filename)
+    best = None
+    for n in ast.walk(t) if t is not None else ():
+        if isinstance(n, ast.stmt) and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                          ast.If, ast.For, ast.While, ast.With, ast.Try)) \
+                and n.lineno <= line <= (n.end_lineno or n.lineno):
+            best = n if best is None or n.lineno >= best.lineno else best
+    return best
+
+
+def _reads(node) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr == "shape":
+            return True
+        if isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS
+                                        or isinstance(n.func, ast.Name) and n.func.id == "len"):
+            return True
+    return False
+
+
+def reads_size(filename: str, line: int) -> bool:
+    """The statement at `line` reads a tensor's size (`x.size(1)`, `x.shape[0]`, `x.numel()`, `len(x)`), itself
+    or through a local its function binds from one (`n = x.size(1)`, then `torch.ones(n)`)."""
+    st = _statement(filename, line)
+    if st is None:
+        return False
+    if _reads(getattr(st, "value", None) or st):
+        return True
+    names = {n.id for n in ast.walk(getattr(st, "value", None) or st) if isinstance(n, ast.Name)}
+    func = enclosing_function(filename, line)
+    return any(isinstance(a, ast.Assign) and a.lineno < st.lineno and _reads(a.value)
+               and any(isinstance(t, ast.Name) and t.id in names for t in a.targets)
+               for a in ast.walk(func) if func is not None)
+
+
+def _varying_dims(recs) -> list[tuple[int, int]]:
+    """(output, dim) of the output sizes that change between the aligned calls."""
+    shapes = [tuple(tuple(m.shape) for m in r.outputs) for r in recs]
+    if len({tuple(len(s) for s in sh) for sh in shapes}) > 1:
+        return []
+    return [(k, d) for k in range(len(shapes[0])) for d in range(len(shapes[0][k]))
+            if len({sh[k][d] for sh in shapes}) > 1]
+
+
+def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
+    """The aligned calls `recs` (one per step) size their output from an earlier call's varying shape."""
+    r0 = recs[0]
+    if not r0.frame or not reads_size(r0.frame[0], r0.frame[1]):
+        return False
+    dims = _varying_dims(recs)
+    if not dims:
+        return False
+    mine = {r.step: r for r in recs}
+    for other in aligned.values():
+        if other is recs or len(other) != len(recs):
+            continue
+        theirs = {u.step: u for u in other}
+        if theirs.keys() != mine.keys() or any(theirs[s].index >= mine[s].index for s in mine):
+            continue
+        for k, d in _varying_dims(other):
+            if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
+                return True
+    return False

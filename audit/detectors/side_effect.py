@@ -246,9 +246,10 @@ def python_state_changes(ctx):
         count = len(hits) / ctx.n_steps
         msg = _message(c)
         recs = [r for r in setattrs.get(f"{owner}\x00{attr}", ()) if r.stack]
-        if recs:
-            text, sev = _guarded(msg, recs[0].stack[-1][0].co_filename, recs[0].stack[-1][1])
-            out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, text, severity=sev))
+        if recs:  # the step's last assignment left the value it ended with (`reset()` zeroing it came before)
+            rec = ([r for r in recs if r.step == s] or recs)[-1]
+            text, sev = _guarded(msg, rec.stack[-1][0].co_filename, rec.stack[-1][1])
+            out.append(ctx.finding("cpu-side-effect", rec, "setattr", count, text, severity=sev))
             continue
         if escaped_members(ctx, c) or _fresh_slots.rewritten_each_step(ctx, hits):  # the tensor detectors' own
             continue

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 from audit.detectors import _capture_guards, _inside_torch, _source, register
+from audit.detectors._forwarded import forwarded
 from audit.scan.hooks import NON_BLOCKING
 from audit.detectors._moved_host import reads_of_copies
 from audit.detectors._host import (computes_on_host, from_device, host_born, host_derived, host_factories,
@@ -230,10 +231,10 @@ def lifted_here(ctx, r) -> set:
 def dispatched_syncs(ctx):
     """Aten ops that synchronize (SYNC_OPS), unless they are the inside of a hooked host read, or a
     bool-mask assignment of a host scalar that torch turns into masked_fill_ (masked_fill_dispatch)."""
-    hits = []
+    hits, inner = [], forwarded(ctx)  # a subclass's dispatch forwarding the op to its data: one read, the outer
     for r in ctx.all_records(("aten",)):
         rule = SYNC_OPS.get(r.op)
-        if rule is None or r.nested or computes_on_host(ctx, r):
+        if rule is None or r.nested or computes_on_host(ctx, r) or (r.step, r.index) in inner:
             continue
         if r.op in INDEX_PUT and r.frame and masked_fill_dispatch(r, lifted_here(ctx, r), ctx.cuda):
             continue

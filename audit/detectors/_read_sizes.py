@@ -7,7 +7,8 @@ baked-host-value at a line whose only fix is the first one. A call is downstream
 size (`t.size(d)`, `t.shape`, `t.numel()`, `len(t)`) and, in every audited step, each output size that
 changes equals one dimension (the same one each step) of an earlier call's output in that step whose shape
 varies too. Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
-reads no size, and stays a baked value where it enters.
+reads no size, and stays a baked value where it enters. A value that comes in through a parameter is followed
+to the caller's statement that passed it (`gcn_norm(ei, w, x.size(0))` -> `torch.arange(0, N)` two calls down).
 """
 
 from __future__ import annotations
@@ -40,19 +41,33 @@ def _reads(node) -> bool:
     return False
 
 
-def reads_size(filename: str, line: int) -> bool:
-    """The statement at `line` reads a tensor's size (`x.size(1)`, `x.shape[0]`, `x.numel()`, `len(x)`), itself
-    or through a local its function binds from one (`n = x.size(1)`, then `torch.ones(n)`)."""
-    st = _statement(filename, line)
-    if st is None:
-        return False
-    if _reads(getattr(st, "value", None) or st):
-        return True
-    names = {n.id for n in ast.walk(getattr(st, "value", None) or st) if isinstance(n, ast.Name)}
-    func = enclosing_function(filename, line)
-    return any(isinstance(a, ast.Assign) and a.lineno < st.lineno and _reads(a.value)
-               and any(isinstance(t, ast.Name) and t.id in names for t in a.targets)
-               for a in ast.walk(func) if func is not None)
+def _params(func) -> set:
+    a = getattr(func, "args", None)
+    return {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs)} if a is not None else set()
+
+
+def reads_size(frames) -> bool:
+    """The statement running in the innermost frame ((file, line) pairs, innermost first) reads a tensor's size
+    (`x.size(1)`, `x.shape[0]`, `x.numel()`, `len(x)`), itself or through a local its function binds from one
+    (`n = x.size(1)`, then `torch.ones(n)`); or the value comes in through a parameter (`N = f(num_nodes)`) and
+    the caller's statement passing it reads one (`gcn_norm(ei, w, x.size(0))`)."""
+    for filename, line in frames:
+        st = _statement(filename, line)
+        if st is None:
+            return False
+        expr = getattr(st, "value", None) or st
+        if _reads(expr):
+            return True
+        func = enclosing_function(filename, line)
+        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+        bound = [a.value for a in ast.walk(func) if isinstance(a, ast.Assign) and a.lineno < st.lineno
+                 and any(isinstance(t, ast.Name) and t.id in names for t in a.targets)] if func is not None else []
+        if any(_reads(v) for v in bound):
+            return True
+        names |= {n.id for v in bound for n in ast.walk(v) if isinstance(n, ast.Name)}
+        if not names & _params(func):
+            return False
+    return False
 
 
 def _varying_dims(recs) -> list[tuple[int, int]]:
@@ -67,7 +82,7 @@ def _varying_dims(recs) -> list[tuple[int, int]]:
 def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
     """The aligned calls `recs` (one per step) size their output from an earlier call's varying shape."""
     r0 = recs[0]
-    if not r0.frame or not reads_size(r0.frame[0], r0.frame[1]):
+    if not r0.stack or not reads_size([(code.co_filename, line) for code, line in reversed(r0.stack)]):
         return False
     dims = _varying_dims(recs)
     if not dims:

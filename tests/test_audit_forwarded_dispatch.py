@@ -4,7 +4,8 @@ PyG's `EdgeIndex` (a wrapper around a [2, E] index tensor with cached metadata) 
 through its `__torch_dispatch__`, which calls the same `aten.index` on its `_data` and rewraps the result. The
 scan traces that body, so the one bool-mask read and its varying shape were reported twice: at the library
 line that indexed the wrapper and at the subclass's forwarding line. The forwarded copy is left out; an op
-the body adds of its own (a `torch.nonzero` to cache the nonzero rows) is still reported at its line.
+the body adds of its own (a `torch.nonzero` to cache the nonzero rows) is still reported at its line. Nor is the
+wrapper's call downstream of its own body: its varying shape is an origin even where a caller passes a size.
 """
 
 from __future__ import annotations
@@ -48,13 +49,13 @@ class Edges(torch.Tensor):
         return func(*args, **(kwargs or {{}}))
 
 
-def drop_loops(edge_index):
+def drop_loops(edge_index, n_edges):
     mask = edge_index[0] != edge_index[1]
     return edge_index[:, mask]  # LIBSITE
 
 
 def degree(edge_index, n):
-    kept = drop_loops(Edges(edge_index))
+    kept = drop_loops(Edges(edge_index), edge_index.size(1))
     return torch.zeros(n).index_add_(0, kept[1], torch.ones(kept.shape[1]))
 """
 

@@ -79,9 +79,16 @@ def _varying_dims(recs) -> list[tuple[int, int]]:
             if len({sh[k][d] for sh in shapes}) > 1]
 
 
+def _before(r) -> int:
+    """Records before this index ran before the call: its own traced dispatch body (`body:<start>`) is the call."""
+    return int(r.note[5:]) if r.note.startswith("body:") else r.index
+
+
 def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
     """The aligned calls `recs` (one per step) size their output from an earlier call's varying shape."""
     r0 = recs[0]
+    if len({r.args for r in recs}) < 2:  # the size reaches the call as a Python value, or it is no read size
+        return False
     if not r0.stack or not reads_size([(code.co_filename, line) for code, line in reversed(r0.stack)]):
         return False
     dims = _varying_dims(recs)
@@ -92,8 +99,8 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         if other is recs or len(other) != len(recs):
             continue
         theirs = {u.step: u for u in other}
-        if theirs.keys() != mine.keys() or any(theirs[s].index >= mine[s].index for s in mine):
-            continue
+        if theirs.keys() != mine.keys() or any(theirs[s].index >= _before(mine[s]) for s in mine):
+            continue  # earlier in the step, and not inside this call's own traced body
         for k, d in _varying_dims(other):
             if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
                 return True

@@ -8,7 +8,8 @@ step never ran. When some candidates sit in functions the code the step ran reac
 reads for properties, followed through the candidates' files; dunders count as reached), the others are dropped;
 when none does, all are kept. The same reading serves two more site questions: which library functions that ran
 no torch op the step reached (`reached_spans`: a callback object's `__call__`), and whether a statement under
-`if self.x is None:` could have run in a step that began with `x` set (`lazy_init_line`).
+`if self.x is None:` could have run in a step that began with `x` set (`lazy_init_line`). A candidate that stores a
+literal the attribute did not end with (a flush's `self.rows = []` when the list grew by one) is dropped too (`fitting`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ast
 
 from audit.detectors import _source
 from audit.detectors._source import tree
+from audit.scan.fingerprint import fp as fingerprint
 from audit.scan.user_code import LIBRARY, frame_kind
 
 _SETUP = ("prepare", "__init__")
@@ -54,8 +56,11 @@ def _closure(start: set, defs: dict) -> set:
     return names
 
 
-def step_sites(ctx, step: int, sites: list) -> list:
-    """`sites` ((file, line, function) candidates) less those the step's code never names."""
+def step_sites(ctx, step: int, sites: list, change=None) -> list:
+    """`sites` ((file, line, function) candidates) less those the step's code never names, and less those
+    that store a literal the change did not end with (`self.metrics = []` in a flush the step reaches only
+    by name, when the list grew from 2 to 3 items)."""
+    sites = fitting(sites, change) if change is not None else sites
     if len(sites) < 2:
         return sites
     codes = {code for r in ctx.steps[step] for code, _ in r.stack}
@@ -71,6 +76,24 @@ def step_sites(ctx, step: int, sites: list) -> list:
     in_step = _closure(ran, {k: v for k, v in defs.items() if k not in _SETUP})
     kept = [s for s in sites if s[2] in in_step or s[2].startswith("__")]
     return kept or sites
+
+
+def fitting(sites: list, change) -> list:
+    """`sites` less those that store a literal the change did not end with (all of them if none is left)."""
+    return [s for s in sites if not _stores_other_literal(s, change.after)] or sites
+
+
+def _stores_other_literal(site, after) -> bool:
+    """The statement at `site` assigns a literal (`[]`, `0`, `None`, `{}`) whose fingerprint is not `after`."""
+    t = tree(site[0])
+    for n in ast.walk(t) if t is not None else ():
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.lineno == site[1] and n.value is not None:
+            try:
+                value = ast.literal_eval(n.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                return False
+            return fingerprint(value) != after
+    return False
 
 
 def reached_spans(ctx, step: int) -> list:

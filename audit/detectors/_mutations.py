@@ -68,13 +68,15 @@ def _dict_update(call: ast.Call, attr: str) -> bool:
 
 
 def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = None,
-                   global_name: bool = False) -> list[tuple[int, str]]:
+                   global_name: bool = False, named: bool = False) -> list[tuple[int, str]]:
     """(line, function) of statements that mutate `<x>.attr` (or global `attr`) in a file or a span.
 
     Catches `x.attr = / += ...`, `x.attr[k][j] = ...`, `x.attr.append(...)` and friends, `del x.attr`,
     `setattr(x, "attr", ...)` (or a computed name that can be "attr"), `x.__dict__["attr"] = ...`, `next(x.attr)`, `heapq.heappush(x.attr, ...)` and the other in-place
     functions of IN_PLACE_FUNCS, a mutating method passed uncalled (`stack.callback(x.attr.append, v)`),
-    and the same through an alias of the attribute's value:
+    With `named`, a `setattr` counts only when it spells the name: a generic field copier's
+    `setattr(result, field_name, v)` can set any attribute, weaker evidence than a statement that names it.
+    And the same through an alias of the attribute's value:
     a local bound from it (`req = self.requests[rid]; req["recent"][i] = t`) or the parameter of a
     function of the file that is called with it (`bump(self.stats, key)` -> `stats[key] += n`)."""
     t = tree(filename)
@@ -124,7 +126,7 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next":
                 hit = bool(node.args) and target(node.args[0])  # advancing an iterator / itertools.count
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
-                hit = len(node.args) > 1 and (_names_attr(node.args[1], attr) if not global_name else
+                hit = len(node.args) > 1 and (_names_attr(node.args[1], attr) if not (global_name or named) else
                                               isinstance(node.args[1], ast.Constant) and node.args[1].value == attr)
             if not hit and isinstance(node, ast.Call):
                 hit = any(_bound_mutator(a, target, aliases) for a in node.args + [k.value for k in node.keywords])

@@ -336,33 +336,6 @@ HOST_FACTORIES = ("ones", "zeros", "empty", "full", "arange", "rand", "randn", "
                   "hann_window", "hamming_window", "blackman_window", "bartlett_window", "kaiser_window")
 
 
-def _capturing(n: ast.AST) -> bool:
-    return isinstance(n, ast.Call) and ast.unparse(n.func).endswith("is_current_stream_capturing")
-
-
-def skipped_under_capture(test: ast.AST) -> tuple[bool, bool]:
-    """(body, orelse): which side of an `if` cannot run while a graph is being captured, so a wait
-    there never reaches the capture (`if not torch.cuda.is_current_stream_capturing(): sync()`)."""
-    def negated(n):
-        return isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and _capturing(n.operand)
-    parts = test.values if isinstance(test, ast.BoolOp) else [test]
-    conj = not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.And)
-    disj = not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.Or)
-    return conj and any(negated(p) for p in parts), disj and any(_capturing(p) for p in parts)
-
-
-def capture_guard(filename: str, line: int) -> str | None:
-    """The test of an `if` around `line` whose side holding it cannot run while a graph is being
-    captured (`if not torch.cuda.is_current_stream_capturing():`), or None."""
-    func = enclosing_function(filename, line)
-    for node, part in chain(func, line) if func is not None else []:
-        if isinstance(node, ast.If) and part in ("body", "orelse"):
-            body, orelse = skipped_under_capture(node.test)
-            if (body and part == "body") or (orelse and part == "orelse"):
-                return ast.unparse(node.test)
-    return None
-
-
 def exit_after(filename: str, line: int) -> int | None:
     """The first branch after `line`, in its function, that can leave the function early."""
     func = enclosing_function(filename, line)

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from audit.detectors import _host_only, _source, register
+from audit.detectors import _host_only, _read_sizes, _source, register
+from audit.detectors._forwarded import forwarded
 from audit.detectors._host import advanced, host_tensors
 
 
@@ -68,10 +69,11 @@ def _arg_diff(recs) -> str:
 def varying_shapes(ctx):
     """A call's output shape changes between steps: replay would compute on the captured shape."""
     groups = defaultdict(list)
-    for recs in _aligned(ctx).values():
+    aligned, inner = _aligned(ctx), forwarded(ctx)
+    for recs in aligned.values():
         outs = [_shapes(r.outputs) for r in recs]
-        if len(set(outs)) < 2:
-            continue
+        if len(set(outs)) < 2 or (recs[0].step, recs[0].index) in inner:
+            continue  # (a subclass's dispatch forwarding the op to its data: the wrapper's call reports it)
         ins = [_shapes(r.inputs) for r in recs]
         varying = [j for j in range(len(recs[0].inputs))
                    if len({s[j] if j < len(s) else None for s in ins}) > 1]
@@ -80,6 +82,8 @@ def varying_shapes(ctx):
             continue  # host data of a changing length, read back on the host alone: no kernel's shape
         if origin and _host_only.host_work_stays(ctx, recs):
             continue  # CPU work on host data (a host factory's grid) that never reaches the device
+        if origin and _read_sizes.follows_varying_shape(ctx, recs, aligned):
+            continue  # `torch.ones(e.size(1))` after `e = e[:, mask]`: the shape varied upstream
         if origin:
             groups[(ctx.where(recs[0]), recs[0].op)].append((recs, outs))
     out = []
@@ -130,7 +134,8 @@ def varying_host_values(ctx):
     (also when the value sets the output shape: then dynamic-shape reports the shape as well)."""
     groups = defaultdict(list)
     diverged = None
-    for recs in _aligned(ctx).values():
+    aligned = _aligned(ctx)
+    for recs in aligned.values():
         if len({r.args for r in recs}) < 2:
             continue
         diverged = _diverged(ctx) if diverged is None else diverged
@@ -150,6 +155,8 @@ def varying_host_values(ctx):
             continue  # built from host data and read back on the host alone: no kernel takes it
         if _host_only.host_work_stays(ctx, recs):
             continue  # CPU work on host data that never reaches the device: no kernel takes the value
+        if _read_sizes.follows_varying_shape(ctx, recs, aligned):
+            continue  # the value is a size read off a tensor whose shape varies: dynamic-shape's, upstream
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
     changed = _changed(ctx)
     out = []

@@ -16,7 +16,7 @@ import ast
 import functools
 import inspect
 
-from audit.detectors import _callees, _handoff, _reach, _scopes, _source, register
+from audit.detectors import _callees, _capture_guards, _handoff, _reach, _scopes, _source, register
 from audit.detectors._device_branches import guards as _guards
 from audit.detectors._cuda_side import cuda_side
 from audit.scan import dist_hooks
@@ -129,7 +129,7 @@ def _untaken(node: ast.If, file: str, lines: set, library: bool):
         want = "orelse" if held else "body"  # a device flag of the target's (`self.on_gpu`): the side not taken here
     if (library or expr) and want is None:
         return
-    for side, body, safe in zip(("body", "orelse"), (node.body, node.orelse), _source.skipped_under_capture(node.test)):
+    for side, body, safe in zip(("body", "orelse"), (node.body, node.orelse), _capture_guards.skipped_under_capture(node.test, file)):
         if body and not safe and (want is None or side == want) and (expr or not any(
                 (file, n) in lines for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1))):
             yield side, body

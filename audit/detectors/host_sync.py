@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-from audit.detectors import _inside_torch, _source, register
+from audit.detectors import _capture_guards, _inside_torch, _source, register
+from audit.detectors._forwarded import forwarded
 from audit.scan.hooks import NON_BLOCKING
 from audit.detectors._moved_host import reads_of_copies
 from audit.detectors._host import (computes_on_host, from_device, host_born, host_derived, host_factories,
@@ -231,10 +232,10 @@ def lifted_here(ctx, r) -> set:
 def dispatched_syncs(ctx):
     """Aten ops that synchronize (SYNC_OPS), unless they are the inside of a hooked host read, or a
     bool-mask assignment of a host scalar that torch turns into masked_fill_ (masked_fill_dispatch)."""
-    hits = []
+    hits, inner = [], forwarded(ctx)  # a subclass's dispatch forwarding the op to its data: one read, the outer
     for r in ctx.all_records(("aten",)):
         rule = SYNC_OPS.get(r.op)
-        if rule is None or r.nested or computes_on_host(ctx, r):
+        if rule is None or r.nested or computes_on_host(ctx, r) or (r.step, r.index) in inner:
             continue
         if r.op in INDEX_PUT and r.frame and masked_fill_dispatch(r, lifted_here(ctx, r), ctx.cuda):
             continue
@@ -312,7 +313,7 @@ def host_reads(ctx):
         else:
             msg = f"`{op}()` blocks the host until the device is idle (capture cannot contain it)"
             fix = "Remove it from the step; gate profiling syncs behind a flag that is off during capture."
-        guard = _source.capture_guard(r.stack[-1][0].co_filename, r.stack[-1][1]) if r.stack else None
+        guard = next(filter(None, (_capture_guards.capture_guard(c.co_filename, n) for c, n in reversed(r.stack))), None)
         sev = None
         if guard:  # eager decode waits here, a capture never reaches it
             sev, msg = "info", f"{msg}; skipped while a graph is captured (`{guard}`): an eager-only stall"

@@ -18,9 +18,9 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import (_between_steps, _constructors, _descriptors, _elements, _foreign_threads, _fresh_slots,
-                             _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks, _rebinds,
-                             _source, register)
+from audit.detectors import (_between_steps, _capture_guards, _constructors, _descriptors, _elements, _foreign_threads,
+                             _fresh_slots, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks,
+                             _rebinds, _source, register)
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -78,9 +78,10 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     if not best and not change.owner.startswith(("<module ", "<closure ")):  # nothing nearer ran: a library
         for spans in (_library_spans, _between_steps.reached_spans):  # a helper handed the object, then its callees
             best = best or [(f, n, fn) for f, span, _ in spans(ctx, step)
-                            for n, fn in _mutations.mutation_sites(f, attr, span) if not _constructors.skipped(change, fn)]
+                            for n, fn in _mutations.mutation_sites(f, attr, span, named=bool(cands))
+                            if not _constructors.skipped(change, fn)]  # the owner's own statements beat a computed setattr
     if best:
-        return best[:3], ""
+        return _between_steps.fitting(best, change)[:3], ""
     calls, note, methods = _calls_into(ctx, change, foreign, ran) if cands or foreign else ([], "", set())
     # a method the step called on the object that ran no torch op (`self.lru.touch(ids)`): its own
     # statement (`self.order.move_to_end(b)`) is the site, not the class's other mutating methods
@@ -91,7 +92,7 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     if foreign and calls:
         return calls, note
     shown = _implicit.accessor_sites(ctx, _between_steps.step_sites(
-        ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN]))
+        ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN], change))
     return shown[:3], ""
 
 
@@ -245,9 +246,10 @@ def python_state_changes(ctx):
         count = len(hits) / ctx.n_steps
         msg = _message(c)
         recs = [r for r in setattrs.get(f"{owner}\x00{attr}", ()) if r.stack]
-        if recs:
-            text, sev = _guarded(msg, recs[0].stack[-1][0].co_filename, recs[0].stack[-1][1])
-            out.append(ctx.finding("cpu-side-effect", recs[0], "setattr", count, text, severity=sev))
+        if recs:  # the step's last assignment left the value it ended with (`reset()` zeroing it came before)
+            rec = ([r for r in recs if r.step == s] or recs)[-1]
+            text, sev = _guarded(msg, rec.stack[-1][0].co_filename, rec.stack[-1][1])
+            out.append(ctx.finding("cpu-side-effect", rec, "setattr", count, text, severity=sev))
             continue
         if escaped_members(ctx, c) or _fresh_slots.rewritten_each_step(ctx, hits):  # the tensor detectors' own
             continue
@@ -311,7 +313,7 @@ def _message(change, site=None, note: str = "") -> str:
 def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
     """(message, severity): info when the statement sits on the side of an `if` a capture never runs
     (`if not torch.cuda.is_current_stream_capturing():`): bookkeeping of eager steps only."""
-    guard = _source.capture_guard(file, line) if file and line else None
+    guard = _capture_guards.capture_guard(file, line) if file and line else None
     if guard:
         return f"{msg}; skipped while a graph is captured (`{guard}`): it counts eager steps only", "info"
     return msg, None

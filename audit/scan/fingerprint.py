@@ -15,7 +15,7 @@ import mmap
 import queue
 import random
 import types
-from collections import deque
+from collections import OrderedDict, deque
 
 import torch
 
@@ -49,8 +49,9 @@ def members(v) -> list:
     builtin keeps: a library's subclass that overrides items() or __iter__ in Python (a lazy registry that
     imports a module per key, as an auto-class mapping does) is not run in the middle of a step, where it
     could raise, or import and register half a library."""
-    base = dict if isinstance(v, dict) else next(b for b in (list, tuple, deque) if isinstance(v, b))
-    name = "items" if base is dict else "__iter__"
+    base = (OrderedDict if isinstance(v, OrderedDict) else dict) if isinstance(v, dict) else \
+        next(b for b in (list, tuple, deque) if isinstance(v, b))  # an OrderedDict's order is its own (move_to_end)
+    name = "items" if isinstance(v, dict) else "__iter__"
     meth = getattr(type(v), name, None)
     return list(getattr(base, name)(v) if isinstance(meth, types.FunctionType) else getattr(v, name)())
 

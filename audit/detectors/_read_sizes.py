@@ -1,0 +1,107 @@
+"""Sizes read off a tensor whose shape already varies: downstream of a dynamic shape, not a new origin.
+
+PyG's `gcn_norm` drops self loops with `edge_index[:, mask]` (a data-dependent edge count), then makes the
+edge weights with `torch.ones((edge_index.size(1),), device=...)`. The factory takes no tensor, so its
+output shape varied with no varying input, and it read as a second origin: a dynamic-shape and a
+baked-host-value at a line whose only fix is the first one. A call is downstream when its statement reads a
+size (`t.size(d)`, `t.shape`, `t.numel()`, `len(t)`) and, in every audited step, each output size that
+changes equals one dimension (the same one each step) of an earlier call's output in that step whose shape
+varies too. Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
+reads no size, and stays a baked value where it enters. A value that comes in through a parameter is followed
+to the caller's statement that passed it (`gcn_norm(ei, w, x.size(0))` -> `torch.arange(0, N)` two calls down).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors._source import enclosing_function, tree
+
+_SIZE_CALLS = ("size", "numel", "dim")
+
+
+def _statement(filename: str, line: int):
+    t = tree(filename)
+    best = None
+    for n in ast.walk(t) if t is not None else ():
+        if isinstance(n, ast.stmt) and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                          ast.If, ast.For, ast.While, ast.With, ast.Try)) \
+                and n.lineno <= line <= (n.end_lineno or n.lineno):
+            best = n if best is None or n.lineno >= best.lineno else best
+    return best
+
+
+def _reads(node) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr == "shape":
+            return True
+        if isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS
+                                        or isinstance(n.func, ast.Name) and n.func.id == "len"):
+            return True
+    return False
+
+
+def _params(func) -> set:
+    a = getattr(func, "args", None)
+    return {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs)} if a is not None else set()
+
+
+def reads_size(frames) -> bool:
+    """The statement running in the innermost frame ((file, line) pairs, innermost first) reads a tensor's size
+    (`x.size(1)`, `x.shape[0]`, `x.numel()`, `len(x)`), itself or through a local its function binds from one
+    (`n = x.size(1)`, then `torch.ones(n)`); or the value comes in through a parameter (`N = f(num_nodes)`) and
+    the caller's statement passing it reads one (`gcn_norm(ei, w, x.size(0))`)."""
+    for filename, line in frames:
+        st = _statement(filename, line)
+        if st is None:
+            return False
+        expr = getattr(st, "value", None) or st
+        if _reads(expr):
+            return True
+        func = enclosing_function(filename, line)
+        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+        bound = [a.value for a in ast.walk(func) if isinstance(a, ast.Assign) and a.lineno < st.lineno
+                 and any(isinstance(t, ast.Name) and t.id in names for t in a.targets)] if func is not None else []
+        if any(_reads(v) for v in bound):
+            return True
+        names |= {n.id for v in bound for n in ast.walk(v) if isinstance(n, ast.Name)}
+        if not names & _params(func):
+            return False
+    return False
+
+
+def _varying_dims(recs) -> list[tuple[int, int]]:
+    """(output, dim) of the output sizes that change between the aligned calls."""
+    shapes = [tuple(tuple(m.shape) for m in r.outputs) for r in recs]
+    if len({tuple(len(s) for s in sh) for sh in shapes}) > 1:
+        return []
+    return [(k, d) for k in range(len(shapes[0])) for d in range(len(shapes[0][k]))
+            if len({sh[k][d] for sh in shapes}) > 1]
+
+
+def _before(r) -> int:
+    """Records before this index ran before the call: its own traced dispatch body (`body:<start>`) is the call."""
+    return int(r.note[5:]) if r.note.startswith("body:") else r.index
+
+
+def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
+    """The aligned calls `recs` (one per step) size their output from an earlier call's varying shape."""
+    r0 = recs[0]
+    if len({r.args for r in recs}) < 2:  # the size reaches the call as a Python value, or it is no read size
+        return False
+    if not r0.stack or not reads_size([(code.co_filename, line) for code, line in reversed(r0.stack)]):
+        return False
+    dims = _varying_dims(recs)
+    if not dims:
+        return False
+    mine = {r.step: r for r in recs}
+    for other in aligned.values():
+        if other is recs or len(other) != len(recs):
+            continue
+        theirs = {u.step: u for u in other}
+        if theirs.keys() != mine.keys() or any(theirs[s].index >= _before(mine[s]) for s in mine):
+            continue  # earlier in the step, and not inside this call's own traced body
+        for k, d in _varying_dims(other):
+            if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
+                return True
+    return False

@@ -250,7 +250,9 @@ def active(tracer):
         for owner, name, label in seed_hooks.SEEDERS:  # reseeding in the step, with the seed passed
             stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name), "seed",
                                                                    seed_hooks.seed_note(label))))
-        have_cuda = tracer.cuda  # a CPU scan stands in on a machine with CUDA too (what CI's CPU-only machines see)
+        # a CPU scan stands in on a machine with CUDA too (what CI's CPU-only machines see), as does a CUDA tracer on
+        # a torch without CUDA (the tests' plumbing checks)
+        have_cuda = tracer.cuda and torch.cuda.is_available()
         for owner, name, label in (*_sync_targets(have_cuda), *dist_hooks.waits()):  # dist: barrier, *_object
             orig = getattr(owner, name)
             stack.enter_context(patched(owner, name, _sync_wrapper(label, orig)))
@@ -280,7 +282,7 @@ def unaudited(tracer):
     """Around warmup steps: nothing is recorded, but on a CPU scan the stand-ins keep a step written for the
     GPU from raising. Warmup syncs give no finding: warmup exists for first-call
     work (compiling, allocating, a one-time synchronize), which a capture after it never sees."""
-    if tracer.cuda:
+    if tracer.cuda and torch.cuda.is_available():
         yield
         return
     with cpu_cuda.standing_in(tracer, patched):

@@ -45,7 +45,12 @@ def _fmt(v) -> str:
 
 
 def _show(values, limit: int = 4) -> str:
+    """The values step by step; a run of one value that fills the first `limit` steps (a bound that moves once
+    every few positions) is named once with its length, so the change itself is shown."""
     vals = [_fmt(v) for v in values]
+    run = next((i for i in range(1, len(vals)) if vals[i] != vals[0]), len(vals))
+    if run >= limit and run < len(vals):
+        vals = [f"{vals[0]} ({run} steps)"] + vals[run:]
     s = " -> ".join(vals[:limit])
     return s + (" -> ..." if len(vals) > limit else "")
 

@@ -9,9 +9,10 @@ the whole scan because the tracer keeps a weak reference to every storage it saw
 
 Persistent state (weights, caches: storages the target held before the previous step) read at a
 different call is normal when the steps ran different calls (another expert: that is
-data-dependent control, reported there). When two steps made exactly the same calls, the same
-call reading another persistent tensor is a host choice (double buffers alternated, an adapter
-picked by a Python index, buffers swapped by the step itself) and is reported too.
+data-dependent control, reported there). Where two steps made the same calls up to the read (they may part
+later: another expert picked), the same call reading another persistent tensor is a host choice (double
+buffers alternated, an adapter picked by a Python index, buffers swapped by the step itself, a window of a
+token buffer sliced at the new position, as a generate loop feeds `tokens[:, prev:cur]`) and is reported too.
 """
 
 from __future__ import annotations
@@ -46,6 +47,22 @@ def _mutates(r) -> bool:
     return getattr(getattr(r.func, "_schema", None), "is_mutable", True)
 
 
+def _aligned_calls(ctx) -> dict:
+    """step -> the call keys it ran before its op sequence first parted from the step before's: those calls
+    are the same call in both (a divergence later in the step, another expert picked by the data, cannot
+    have moved them), so a persistent tensor read there at another address was chosen on the host."""
+    out = {}
+    for s in ctx.complete:
+        if s > 0 and s - 1 in ctx.complete:
+            same = set()
+            for a, b in zip(ctx.sites(s - 1), ctx.sites(s)):
+                if a != b:
+                    break
+                same.add(b)
+            out[s] = same
+    return out
+
+
 @register("stale-input-pointer")
 def rebound_inputs(ctx):
     """An outside input's storage changes between steps: replay would read the captured one."""
@@ -54,13 +71,12 @@ def rebound_inputs(ctx):
         for k, v in _first_reads(ctx, s).items():
             per[k].append((s,) + v)
     held = ctx.trace.held
-    same_calls = {s for s in ctx.complete if s > 0 and s - 1 in ctx.complete
-                  and ctx.sites(s).keys() == ctx.sites(s - 1).keys()}
+    aligned = _aligned_calls(ctx)
     groups = defaultdict(list)
     for (key, j), reads3 in per.items():
         if len(reads3) < 2 or len({(m.sid, m.ptr) for _, _, m in reads3}) < 2:
             continue
-        if not any(s > 0 and (m.sid not in held[s - 1] or s in same_calls) for s, _, m in reads3):
+        if not any(s > 0 and (m.sid not in held[s - 1] or key in aligned.get(s, ())) for s, _, m in reads3):
             continue  # persistent storages read at a misaligned call, not a rebound input
         reads = [(r, m) for _, r, m in reads3]
         groups[ctx.where(reads[0][0])].append((j, reads))  # one finding per source line

@@ -7,9 +7,8 @@ earlier step, outside), plus the host reads that never reach the dispatcher on a
 innermost frame of user code and to the module path that was running.
 
 Hot path rule: no string formatting and no per-op allocation beyond the record itself; user-code
-classification is cached per code object. Every hook, patch and mode is installed per audited step
-and removed in `finally`, so prepare() and the caller run untouched, also when the step raises.
-"""
+classification is cached per code object. Hooks, patches and modes live per audited step (removed in
+`finally`): prepare() and the caller run untouched, also when the step raises."""
 
 from __future__ import annotations
 
@@ -29,14 +28,13 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import (branch_flags, class_state, compiled_frames, cpu_cuda, hooks, hops, layouts, loaded,
-                        module_hooks, state, threads, wrappers)
+from audit.scan import (branch_flags, class_state, compiled_frames, composites, cpu_cuda, hooks, hops, layouts,
+                        loaded, module_hooks, state, threads, wrappers)
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
 
 DIGEST_MAX = 1 << 16  # a host-built tensor up to this many values is compared by its data across steps
-
 __all__ = ["Tracer"]
 
 TENSOR = "<T>"  # placeholder for a tensor inside normalized arguments
@@ -44,6 +42,7 @@ _LIFT = {"lift_fresh", "lift_fresh_copy"}  # torch.tensor(data) inside the step:
 _ATOMS = (type(None), bool, int, str)
 _ATOMS_OBJ = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 _ATOM_TYPES = frozenset({type(None), bool, int, str, torch.dtype, torch.device, torch.layout, torch.memory_format})
+_OPNAMES: dict = {}  # OpOverload -> "aten.name"
 
 
 # ---------------------------------------------------------------------- the tracer
@@ -344,6 +343,9 @@ class _Mode(TorchDispatchMode):
         if hops.is_hop(func):
             return hops.run(self, func, args, kwargs)
         body = python_body(func, args, kwargs, self.tracer._roots, types)
+        if body is None and (whole := composites.parts(func, types)) is not None:  # handed over whole (inference mode)
+            with self:
+                return whole(*args, **(kwargs or {}))
         start = len(self.tracer._records)
         try:
             if body is not None:  # a custom op's Python body: its own ops are the step's ops too
@@ -358,9 +360,6 @@ class _Mode(TorchDispatchMode):
         if body is not None:  # the body's ops are records start.. of this step (detectors: body_of)
             self.tracer._records[-1].note = f"body:{start}"
         return out
-
-
-_OPNAMES: dict = {}
 
 
 def _host_scalars(tensors: list, inputs: tuple) -> tuple:

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from site_util import install_library, marked_line, module_target, table, write_target
+from site_util import blocking, install_library, marked_line, module_target, table, write_target
 
 LIB = """
 import torch
@@ -76,14 +76,7 @@ def test_a_forwarded_op_is_reported_once_at_the_wrapper_call(tmp_path, monkeypat
     mod, lib = install_library(tmp_path, monkeypatch, LIB.format(extra=extra), prefix="edges")
     path, site = write_target(tmp_path / "target" / "edges_target.py", TARGET, mod=mod, seed=random.randrange(2**31),
                               d=random.choice([6, 8]), e=random.choice([12, 16]))
-    import sys
-
-    import audit
-
-    try:
-        bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     call, forward = marked_line(lib, "# LIBSITE"), marked_line(lib, "# FORWARD")
     for category in ("host-sync", "dynamic-shape"):
         rows = bad[bad.category == category]

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from site_util import install_library, marked_line, table, write_target
+from site_util import blocking, install_library, marked_line, table, write_target
 
 LIB = """
 import torch
@@ -77,14 +77,7 @@ def test_a_factory_sized_from_a_varying_tensor_is_downstream(tmp_path, monkeypat
     mod, lib = install_library(tmp_path, monkeypatch, source, prefix="graphs")
     path, site = write_target(tmp_path / "target" / "graph_target.py", TARGET, mod=mod, seed=random.randrange(2**31),
                               n=random.choice([8, 12]), e=random.choice([16, 24]))
-    import sys
-
-    import audit
-
-    try:
-        bad = audit.scan(f"{path}:make", device="cpu").blocking()
-    finally:
-        sys.modules.pop(mod, None)
+    bad = blocking(path, forget=mod)
     origin, factory = marked_line(lib, "# ORIGIN"), marked_line(lib, "# FACTORY")
     shapes = bad[bad.category == "dynamic-shape"]
     assert origin in set(shapes.line) and (shapes.caller_line == site).all(), table(bad)

@@ -54,7 +54,7 @@ FORMS = {
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_composite_forms(tmp_path, mode, form):
     expr, op = FORMS[form]
-    path, site = write_target(tmp_path / f"{form}.py", TEMPLATE, seed=random.randrange(2**31), mode=mode, expr=expr,
+    path, site = write_target(tmp_path / f"composite_{form}.py", TEMPLATE, seed=random.randrange(2**31), mode=mode, expr=expr,
                               n=random.choice([6, 8, 12]), k=random.choice([2, 3, 4]), scale=random.choice([2.0, 3.0]))
     bad = blocking(path)
     syncs = at(bad, "host-sync", site)

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 
 def forwarded(ctx) -> set:
-    """(step, index) of the records that a traced subclass dispatch ran as the same op as its own call."""
-    out = set()
+    """(step, index) of the records that a traced subclass dispatch ran as the same op as its own call
+    (computed once per scan: two rules ask)."""
+    if (cached := ctx.__dict__.get("_forwarded")) is not None:
+        return cached
+    out = ctx.__dict__["_forwarded"] = set()
     for step, recs in enumerate(ctx.steps):
         for r in recs:
             if not r.note.startswith("body:"):

@@ -22,7 +22,7 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN, members
 from audit.scan.fingerprint import fp as fingerprint
-from audit.scan import script_state, subclass_state, threads
+from audit.scan import script_state, subclass_state, threads, value_objects
 from audit.scan.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
@@ -170,7 +170,10 @@ def _attrs(obj):
         if k in _SKIP_ATTRS or "hooks" in k or isinstance(v, (nn.Module, types.FunctionType, types.MethodType)) \
                 or threads.scheduling_state(obj, k):
             continue
-        yield k, fingerprint(v)
+        if _is_user_object(v) and not isinstance(v, functools.partial):  # a copy-on-write state object
+            yield k, ("obj", type(v).__name__, id(v), value_objects.content(v, _instance_items(v), fingerprint))
+        else:
+            yield k, fingerprint(v)
         if isinstance(v, torch.Tensor):  # Python attributes set on a tensor (`cache.filled += 1`)
             yield from ((f"{k}.{a}", fp) for a, fp in _plain_dict(v))
 
@@ -364,7 +367,7 @@ def diff(before: dict, after: dict) -> list[StateChange]:
         if len(key) > 2 and (key not in before or key not in after):
             continue  # a function made or dropped by the step: its cells did not change (the container did)
         a, b = before.get(key, "<unset>"), after.get(key, "<unset>")
-        if a != b:
+        if a != b and not value_objects.same_value(a, b):
             out.append(StateChange(key[0], key[1], a, b))
     return sorted(out, key=lambda c: (c.owner, c.attr))
 

@@ -29,6 +29,7 @@ def content(obj, items, fingerprint):
 
 
 def same_value(a, b) -> bool:
-    """Two fingerprints of a user object (`("obj", class, id, contents)`) of one class with equal, known contents."""
+    """Two fingerprints of a user object (`("obj", class, id, contents)`) of one class: the same object (a change
+    of its own attributes is reported at their paths, not here), or another one with equal, known contents."""
     return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 4 and a[0] == b[0] == "obj"
-            and a[1] == b[1] and a[3] is not None and a[3] == b[3])
+            and a[1] == b[1] and (a[2] == b[2] or (a[3] is not None and a[3] == b[3])))

@@ -20,6 +20,7 @@ from collections import defaultdict
 
 from audit.detectors import _host_only, _read_sizes, _source, register
 from audit.detectors._forwarded import forwarded
+from audit.detectors._passed_index import passed_skipped_index
 from audit.detectors._host import advanced, host_tensors
 
 
@@ -117,7 +118,10 @@ def _skipped_iteration(ctx, recs) -> bool:
     is another iteration in another step. data-dependent-control reports the conditional, the cause;
     once it is gone every step runs every iteration with the same index."""
     code_line = recs[0].stack[-1] if recs[0].stack else None
-    return code_line is not None and _source.skipped_loop_index(code_line[0].co_filename, code_line[1])
+    if code_line is None:
+        return False
+    # the index may also reach the line as a helper's parameter (`forward_one(e, x)` reading `w1[e]`)
+    return _source.skipped_loop_index(code_line[0].co_filename, code_line[1]) or passed_skipped_index(recs[0].stack)
 
 
 def _body_of(r) -> list:

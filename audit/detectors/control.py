@@ -16,7 +16,7 @@ from difflib import SequenceMatcher
 
 from torch import nn
 
-from audit.detectors import _control_source, _source, register
+from audit.detectors import _control_source, _other_instance, _source, register
 from audit.detectors._element_guards import element_guard
 
 
@@ -194,6 +194,9 @@ def locate(ctx, p, a, b, q=None, nxt=None):
         return found
     if (a is None) != (b is None) and (found := _next_instance(ctx, p, a or b)):
         return found
+    if (a is None) != (b is None) and nxt is not None and _other_instance.same_lines(a or b, nxt) \
+            and (found := _other_instance.chose_instance(_module_call_frame(ctx, a or b, nxt))):
+        return found  # the other step went on with the same code on another expert: the caller chose
     if a is not None and b is not None and (found := _parted_inside(a, b)):
         return found
     if a is None or b is None or not _same_path(a, b):  # the same path: another module ran (below)

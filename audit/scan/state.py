@@ -171,7 +171,7 @@ def _attrs(obj):
                 or threads.scheduling_state(obj, k):
             continue
         if _is_user_object(v) and not isinstance(v, functools.partial):  # a copy-on-write state object
-            yield k, ("obj", type(v).__name__, id(v), value_objects.content(v, _instance_items(v), fingerprint))
+            yield k, value_objects.snapshot(v, _instance_items(v), fingerprint)
         else:
             yield k, fingerprint(v)
         if isinstance(v, torch.Tensor):  # Python attributes set on a tensor (`cache.filled += 1`)
@@ -368,7 +368,7 @@ def diff(before: dict, after: dict) -> list[StateChange]:
             continue  # a function made or dropped by the step: its cells did not change (the container did)
         a, b = before.get(key, "<unset>"), after.get(key, "<unset>")
         if a != b and not value_objects.same_value(a, b):
-            out.append(StateChange(key[0], key[1], a, b))
+            out.append(StateChange(key[0], key[1], value_objects.plain(a), value_objects.plain(b)))
     return sorted(out, key=lambda c: (c.owner, c.attr))
 
 

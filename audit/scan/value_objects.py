@@ -12,24 +12,36 @@ differ (`self.state = State(pos=self.state.pos + 1)`) stays a change.
 
 from __future__ import annotations
 
-__all__ = ["content", "same_value"]
+__all__ = ["plain", "same_value", "snapshot"]
 
 _MAX_ITEMS = 64  # larger objects are compared by identity only
 
 
-def content(obj, items, fingerprint):
-    """A comparable digest of a user object's attributes (`items`: its (name, value) pairs), fingerprinted one
-    level deep (nested user objects by identity); None when it has too many to read cheaply."""
-    if len(items) > _MAX_ITEMS:
-        return None
-    try:
-        return tuple((k, fingerprint(v, 1)) for k, v in items)
-    except Exception:  # noqa: BLE001 - an attribute whose reading raised: identity only
-        return None
+def snapshot(obj, items, fingerprint) -> tuple:
+    """("obj", class, identity, contents, fingerprint): `items` are its (name, value) pairs, fingerprinted one level
+    deep (nested user objects by identity), None when there are too many to read cheaply; `fingerprint(obj)` is
+    what the object's own state says (a host RNG's position, a queue's length), compared when it is not rebound."""
+    contents = None
+    if len(items) <= _MAX_ITEMS:
+        try:
+            contents = tuple((k, fingerprint(v, 1)) for k, v in items)
+        except Exception:  # noqa: BLE001 - an attribute whose reading raised: identity only
+            contents = None
+    return ("obj", type(obj).__name__, id(obj), contents, fingerprint(obj))
 
 
 def same_value(a, b) -> bool:
-    """Two fingerprints of a user object (`("obj", class, id, contents)`) of one class: the same object (a change
-    of its own attributes is reported at their paths, not here), or another one with equal, known contents."""
-    return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 4 and a[0] == b[0] == "obj"
-            and a[1] == b[1] and (a[2] == b[2] or (a[3] is not None and a[3] == b[3])))
+    """Two snapshots of an attribute holding a user object that are no change: the same object whose own
+    fingerprint held (a change of its attributes is reported at their paths, not here), or another object of
+    the same class with equal, known contents (a copy-on-write rebind)."""
+    if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 5 and a[0] == b[0] == "obj"
+            and a[1] == b[1]):
+        return False
+    if a[2] == b[2]:
+        return a[4] == b[4]
+    return a[3] is not None and a[3] == b[3]
+
+
+def plain(v):
+    """The object's own fingerprint for a snapshot made here (what a reported change describes), else `v`."""
+    return v[4] if isinstance(v, tuple) and len(v) == 5 and v[0] == "obj" else v

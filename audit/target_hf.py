@@ -5,10 +5,12 @@ access, ever: the hub is switched offline before transformers is imported, every
 local_files_only, and no remote code runs. A folder without weights gets seeded random ones
 (`from_config` under torch.manual_seed(seed)), so a config is enough to audit an architecture.
 
-The decode step is the one `generate` runs between two tokens (transformers 5's `_sample`):
+The decode step is the one `generate` runs between two tokens (transformers 5's `_sample`), with the
+inputs the installed generate prepares before its loop: its `position_ids`, the all-ones mask dropped
+where it drops it, and the model's own cache where generate hands it none (`generation_inputs`):
 - prepare(i), host side, not audited (generate runs it outside its compiled forward too): append
-  the previous token to the ids, `_update_model_kwargs_for_generation` (the 2D attention mask
-  grows by one), `prepare_inputs_for_generation`, then stage every tensor input (each tensor of a
+  the previous token to the ids, `_update_model_kwargs_for_generation` (the position ids and any 2D
+  attention mask grow by one), `prepare_inputs_for_generation`, then stage every tensor input (each tensor of a
   dict input too: the per-layer-type masks) into a static buffer with copy_ when its shape has not
   changed, as any graph runner does with its inputs;
 - step(), audited: `model(**model_inputs, return_dict=True)` and the greedy next token, written
@@ -144,6 +146,36 @@ def cache_kwarg(model) -> str:
     return "past_key_values"
 
 
+def _takes_default_cache(model) -> bool:
+    """Whether generate hands this model a DynamicCache / StaticCache (not one that keeps its own: MiniMax,
+    RWKV, xLSTM, Reformer, XLNet), as the installed generate decides it."""
+    ask = getattr(model, "_supports_default_dynamic_cache", None)
+    return True if ask is None else bool(ask())
+
+
+def generation_inputs(model, input_ids, model_kwargs: dict) -> None:
+    """What the installed generate adds to the model kwargs before its first forward, in its order:
+    - position ids from the 2D mask, when the forward takes them (later steps extend them by one, in
+      `_update_model_kwargs_for_generation`), so a model's `position_ids is None` fallback (positions from
+      the cache's length, a Python int for a sliding-window layer) is not what the step runs;
+    - then, in versions that do it (transformers 5.2x: `GenerationConfig._mask_length`), the all-ones 2D
+      mask dropped: no padding, the model builds its causal mask itself."""
+    from transformers import GenerationConfig
+
+    cfg = model.config
+    encdec = bool(getattr(cfg, "is_encoder_decoder", False))
+    params = inspect.signature(model.forward).parameters
+    prepare = getattr(model, "_prepare_position_ids_for_generation", None)
+    if prepare is not None and "position_ids" in params and not encdec and model_kwargs.get("position_ids") is None:
+        model_kwargs["position_ids"] = prepare(input_ids, model_kwargs)
+    flash_static = "flash" in str(getattr(cfg, "_attn_implementation", "") or "") and \
+        type(model_kwargs.get("cache", model_kwargs.get("past_key_values"))).__name__ == "StaticCache"
+    mask = model_kwargs.get("attention_mask")
+    if ("_mask_length" in getattr(GenerationConfig, "__annotations__", {}) and not encdec and "attention_mask" in params
+            and not flash_static and mask is not None and bool((mask == 1).all())):
+        model_kwargs["attention_mask"] = None
+
+
 class _Outputs(dict):
     """The part of a forward's output that `_update_model_kwargs_for_generation` reads (the cache),
     readable as a mapping and as attributes, whichever this transformers version does."""
@@ -174,20 +206,33 @@ class HFDecode:
         if vocab < 2:
             raise AuditError(f"--target {spec!r}: the config has no vocab_size")
         self.max_cache_len = prompt_len + max_new_tokens + 1
-        if cache == "static":
-            self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_cache_len)
+        cache_cfg = self.model.config.get_text_config(decoder=True) \
+            if hasattr(self.model.config, "get_text_config") else self.model.config
+        own_cache = not _takes_default_cache(self.model)
+        if own_cache and cache == "static":
+            raise AuditError(f"--target {spec!r}: {type(self.model).__name__} keeps a cache of its own, which "
+                             "generate does not replace: --cache static does not apply (use --cache dynamic)")
+        if own_cache:
+            self.cache = None  # the model makes its own in the prefill, as under generate
+        elif cache == "static":
+            self.cache = StaticCache(config=cache_cfg, max_cache_len=self.max_cache_len)
         else:
-            self.cache = DynamicCache(config=self.model.config)
+            self.cache = DynamicCache(config=cache_cfg)
         gen = torch.Generator().manual_seed(seed)
         self.input_ids = torch.randint(0, vocab, (batch, prompt_len), generator=gen).to(self.device)
         self.cache_key = cache_kwarg(self.model)
-        self.model_kwargs = {self.cache_key: self.cache, "use_cache": True,
+        self.model_kwargs = {"use_cache": True,
                              "attention_mask": torch.ones(batch, prompt_len, dtype=torch.long, device=self.device)}
+        if self.cache is not None:
+            self.model_kwargs[self.cache_key] = self.cache
+        generation_inputs(self.model, self.input_ids, self.model_kwargs)
         self.buffers: dict = {}
         with torch.no_grad():  # the prefill, as generate's _prefill: the whole prompt at once
             inputs = self.model.prepare_inputs_for_generation(self.input_ids, is_first_iteration=True,
                                                               **self.model_kwargs)
             out = self.model(**inputs, return_dict=True)
+        if self.cache is None:
+            self.cache = next((out[k] for k in (self.cache_key, *CACHE_NAMES) if out.get(k) is not None), None)
         self.next = out.logits[:, -1].argmax(-1)   # written in place by every step
         self.inputs: dict = {}
 

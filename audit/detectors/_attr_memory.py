@@ -12,12 +12,16 @@ from __future__ import annotations
 import ast
 
 from audit.detectors._mutations import _field_factory, _host_computed, _host_factory
+from audit.detectors._host_names import bound_values
 from audit.detectors._source import tree
 
 
-def host_memory(filename: str, call) -> str | None:
+def host_memory(filename: str, call, _depth: int = 0) -> str | None:
     """"pinned" / "pageable" for an expression that makes a host tensor, else None; a conditional expression
     makes what both its arms make ("pageable" when they differ only in a pin flag the source cannot settle)."""
+    if isinstance(call, ast.Name) and _depth < 4:  # `inv = 1.0 / (base ** (torch.arange(...) / d))`, then `self.f = inv`
+        kinds = {host_memory(filename, v, _depth + 1) for v in bound_values(filename, call) or [None]}
+        return None if None in kinds else "pinned" if kinds == {"pinned"} else "pageable"
     if isinstance(call, ast.IfExp):
         arms = {host_memory(filename, call.body), host_memory(filename, call.orelse)}
         return None if None in arms else "pinned" if arms == {"pinned"} else "pageable"

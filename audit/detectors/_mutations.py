@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from audit.detectors import _scopes
+from audit.detectors import _host_names, _scopes
 from audit.detectors._factories import follows_default
 from audit.detectors._source import _FUNC, HOST_FACTORIES, _on_cpu, tree
 from audit.detectors._targets import written
@@ -313,19 +313,22 @@ _SAME_DEVICE = frozenset({"float", "double", "half", "bfloat16", "long", "int", 
                           "share_memory_", "zero_", "fill_", "normal_", "uniform_"})  # in place: same memory
 
 
-def _host_computed(filename: str, node) -> bool:
+def _host_computed(filename: str, node, _depth: int = 0) -> bool:
     """Host factories combined only with constants and ops that keep the device (arithmetic, a cast):
     the result stays in host memory. A name, an attribute or `.to(...)` could bring a device in: no."""
     if _host_factory(filename, node) or isinstance(node, ast.Constant):
         return True
+    if isinstance(node, ast.Name) and _depth < 4:  # a module-level number, a local bound to a host computation
+        vals = _host_names.bound_values(filename, node)
+        return bool(vals) and all(_host_computed(filename, v, _depth + 1) for v in vals)
     if isinstance(node, ast.UnaryOp):
-        return _host_computed(filename, node.operand)
+        return _host_computed(filename, node.operand, _depth)
     if isinstance(node, ast.BinOp):
         sides = (node.left, node.right)
-        return all(_host_computed(filename, x) for x in sides) and not all(isinstance(x, ast.Constant) for x in sides)
+        return all(_host_computed(filename, x, _depth) for x in sides) and not all(isinstance(x, ast.Constant) for x in sides)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _SAME_DEVICE:
         args = list(node.args) + [k.value for k in node.keywords]
-        return _host_computed(filename, node.func.value) and all(
+        return _host_computed(filename, node.func.value, _depth) and all(
             isinstance(a, ast.Constant) or (isinstance(a, ast.Attribute) and getattr(a.value, "id", "") == "torch")
             for a in args)  # `.view(2, 3)`, `.to`-free casts; `torch.float32` as an argument
     return False

@@ -19,6 +19,7 @@ from audit.detectors import _capture_guards, _inside_torch, _source, register
 from audit.detectors._forwarded import forwarded
 from audit.scan.hooks import NON_BLOCKING
 from audit.detectors._moved_host import reads_of_copies
+from audit.detectors._guarded_copies import reads_after_guarded_copies
 from audit.detectors._host import (computes_on_host, from_device, host_born, host_derived, host_factories,
                                    host_tensors, in_place_updates, kept_on_host, pinned_host)
 
@@ -293,6 +294,7 @@ def host_reads(ctx):
     out = []
     to_host = _to_host(ctx)
     copies = reads_of_copies(ctx)  # `ids = t.cpu()` then `int(ids[0])`: host memory, the copy was the wait
+    copies |= reads_after_guarded_copies(ctx)  # `if x.is_cuda: x = x.cpu()` skipped here, then `x.numpy()`
     recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r) and (r.note != "cpu?" or id(r) in to_host)
             and not (r.kind == "host" and (kept_on_host(ctx, r) or id(r) in copies))]
     for (file, line, op), group in ctx.per_site(recs).items():

@@ -160,7 +160,7 @@ def generation_inputs(model, input_ids, model_kwargs: dict) -> None:
       the cache's length, a Python int for a sliding-window layer) is not what the step runs;
     - then, in versions that do it (transformers 5.2x: `GenerationConfig._mask_length`), the all-ones 2D
       mask dropped: no padding, the model builds its causal mask itself."""
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig, StaticCache
 
     cfg = model.config
     encdec = bool(getattr(cfg, "is_encoder_decoder", False))
@@ -169,7 +169,7 @@ def generation_inputs(model, input_ids, model_kwargs: dict) -> None:
     if prepare is not None and "position_ids" in params and not encdec and model_kwargs.get("position_ids") is None:
         model_kwargs["position_ids"] = prepare(input_ids, model_kwargs)
     flash_static = "flash" in str(getattr(cfg, "_attn_implementation", "") or "") and \
-        type(model_kwargs.get("cache", model_kwargs.get("past_key_values"))).__name__ == "StaticCache"
+        any(isinstance(model_kwargs.get(k), StaticCache) for k in CACHE_NAMES)
     mask = model_kwargs.get("attention_mask")
     if ("_mask_length" in getattr(GenerationConfig, "__annotations__", {}) and not encdec and "attention_mask" in params
             and not flash_static and mask is not None and bool((mask == 1).all())):

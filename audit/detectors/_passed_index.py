@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _source
+from audit.detectors import _scopes, _source
 
 
 def _names(node) -> set:
@@ -24,6 +24,10 @@ def _read_at(func, line: int) -> set:
     """Names read on `line` inside `func` (not the ones assigned there)."""
     return {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and n.lineno == line
             and isinstance(n.ctx, ast.Load)}
+
+
+def _own_params(func) -> set:
+    return _scopes._params(func) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
 
 
 def _params(func) -> list:
@@ -59,12 +63,6 @@ def _passed(caller_file: str, caller_line: int, callee, name: str) -> set | None
                 names |= _names(kw.value)
         found = (found or set()) | names
     return found
-
-
-def _own_params(func) -> set:
-    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return set()
-    return set(_params(func)) | {p.arg for p in func.args.kwonlyargs}
 
 
 def passed_skipped_index(stack) -> bool:

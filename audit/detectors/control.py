@@ -337,15 +337,23 @@ def _switched(e) -> bool:
 def _elided_slice(tag, ra, rb, i1, i2, j1, j2) -> bool:
     """torch dispatches nothing for a full-range slice (`x[:n]` with n == x.size(0) is x itself), so a
     statement slicing by a bound that varies (`self.out[: len(drafts)] = ...`) runs aten.slice in some
-    steps and not in others. When the only extra ops are such slices, made by the very statement
-    (same frames) whose next op both steps ran, no branch chose anything: the varying bound is
-    baked-host-value / dynamic-shape, reported there."""
+    steps and not in others; and `out[idx] = v` flattens a value of one leading row (`aten.view`) only when
+    the index picks one row. When the only extra ops are such slices or views, made by the very statement
+    (same frames) whose next op both steps ran (for a view: on inputs of other shapes), no branch chose
+    anything: the varying bound or length is baked-host-value / dynamic-shape, reported there."""
     if tag not in ("insert", "delete"):
         return False
-    extra, rest = (ra[i1:i2], ra[i2:]) if tag == "delete" else (rb[j1:j2], rb[j2:])
-    if not extra or not rest or any(r.op != "aten.slice" for r in extra):
+    extra, rest, other = (ra[i1:i2], ra[i2:], rb[j1:]) if tag == "delete" else (rb[j1:j2], rb[j2:], ra[i1:])
+    if not extra or not rest or any(r.op not in _SHAPE_ELIDED for r in extra) or \
+            not all(r.stack == rest[0].stack for r in extra):
         return False
-    return all(r.stack == rest[0].stack for r in extra)
+    if all(r.op == "aten.slice" for r in extra):
+        return True
+    return bool(other) and other[0].op == rest[0].op and other[0].stack == rest[0].stack and \
+        [m.shape for m in other[0].inputs] != [m.shape for m in rest[0].inputs]
+
+
+_SHAPE_ELIDED = ("aten.slice", "aten.view", "aten.squeeze", "aten.unsqueeze", "aten.alias")
 
 
 def _fold_loops_into_guards(hits: dict) -> None:

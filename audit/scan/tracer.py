@@ -168,6 +168,7 @@ class Tracer:
         idx = len(self._records)
         if func._opname in _LIFT and tensors:  # torch.tensor(data) in the step: host data baked into it
             norm = ("value", self._small_values(tensors[0]))
+            in_step = (False,) * len(inputs)  # the constructor's own copy, never an op's (even at a reused address)
             self.trace.born.setdefault(inputs[0].sid, (self._step, idx))
         outs: list = []
         if out is not None:

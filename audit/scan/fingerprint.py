@@ -19,6 +19,8 @@ from collections import OrderedDict, deque
 
 import torch
 
+from audit.scan.key_text import key_text
+
 __all__ = ["PLAIN", "PRIMS", "fp", "members"]
 
 PRIMS = (type(None), bool, int, float, complex, str, bytes)
@@ -81,9 +83,9 @@ def _fp(v, depth: int = 0):
         pairs = members(v)
         if depth >= _MAX_DEPTH or len(pairs) > _MAX_ELEMS:
             return ("dict", len(pairs), _digest(pairs))
-        return ("dict", len(pairs), tuple((repr(k), fp(x, depth + 1)) for k, x in pairs))
+        return ("dict", len(pairs), tuple((key_text(k), fp(x, depth + 1)) for k, x in pairs))
     if isinstance(v, (set, frozenset)):
-        shown = sorted(repr(x) for x in list(v)[:_MAX_ELEMS])
+        shown = sorted(key_text(x) for x in list(v)[:_MAX_ELEMS])
         return (type(v).__name__, len(v), tuple(shown) if len(v) <= _MAX_ELEMS else hash(tuple(shown)))
     if isinstance(v, array.array):  # vLLM keeps token ids in array('l')
         return ("array", v.typecode, len(v), hash(v.tobytes()))
@@ -126,7 +128,7 @@ _MAX_ARRAY_BYTES = 64 << 20
 def _digest(items: list) -> int:
     """A hash of a container's members (members()) too many or too deep to keep one by one."""
     try:
-        return hash(tuple(repr(x) if not isinstance(x, torch.Tensor) else "<tensor>" for x in items))
+        return hash(tuple(key_text(x) if not isinstance(x, torch.Tensor) else "<tensor>" for x in items))
     except Exception:  # noqa: BLE001 - an unhashable or unprintable member: fall back to the size
         return len(items)
 

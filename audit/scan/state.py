@@ -23,6 +23,7 @@ from torch import nn
 from audit.scan.fingerprint import PLAIN, members
 from audit.scan.fingerprint import fp as fingerprint
 from audit.scan import script_state, subclass_state, threads, value_objects
+from audit.scan.observer_caches import is_observer_cache
 from audit.scan.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
@@ -267,7 +268,8 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
             snap.update(_function_state(fn))
     for name, mod in modules:
         for k, v in list(vars(mod).items()):
-            if k.startswith("__") or isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType)):
+            if k.startswith("__") or isinstance(v, (types.ModuleType, type, types.BuiltinFunctionType)) \
+                    or is_observer_cache(v):  # linecache.cache under a library's name: the auditor fills it
                 continue
             if isinstance(v, types.FunctionType):  # a decorated function's `nonlocal` counters, its attributes
                 snap.update(_function_state(v))

@@ -1,0 +1,26 @@
+"""Caches of the interpreter that the auditor fills itself while a step runs: never the step's state.
+
+The tracer reads source (`linecache.getlines`) to place findings and to read branches, and `inspect` keeps
+maps of files to modules as it is asked; each read adds to these tables in the middle of a step. A library
+that binds one of them as a module global (beartype's `linecache_cache = linecache.cache`) then looked like
+state the step changed: a cpu-side-effect at the library's line, made by the auditor. These tables hold what
+the interpreter would re-derive (the text of a file, a module's file); a replay that skips adding to them
+computes the same thing, so a module global bound to one of them is not snapshotted.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import re
+
+__all__ = ["is_observer_cache"]
+
+_CACHES = {id(c) for c in (linecache.cache, getattr(inspect, "modulesbyfile", None),
+                           getattr(inspect, "_filesbymodname", None), getattr(re, "_cache", None),
+                           getattr(re, "_cache2", None)) if isinstance(c, dict)}
+
+
+def is_observer_cache(v) -> bool:
+    """v is one of the interpreter's own lookup caches (by identity), which the auditor's reads fill."""
+    return id(v) in _CACHES and isinstance(v, dict)

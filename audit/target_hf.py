@@ -1,4 +1,5 @@
-"""`hf:DIR` targets: a Hugging Face transformers causal LM from a local folder, decoded as `generate` does.
+"""`hf:DIR` targets: a Hugging Face transformers causal LM or encoder-decoder generator (T5, BART, Whisper) from
+a local folder, decoded as `generate` does (an encoder-decoder's encoder once, before the steps).
 
 DIR is a model folder (config.json, and weights if it has any) or a config.json itself. No network
 access, ever: the hub is switched offline before transformers is imported, every load is
@@ -77,10 +78,10 @@ def _config_file(spec: str, where: str) -> tuple[Path, Path]:
 
 
 def load_config(spec: str, where: str):
-    """The transformers config of DIR (or of a config.json), checked to be a known causal LM."""
+    """The transformers config of DIR (or of a config.json), checked to be a known causal LM or
+    encoder-decoder (text or speech) generator."""
     transformers = _import_transformers(spec)
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     cfg_path, folder = _config_file(spec, where)
     try:
@@ -95,15 +96,37 @@ def load_config(spec: str, where: str):
     if mtype not in CONFIG_MAPPING:
         raise AuditError(f"--target {spec!r}: unknown architecture {mtype!r}: transformers "
                          f"{transformers.__version__} has no such model_type (remote code is never run)")
-    if mtype not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise AuditError(f"--target {spec!r}: {mtype!r} is not a causal language model in transformers "
-                         f"{transformers.__version__} (hf: targets decode with AutoModelForCausalLM)")
+    if not any(mtype in names for names in _generators().values()):
+        raise AuditError(f"--target {spec!r}: {mtype!r} is not a causal language model or an encoder-decoder "
+                         f"generator in transformers {transformers.__version__} (hf: targets decode with "
+                         f"{', '.join(_generators())})")
     try:
         cfg = CONFIG_MAPPING[mtype].from_dict(data)
     except Exception as e:  # noqa: BLE001 - a bad config is the user's one-line error
         raise AuditError(f"--target {spec!r}: {cfg_path}: transformers rejects the config "
                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
     return cfg, folder
+
+
+def _generators() -> dict:
+    """The auto classes that generate with, by name -> the model types each covers."""
+    from transformers.models.auto import modeling_auto as auto
+
+    return {"AutoModelForCausalLM": auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+            "AutoModelForSeq2SeqLM": auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+            "AutoModelForSpeechSeq2Seq": auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES}
+
+
+def _auto_class(cfg):
+    """The class generate would run this config with: an encoder-decoder config (BART's, T5's, Whisper's) as
+    the encoder-decoder generator, even where transformers also has a decoder-only class for it
+    (`BartForCausalLM`); any other as a causal LM."""
+    import transformers
+
+    found = [name for name, names in _generators().items() if cfg.model_type in names]
+    encdec = [n for n in found if n != "AutoModelForCausalLM"]
+    pick = encdec[0] if encdec and (getattr(cfg, "is_encoder_decoder", False) or len(found) == 1) else found[0]
+    return getattr(transformers, pick)
 
 
 def _has_weights(folder: Path) -> bool:
@@ -113,16 +136,14 @@ def _has_weights(folder: Path) -> bool:
 def load_model(spec: str, where: str, device: str, seed: int = 0):
     """(model in eval mode on `device`, config, whether the weights are random)."""
     cfg, folder = load_config(spec, where)
-    from transformers import AutoModelForCausalLM
-
+    auto = _auto_class(cfg)
     random = not _has_weights(folder)
     try:
         if random:
             torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(cfg)
+            model = auto.from_config(cfg)
         else:
-            model = AutoModelForCausalLM.from_pretrained(folder, config=cfg, local_files_only=True,
-                                                         trust_remote_code=False)
+            model = auto.from_pretrained(folder, config=cfg, local_files_only=True, trust_remote_code=False)
     except AuditError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -176,6 +197,45 @@ def generation_inputs(model, input_ids, model_kwargs: dict) -> None:
         model_kwargs["attention_mask"] = None
 
 
+def encoder_decoder_inputs(model, prompt, model_kwargs: dict, cache: str, cache_cfg, self_cache, gen):
+    """What generate sets up for an encoder-decoder model before its loop -> (cache, decoder ids): the encoder
+    run once on the prompt (token ids, or random features for a speech encoder) and its outputs kept in the
+    model kwargs for every decoder step (not audited: no step repeats it); an EncoderDecoderCache of the
+    self-attention cache asked for and a cross-attention cache of the same kind (a static one sized to the
+    encoder's output, as generate sizes it); the decoder ids the decoder start token."""
+    from transformers import DynamicCache, EncoderDecoderCache, StaticCache
+
+    batch, main = prompt.shape[0], model.main_input_name
+    if main == "input_ids":
+        enc_in = {"input_ids": prompt, "attention_mask": model_kwargs["attention_mask"]}
+    else:
+        enc_in = {main: _features(model, main, batch, gen).to(prompt.device)}
+        model_kwargs.pop("attention_mask")
+    with torch.no_grad():
+        enc = model.get_encoder()(**enc_in, return_dict=True)
+    model_kwargs["encoder_outputs"] = enc
+    cross = StaticCache(config=cache_cfg, max_cache_len=enc[0].shape[1]) if cache == "static" \
+        else DynamicCache(config=cache_cfg)
+    gc, cfg = model.generation_config, model.config  # generate's order: the start token, else the bos token
+    start = next((t for t in (gc.decoder_start_token_id, getattr(cfg, "decoder_start_token_id", None), gc.bos_token_id,
+                              getattr(cfg, "bos_token_id", None)) if t is not None), None)
+    if start is None:
+        raise AuditError(f"{type(model).__name__}: the config names no decoder_start_token_id")
+    start = start[0] if isinstance(start, (list, tuple)) else int(start)
+    return EncoderDecoderCache(self_cache, cross), torch.full((batch, 1), start, dtype=torch.long,
+                                                              device=prompt.device)
+
+
+def _features(model, main: str, batch: int, gen) -> torch.Tensor:
+    """Random log-mel features of the one length a Whisper-style encoder takes (two frames a position)."""
+    cfg = model.config
+    mels, positions = getattr(cfg, "num_mel_bins", None), getattr(cfg, "max_source_positions", None)
+    if main != "input_features" or not mels or not positions:
+        raise AuditError(f"{type(model).__name__} encodes `{main}`: hf: targets build token ids or log-mel "
+                         "features (num_mel_bins, max_source_positions) only")
+    return torch.randn(batch, mels, 2 * positions, generator=gen).to(model.dtype)
+
+
 class _Outputs(dict):
     """The part of a forward's output that `_update_model_kwargs_for_generation` reads (the cache),
     readable as a mapping and as attributes, whichever this transformers version does."""
@@ -223,6 +283,11 @@ class HFDecode:
         self.cache_key = cache_kwarg(self.model)
         self.model_kwargs = {"use_cache": True,
                              "attention_mask": torch.ones(batch, prompt_len, dtype=torch.long, device=self.device)}
+        self.encdec = bool(getattr(self.model.config, "is_encoder_decoder", False))
+        self.prompt_ids = self.input_ids  # what was prefilled (an encoder-decoder: what the encoder read)
+        if self.encdec:  # from here on input_ids are the decoder's
+            self.cache, self.input_ids = encoder_decoder_inputs(self.model, self.input_ids, self.model_kwargs, cache,
+                                                                cache_cfg, self.cache, gen)
         if self.cache is not None:
             self.model_kwargs[self.cache_key] = self.cache
         generation_inputs(self.model, self.input_ids, self.model_kwargs)
@@ -240,7 +305,8 @@ class HFDecode:
         """Host-side bookkeeping between two forwards, as in generate's loop; inputs staged in place."""
         self.input_ids = torch.cat([self.input_ids, self.next[:, None].to(self.input_ids.dtype)], dim=-1)
         self.model_kwargs = self.model._update_model_kwargs_for_generation(_Outputs({self.cache_key: self.cache}),
-                                                                            self.model_kwargs)
+                                                                            self.model_kwargs,
+                                                                            is_encoder_decoder=self.encdec)
         inputs = self.model.prepare_inputs_for_generation(self.input_ids, next_sequence_length=1,
                                                           **self.model_kwargs)
         self.inputs = {k: self._stage(k, v) for k, v in inputs.items()}
@@ -251,7 +317,8 @@ class HFDecode:
         tensors (the per-layer-type masks `prepare_inputs_for_generation` builds for models with
         `layer_types`: Qwen3, Gemma2 ...) is staged entry by entry, as a graph runner flattens it."""
         if isinstance(v, dict):
-            return {k: self._stage(f"{key}.{k}", x) for k, x in v.items()}
+            staged = {k: self._stage(f"{key}.{k}", x) for k, x in v.items()}
+            return staged if type(v) is dict else type(v)(**staged)  # encoder_outputs keeps its ModelOutput type
         if not isinstance(v, torch.Tensor):
             return v
         buf = self.buffers.get(key)

@@ -93,3 +93,14 @@ def test_an_encoder_decoder_config_decodes_with_its_generator(tmp_path):
     cfg = transformers.BartConfig(vocab_size=64, d_model=16)
     assert _auto_class(cfg) is transformers.AutoModelForSeq2SeqLM  # not BartForCausalLM
     assert _auto_class(transformers.LlamaConfig()) is transformers.AutoModelForCausalLM
+
+
+def test_bisect_bisects_the_decoder_blocks_that_run_in_the_step(tmp_path):
+    """The encoder's blocks ran before the step and each decoder block holds a list of sublayers: the layers
+    to capture one by one are the decoder's blocks."""
+    from audit.capture.pool import _absolute_target
+    from audit.capture.worker import Worker
+
+    d = _t5(tmp_path / "t5", random.randrange(2**31))
+    info = Worker({"target": _absolute_target(f"hf:{d}"), "device": "cpu", "options": {"cache": "static"}}).start()
+    assert info["layers"] == ["model.decoder.block.0", "model.decoder.block.1"]

@@ -114,8 +114,9 @@ def find_layers(obj, root: str | None = None, called: set | None = None) -> tupl
     """(path of the layer list, paths of its layers).
 
     root: an explicit module whose children are the layers (--root). Otherwise the ModuleList
-    whose children ran in the step (`called`: ids of modules that ran), then the one holding most
-    parameters, then the one with the most submodules (a wrapper list around the same blocks).
+    whose children that ran in the step (`called`: ids of modules that ran) hold the most modules (a
+    decoder's blocks, not the sublayers inside one block, nor an encoder that ran before the step; a wrapper
+    list around the same blocks), then the most parameters, the most children that ran, and so on.
     """
     if root:
         mod = resolve_module(obj, root)
@@ -125,8 +126,9 @@ def find_layers(obj, root: str | None = None, called: set | None = None) -> tupl
         if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) == 0:
             continue
         kids = list(m)
-        ran = sum(1 for c in kids if called is None or id(c) in called)
-        k = (ran, sum(_params(c) for c in kids), sum(1 for c in kids for _ in c.modules()), -path.count("."))
+        ran = [c for c in kids if called is None or id(c) in called]
+        k = (sum(1 for c in ran for _ in c.modules()), sum(_params(c) for c in ran), len(ran),
+             sum(_params(c) for c in kids), sum(1 for c in kids for _ in c.modules()), -path.count("."))
         if key is None or k > key:
             best, key = path, k
     if best is None:

@@ -13,7 +13,7 @@ import re
 import sys
 import types
 
-from audit.detectors import _hook_guards, _mutations, _source
+from audit.detectors import _hook_guards, _keyed_writes, _mutations, _source
 from audit.scan import class_state, loaded, module_hooks, state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
 
@@ -137,12 +137,14 @@ def tensor_slot_line(ctx, change, site, escaped) -> bool:
 
 def unchanged_slot_line(change, site) -> bool:
     """A site whose line writes a container element, named by a constant key, that the step left as it
-    was (`_STATE["enabled"] = prev` restored on exit, while `_STATE["iteration"]` advanced)."""
+    was (`_STATE["enabled"] = prev` restored on exit, while `_STATE["iteration"]` advanced), or writes only
+    inside such an element (`self.stats["max_err"][name] = e` while `stats["calls"]` counted on)."""
     glob = change.owner.startswith(("<module ", "<closure ")) and "." not in change.attr
     attr = change.attr.split(".")[-1]
     key = _mutations.subscript_key(site[0], site[1], attr, global_name=glob)
-    return key is not None and change.element_unchanged(key) and \
-        _mutations.stores_element(site[0], site[1], attr, key, glob)  # not `del x[0]`, which shifts the rest
+    return key is not None and change.element_unchanged(key) and (  # not `del x[0]`, which shifts the rest
+        _mutations.stores_element(site[0], site[1], attr, key, glob)
+        or _keyed_writes.writes_inside_element(site[0], site[1], attr, key, glob))
 
 
 def caller_of(ctx, site, step: int):

@@ -5,7 +5,8 @@ mode, so the ops inside (a `nonzero`, an allocation kept in state) would go unre
 runs that kernel itself, with the mode active, so its ops are recorded at the kernel's lines, with the
 target's call as caller. Two registrations have a Python kernel: `torch.library.custom_op` (found in
 torch's registry of them) and `torch.library.Library(...).impl(name, fn, key)` (found from where the
-dispatcher says the kernel was registered: a .py file). Torch's own ops and C++ kernels stay opaque.
+dispatcher says the kernel was registered: a .py file). Torch's own ops and C++ kernels stay opaque, except
+the Python decompositions torch registers as ops of their own (torch_decomps: `quantized_decomposed::*`).
 A tensor subclass's Python `__torch_dispatch__` (a quantized weight that dequantizes on every use) is such
 a body too: torch calls it below the mode, so the ops it runs on its inner tensors would go unrecorded.
 """
@@ -17,7 +18,7 @@ import re
 
 import torch
 
-from audit.scan import cpu_kernels
+from audit.scan import cpu_kernels, torch_decomps
 from audit.scan.user_code import HIDDEN, frame_kind
 
 _KERNEL = re.compile(r"^(\w+)(?:\[alias\])?: registered at (.+\.py):\d+", re.M)
@@ -43,7 +44,7 @@ def python_body(func, args, kwargs, roots: tuple[str, ...] = (), types=()):
         cpu_kernels.note_custom_op(name, fns, dev)  # a CPU-only kernel: what it traces a GPU never runs
         return fns.get(dev) or fns.get(None)
     dev = _device_type(args, kwargs)
-    if dev is None or not _python_kernel(name, roots):
+    if dev is None or not (_python_kernel(name, roots) or torch_decomps.is_torch_decomposition(name)):
         return None
     if dev == "cpu":
         cpu_kernels.note_library(name, torch._C._dispatch_dump(name))

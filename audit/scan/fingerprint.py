@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 
 import torch
 
-__all__ = ["PLAIN", "PRIMS", "fp", "members"]
+__all__ = ["PLAIN", "PRIMS", "fp", "key_repr", "members"]
 
 PRIMS = (type(None), bool, int, float, complex, str, bytes)
 PLAIN = PRIMS + (list, dict, set, deque, itertools.count, array.array, bytearray,  # values a snapshot fingerprints
@@ -81,9 +81,9 @@ def _fp(v, depth: int = 0):
         pairs = members(v)
         if depth >= _MAX_DEPTH or len(pairs) > _MAX_ELEMS:
             return ("dict", len(pairs), _digest(pairs))
-        return ("dict", len(pairs), tuple((repr(k), fp(x, depth + 1)) for k, x in pairs))
+        return ("dict", len(pairs), tuple((key_repr(k), fp(x, depth + 1)) for k, x in pairs))
     if isinstance(v, (set, frozenset)):
-        shown = sorted(repr(x) for x in list(v)[:_MAX_ELEMS])
+        shown = sorted(key_repr(x) for x in list(v)[:_MAX_ELEMS])
         return (type(v).__name__, len(v), tuple(shown) if len(v) <= _MAX_ELEMS else hash(tuple(shown)))
     if isinstance(v, array.array):  # vLLM keeps token ids in array('l')
         return ("array", v.typecode, len(v), hash(v.tobytes()))
@@ -126,9 +126,20 @@ _MAX_ARRAY_BYTES = 64 << 20
 def _digest(items: list) -> int:
     """A hash of a container's members (members()) too many or too deep to keep one by one."""
     try:
-        return hash(tuple(repr(x) if not isinstance(x, torch.Tensor) else "<tensor>" for x in items))
+        return hash(tuple("<tensor>" if isinstance(x, torch.Tensor) else key_repr(x) for x in items))
     except Exception:  # noqa: BLE001 - an unhashable or unprintable member: fall back to the size
         return len(items)
+
+
+def key_repr(k) -> str:
+    """A dict key or set member as a snapshot keeps it. A tensor key hashes by identity (an optimizer's
+    `state[p]`, keyed by parameters), so it is named by identity, not by its values: a parameter trained in
+    place is the same key. Members of a tuple key likewise."""
+    if isinstance(k, torch.Tensor):
+        return f"<{type(k).__name__} {list(k.shape)} {str(k.dtype).removeprefix('torch.')} #{id(k):x}>"
+    if isinstance(k, tuple) and any(isinstance(x, torch.Tensor) for x in k):
+        return "(" + ", ".join(key_repr(x) for x in k) + ")"
+    return repr(k)
 
 
 def _reduced_state(v):

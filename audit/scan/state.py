@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from audit.scan.fingerprint import PLAIN, members
+from audit.scan.fingerprint import PLAIN, key_repr, members
 from audit.scan.fingerprint import fp as fingerprint
-from audit.scan import script_state, subclass_state, threads, value_objects
+from audit.scan import script_state, subclass_state, threads, torch_state, value_objects
 from audit.scan.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
@@ -38,6 +38,8 @@ def _is_user_object(v) -> bool:
         return True
     t = type(v)
     mod = getattr(t, "__module__", "") or ""
+    if torch_state.is_training_state(v):  # an optimizer, an LR scheduler: its Python attributes are step state
+        return True
     return (hasattr(v, "__dict__") or bool(_slot_names(t))) and not isinstance(
         v, (type, types.ModuleType, types.FunctionType, types.MethodType)) and mod.split(".")[0] not in _FOREIGN
 
@@ -141,7 +143,7 @@ def tensor_attrs(objects: list[tuple[str, object]]):
             elif isinstance(v, (list, tuple)) and len(v) <= 4096:
                 yield from ((f"{pre}{name}[{i}]", x) for i, x in enumerate(v) if isinstance(x, torch.Tensor))
             elif isinstance(v, dict) and len(v) <= 4096:
-                yield from ((f"{pre}{name}[{k!r}]", x) for k, x in v.items() if isinstance(x, torch.Tensor))
+                yield from ((f"{pre}{name}[{key_repr(k)}]", x) for k, x in v.items() if isinstance(x, torch.Tensor))
 
 
 def storage_id(t: torch.Tensor) -> int:

@@ -17,7 +17,8 @@ from site_util import at, blocking, module_target, table, write_target
 IMPORTS = "import torch.ao.quantization.fx._decomposed  # noqa: F401\nqd = torch.ops.quantized_decomposed"
 
 SCALES = ["scale = (self.x.abs().amax() / {qmax}).clamp(min=1e-6)",
-          "scale, zp = qd.choose_qparams.tensor(self.x, {qmin}, {qmax}, 1e-5, torch.int8)\n        del zp"]
+          "scale, zp = qd.choose_qparams.tensor(self.x, {qmin}, {qmax}, 1e-5, torch.int8)\n"
+          "        scale = scale.float()  # choose_qparams gives float64\n        del zp"]
 DYNAMIC = ["q = qd.quantize_per_tensor.tensor(self.x, scale, torch.zeros((), dtype=torch.long), {qmin}, {qmax}, torch.int8)  # SITE\n"
            "        y = q.float() * scale",
            "q = torch.round(self.x / scale).clamp({qmin}, {qmax}).to(torch.int8)\n"

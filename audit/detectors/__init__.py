@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from audit.detectors import _capturable_flags
 from audit.detectors._cpu_only import cpu_side
 from audit.report.inventory import CATEGORIES, Finding
 from audit.scan.user_code import display_path
@@ -24,7 +25,7 @@ __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 FAMILIES = ("host_sync", "guarded_sync", "allocation", "control", "baked", "stale_pointer", "side_effect", "rng",
             "cross_device", "pageable_copy", "host_data", "streams", "settings", "global_rng", "staging_refill",
             "step_host_buffers", "scalar_args", "hook_registrations", "sparse_sizes", "nested_masks",
-            "host_clock", "cached_host", "runtime_syncs", "grouped_mm")
+            "host_clock", "cached_host", "runtime_syncs", "grouped_mm", "optimizer_capture")
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,8 @@ class Context:
         cfr = self.caller(caller) if caller is not None and not isinstance(caller, tuple) else caller
         cf, cl, cfn = (self.rel(cfr[0]), int(cfr[1]), cfr[2]) if cfr else ("", 0, "")
         if not self.cuda and category in _WHAT_THE_OP_DOES and not isinstance(at, tuple) and at is not None and \
-                (severity or CATEGORIES[category].severity) != "info" and (cpu := cpu_side(at.stack)):
+                (severity or CATEGORIES[category].severity) != "info" and \
+                (cpu := cpu_side(at.stack) or _capturable_flags.cpu_only(self, at)):
             severity = "info"  # traced on a side of a device test that a GPU does not take
             message += f"; on the CPU only: {cpu[1]} ({self.rel(cpu[0])}:{cpu[2]})"
         return Finding(category, severity or CATEGORIES[category].severity, file, int(line), fn,

@@ -11,7 +11,7 @@ import itertools
 
 import torch
 
-from audit.detectors import _attr_memory, _factories, _module_tensors, _mutations, _places, _source
+from audit.detectors import _attr_memory, _factories, _module_tensors, _mutations, _optimizer_steps, _places, _source
 from audit.scan import pinned
 
 
@@ -48,6 +48,7 @@ def host_tensors(ctx) -> dict[int, str]:
                 pageable_beside_device(obj, name, ctx):
             out[sid] = label
     out.update(_module_tensors.host_globals(ctx))  # `_DEFAULT_SPLITS = torch.tensor([8])` at module level
+    out.update(_optimizer_steps.host_steps(ctx))  # Adam's `state[p]["step"]` when neither capturable nor fused
     ctx._host_tensors = out
     return out
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from audit.detectors import _host_names, _scopes
+from audit.detectors import _host_names, _loop_aliases, _scopes
 from audit.detectors._factories import follows_default
 from audit.detectors._source import _FUNC, HOST_FACTORIES, _on_cpu, tree
 from audit.detectors._targets import written
@@ -93,7 +93,7 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
             continue
         aliases = set(params.get(id(func), ())) | {
             x.id for node in ast.walk(func) if isinstance(node, ast.Assign) and rooted(node.value) and _same_object(node.value)
-            for x in node.targets if isinstance(x, ast.Name)}
+            for x in node.targets if isinstance(x, ast.Name)} | _loop_aliases.element_names(func, rooted)
 
         def target(n) -> bool:
             if not global_name and isinstance(n, ast.Subscript) and _instance_dict(n.value):

@@ -20,7 +20,7 @@ from collections import defaultdict
 
 from audit.detectors import (_between_steps, _capture_guards, _constructors, _descriptors, _elements, _foreign_threads,
                              _fresh_slots, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks,
-                             _rebinds, _source, register)
+                             _co_holders, _rebinds, _source, register)
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -89,8 +89,8 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
                                             and frame_kind(f, ctx.trace.roots) != HIDDEN])
     if inside:
         return inside[:3], note if foreign else ""
-    if foreign and calls:
-        return calls, note
+    if foreign and calls:  # the object's own methods write nothing there: a co-holder's call (`sched.step()`)
+        return _co_holders.instead(ctx, change, calls, note, methods, ran)
     shown = _implicit.accessor_sites(ctx, _between_steps.step_sites(
         ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN], change))
     return shown[:3], ""

@@ -16,6 +16,8 @@ import os
 import sysconfig
 import types
 
+import torch
+
 __all__ = ["key_text"]
 
 _STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
@@ -23,7 +25,11 @@ _PRIMS = (type(None), bool, int, float, complex, str, bytes)
 
 
 def key_text(k, depth: int = 0) -> str:
-    """repr(k) where that runs no Python code outside the stdlib, else `<module.Type object at 0x...>`."""
+    """repr(k) where that runs no Python code outside the stdlib, else `<module.Type object at 0x...>`. A
+    tensor key hashes by identity (an optimizer's `state[p]`, keyed by parameters): it is named by identity
+    and shape, not by its values, so a parameter trained in place stays the same key."""
+    if isinstance(k, torch.Tensor):
+        return f"<{type(k).__name__} {list(k.shape)} {str(k.dtype).removeprefix('torch.')} #{id(k):x}>"
     if isinstance(k, _PRIMS) or isinstance(k, enum.Enum):
         return repr(k)
     if type(k) is tuple and depth < 4:

@@ -22,7 +22,8 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN, members
 from audit.scan.fingerprint import fp as fingerprint
-from audit.scan import script_state, subclass_state, threads, value_objects
+from audit.scan import script_state, subclass_state, threads, torch_state, value_objects
+from audit.scan.held_tensors import storage_id, tensor_attrs
 from audit.scan.observer_caches import is_observer_cache
 from audit.scan.loaded import loaded_modules
 
@@ -39,6 +40,8 @@ def _is_user_object(v) -> bool:
         return True
     t = type(v)
     mod = getattr(t, "__module__", "") or ""
+    if torch_state.is_training_state(v):  # an optimizer, an LR scheduler: its Python attributes are step state
+        return True
     return (hasattr(v, "__dict__") or bool(_slot_names(t))) and not isinstance(
         v, (type, types.ModuleType, types.FunctionType, types.MethodType)) and mod.split(".")[0] not in _FOREIGN
 
@@ -126,30 +129,6 @@ def module_names(objects: list[tuple[str, object]]) -> dict[int, str]:
         if isinstance(obj, nn.Module) and id(obj) not in names:
             names[id(obj)] = path or type(obj).__name__
     return names
-
-
-def tensor_attrs(objects: list[tuple[str, object]]):
-    """('owner.attr', tensor) for tensors the reachable objects hold right now: parameters,
-    buffers, tensor attributes and tensors in list/tuple/dict attributes (`extras[0]`)."""
-    for path, obj in objects:
-        pre = f"{path}." if path else ""
-        items = list(getattr(obj, "__dict__", {}).items())
-        if isinstance(obj, nn.Module):
-            items += list(obj._parameters.items()) + list(obj._buffers.items())
-        for name, v in items:
-            if isinstance(v, torch.Tensor):
-                yield pre + name, v
-            elif isinstance(v, (list, tuple)) and len(v) <= 4096:
-                yield from ((f"{pre}{name}[{i}]", x) for i, x in enumerate(v) if isinstance(x, torch.Tensor))
-            elif isinstance(v, dict) and len(v) <= 4096:
-                yield from ((f"{pre}{name}[{k!r}]", x) for k, x in v.items() if isinstance(x, torch.Tensor))
-
-
-def storage_id(t: torch.Tensor) -> int:
-    try:
-        return t.untyped_storage()._cdata
-    except Exception:  # noqa: BLE001 - no storage (sparse, meta, wrapper subclasses)
-        return 0
 
 
 # ---------------------------------------------------------------------- snapshots

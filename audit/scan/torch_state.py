@@ -1,0 +1,25 @@
+"""torch's own training-state objects, whose Python attributes are step state like a user object's.
+
+A training step captured whole runs `opt.step()` and `sched.step()`: an LR scheduler advances
+`last_epoch` and writes `group["lr"]`, an optimizer keeps its hyperparameters in `param_groups`.
+Those are plain Python values a replay never changes, yet they live in objects of torch's classes,
+which the state snapshot otherwise leaves alone (torch's modules hold no step state of the target's).
+"""
+
+from __future__ import annotations
+
+import types
+
+__all__ = ["is_training_state"]
+
+_MODULES = ("torch.optim.", "torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler")
+
+
+def is_training_state(v) -> bool:
+    """An instance of a class torch defines for training state: an optimizer, an LR scheduler, a
+    gradient scaler (user subclasses are user objects anyway)."""
+    mod = getattr(type(v), "__module__", "") or ""
+    return hasattr(v, "__dict__") and not isinstance(v, _NOT_STATE) and mod.startswith(_MODULES)
+
+
+_NOT_STATE = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType)

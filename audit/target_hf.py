@@ -197,7 +197,7 @@ def generation_inputs(model, input_ids, model_kwargs: dict) -> None:
         model_kwargs["attention_mask"] = None
 
 
-def encoder_decoder_inputs(model, prompt, model_kwargs: dict, cache: str, cache_cfg, self_cache, gen):
+def encoder_decoder_inputs(spec: str, model, prompt, model_kwargs: dict, cache: str, cache_cfg, self_cache, gen):
     """What generate sets up for an encoder-decoder model before its loop -> (cache, decoder ids): the encoder
     run once on the prompt (token ids, or random features for a speech encoder) and its outputs kept in the
     model kwargs for every decoder step (not audited: no step repeats it); an EncoderDecoderCache of the
@@ -209,7 +209,7 @@ def encoder_decoder_inputs(model, prompt, model_kwargs: dict, cache: str, cache_
     if main == "input_ids":
         enc_in = {"input_ids": prompt, "attention_mask": model_kwargs["attention_mask"]}
     else:
-        enc_in = {main: _features(model, main, batch, gen).to(prompt.device)}
+        enc_in = {main: _features(spec, model, main, batch, gen).to(prompt.device)}
         model_kwargs.pop("attention_mask")
     with torch.no_grad():
         enc = model.get_encoder()(**enc_in, return_dict=True)
@@ -220,19 +220,20 @@ def encoder_decoder_inputs(model, prompt, model_kwargs: dict, cache: str, cache_
     start = next((t for t in (gc.decoder_start_token_id, getattr(cfg, "decoder_start_token_id", None), gc.bos_token_id,
                               getattr(cfg, "bos_token_id", None)) if t is not None), None)
     if start is None:
-        raise AuditError(f"{type(model).__name__}: the config names no decoder_start_token_id")
+        raise AuditError(f"--target {spec!r}: the config names no decoder_start_token_id or bos_token_id, which "
+                         "generate starts an encoder-decoder's decoder with")
     start = start[0] if isinstance(start, (list, tuple)) else int(start)
     return EncoderDecoderCache(self_cache, cross), torch.full((batch, 1), start, dtype=torch.long,
                                                               device=prompt.device)
 
 
-def _features(model, main: str, batch: int, gen) -> torch.Tensor:
+def _features(spec: str, model, main: str, batch: int, gen) -> torch.Tensor:
     """Random log-mel features of the one length a Whisper-style encoder takes (two frames a position)."""
     cfg = model.config
     mels, positions = getattr(cfg, "num_mel_bins", None), getattr(cfg, "max_source_positions", None)
     if main != "input_features" or not mels or not positions:
-        raise AuditError(f"{type(model).__name__} encodes `{main}`: hf: targets build token ids or log-mel "
-                         "features (num_mel_bins, max_source_positions) only")
+        raise AuditError(f"--target {spec!r}: {type(model).__name__} encodes `{main}`: hf: targets build token ids "
+                         "or log-mel features (num_mel_bins, max_source_positions) only")
     return torch.randn(batch, mels, 2 * positions, generator=gen).to(model.dtype)
 
 
@@ -286,8 +287,8 @@ class HFDecode:
         self.encdec = bool(getattr(self.model.config, "is_encoder_decoder", False))
         self.prompt_ids = self.input_ids  # what was prefilled (an encoder-decoder: what the encoder read)
         if self.encdec:  # from here on input_ids are the decoder's
-            self.cache, self.input_ids = encoder_decoder_inputs(self.model, self.input_ids, self.model_kwargs, cache,
-                                                                cache_cfg, self.cache, gen)
+            self.cache, self.input_ids = encoder_decoder_inputs(spec, self.model, self.input_ids, self.model_kwargs,
+                                                                cache, cache_cfg, self.cache, gen)
         if self.cache is not None:
             self.model_kwargs[self.cache_key] = self.cache
         generation_inputs(self.model, self.input_ids, self.model_kwargs)

@@ -7,7 +7,9 @@ cache asked for. Tiny random configs built here; nothing downloaded.
 
 from __future__ import annotations
 
+import inspect
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -60,8 +62,6 @@ def test_the_encoder_runs_once_and_the_steps_decode_as_generate(tmp_path):
 
 def test_a_growing_self_attention_cache_is_named_in_transformers(tmp_path):
     from transformers.cache_utils import DynamicLayer
-    import inspect
-    import re
 
     d = _t5(tmp_path / "t5", random.randrange(2**31))
     inv = audit.scan(f"hf:{d}", device="cpu", steps=3)
@@ -104,3 +104,13 @@ def test_bisect_bisects_the_decoder_blocks_that_run_in_the_step(tmp_path):
     d = _t5(tmp_path / "t5", random.randrange(2**31))
     info = Worker({"target": _absolute_target(f"hf:{d}"), "device": "cpu", "options": {"cache": "static"}}).start()
     assert info["layers"] == ["model.decoder.block.0", "model.decoder.block.1"]
+
+
+def test_no_decoder_start_token_is_one_line(tmp_path):
+    from audit.errors import AuditError
+
+    d = tmp_path / "t5"
+    transformers.T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4).save_pretrained(d)
+    with pytest.raises(AuditError, match="names no decoder_start_token_id") as e:
+        audit.scan(f"hf:{d}", device="cpu", steps=2)
+    assert "\n" not in str(e.value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import os
 import sysconfig
 import types
@@ -45,6 +46,7 @@ def key_text(k, depth: int = 0) -> str:
     return f"<{t.__module__}.{t.__qualname__} object at {id(k):#x}>"
 
 
+@functools.lru_cache(maxsize=4096)
 def _safe_repr(t: type) -> bool:
     """The type's __repr__ is C code or a function of the stdlib (a namedtuple's, a type's, a function's)."""
     fn = getattr(t, "__repr__", None)

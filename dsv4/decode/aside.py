@@ -12,9 +12,13 @@ that input to a join just before their output is read:
 Custom ops, opaque to inductor, which keeps fusing around them:
 - a fork (`shared_expert_aside`, `compressor_aside`): the side stream waits for the current stream's
   work so far, then runs the piece with the same functions as the inline path (`linear_forward`,
-  `swiglu`, `kernels.compress_token`). A fork carries the `nondeterministic_seeded` tag, the one tag
-  inductor's post-grad locality pass leaves in place (random ops keep their order): that pass moves each
-  node down next to its consumers and sank the fork to the join, where nothing is left to overlap;
+  `swiglu`, `kernels.compress_token`). Inductor's post-grad locality pass moves a node down next to its
+  first consumer, and it sank a fork to the join, where nothing is left to overlap. A fork's outputs are
+  read through `getitem` nodes (a compressor's mutated state, the shared expert's one-element list),
+  which that pass never moves, so the fork stays next to them, where the step issues it; it also carries
+  the `nondeterministic_seeded` tag, which torch 2.13's pass leaves in place (random ops keep their
+  order) and torch 2.11's does not: there a shared expert fork returning a bare tensor landed below the
+  gate's GEMV, and returned in a list it stays above it (measured on the GPU machine's torch 2.11);
 - `join_aside`: the current stream waits for the side stream. It is declared as mutating the forked
   outputs, so every later read of them is ordered after the wait (inductor reinplaces it: no copy), and
   it takes the chain's own results (`after`), which the same pass would otherwise pull below it.
@@ -104,15 +108,15 @@ ORDERED = (torch.Tag.nondeterministic_seeded,)  # the fork stays where the step 
 
 @custom_op("dsv4::shared_expert_aside", mutates_args=(), tags=ORDERED)
 def shared_expert_aside(x: Tensor, w13: list[Tensor], w2: list[Tensor], fmt: str, quant: bool,
-                        limit: float, act: torch.dtype) -> Tensor:
-    """The shared expert of x -> fp32, run on the side stream of x's device."""
+                        limit: float, act: torch.dtype) -> list[Tensor]:
+    """[the shared expert of x -> fp32], run on the side stream of x's device (a list: module docstring)."""
     with _on_side(x.device):
-        return _expert(x, w13, w2, fmt, quant, limit, act)
+        return [_expert(x, w13, w2, fmt, quant, limit, act)]
 
 
 @shared_expert_aside.register_fake
 def _(x, w13, w2, fmt, quant, limit, act):
-    return x.new_empty((x.shape[0], w2[0].shape[0]), dtype=torch.float32)
+    return [x.new_empty((x.shape[0], w2[0].shape[0]), dtype=torch.float32)]
 
 
 @custom_op("dsv4::compressor_aside", mutates_args=("both", "out"), tags=ORDERED)
@@ -157,8 +161,8 @@ def shared_aside(expert: Expert | None, x: Tensor) -> tuple[Tensor, Tensor] | No
     w13 = (getattr(expert, "fused_rows", None) or {}).get("w1+w3") if expert is not None else None
     if w13 is None or not applies(x):
         return None
-    y = shared_expert_aside(x, _tensors(w13), _tensors(expert.w2), w13.fmt, w13.simulate_quant,
-                            float(expert.limit or 0), w13.act_dtype)
+    (y,) = shared_expert_aside(x, _tensors(w13), _tensors(expert.w2), w13.fmt, w13.simulate_quant,
+                               float(expert.limit or 0), w13.act_dtype)
     return y, x
 
 

@@ -20,6 +20,7 @@ from collections import defaultdict
 
 from audit.detectors import _host_only, _read_sizes, _source, register
 from audit.detectors._forwarded import forwarded
+from audit.detectors._indexed_reads import read_by_indexing
 from audit.detectors._passed_index import passed_skipped_index
 from audit.detectors._host import advanced, host_tensors
 
@@ -166,6 +167,8 @@ def varying_host_values(ctx):
             continue  # CPU work on host data that never reaches the device: no kernel takes the value
         if _read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # the value is a size read off a tensor whose shape varies: dynamic-shape's, upstream
+        if read_by_indexing(ctx, recs):
+            continue  # `x[i]`, i a 0-dim device tensor: torch read it (host-sync's finding) and selects with it
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
     changed = _changed(ctx)
     out = []

@@ -79,3 +79,58 @@ def test_the_probe_answer_is_read_not_assumed(tmp_path, monkeypatch):
         prepare="        self.b.cpu.copy_(torch.randint(0, 9, self.b.cpu.shape))")
     bad = blocking(path, forget=mod)
     clean_or_hit(bad, "hit", "pageable-copy", lib, path, site)
+
+
+OWN = """
+import torch
+
+
+class Runner:
+    def __init__(self, device):
+{flag}
+        self.ids_cpu = torch.zeros({n}, dtype=torch.long, pin_memory={arg})
+        self.ids = torch.zeros({n}, dtype=torch.long, device=device)
+        self.table = torch.randn({v}, {d}, device=device)
+        self.out = torch.zeros({n}, {d}, device=device)
+        self.mode = "{mode}"
+
+    def prepare(self, i):
+        self.ids_cpu.copy_(torch.randint(0, {v}, ({n},)))
+
+    @torch.no_grad()
+    def step(self):
+        self.ids.copy_(self.ids_cpu, non_blocking=True)  # SITE
+        self.out.copy_(self.table[self.ids] * 2.0)
+        return self.out
+
+
+def make(device):
+    return Runner(device)
+"""
+
+DEVICE_FLAGS = {
+    "device-type local": ("        on_gpu = torch.device(device).type == \"cuda\"", "on_gpu", "clean"),
+    "device string attribute": ("        self.pin = device != \"cpu\"", "self.pin", "clean"),
+    "tensor flag": ("        probe = torch.zeros(1, device=device)", "probe.is_cuda", "clean"),
+    "mode string": ("        self.mode = \"{mode}\"", "self.mode == \"pinned\"", "hit"),
+    "constant": ("        pin = False", "pin", "hit"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DEVICE_FLAGS))
+def test_a_device_test_flag_pins_as_a_gpu_would(tmp_path, kind):
+    """`pin_memory=on_gpu` with `on_gpu = torch.device(device).type == "cuda"`: False on a CPU scan only because
+    the scan runs on the CPU; a GPU pins the buffer and the non_blocking upload is a captured memcpy. A flag on
+    anything else (a mode string, a constant) stays the code's choice."""
+    from site_util import at, write_target
+
+    flag, arg, want = DEVICE_FLAGS[kind]
+    mode = random.choice(["eager", "compat", "pageable"])
+    path, site = write_target(tmp_path / f"pin_{random.randrange(10**6)}.py", OWN, flag=flag.format(mode=mode),
+                              arg=arg, n=random.randint(2, 7), v=random.randint(9, 40), d=random.randint(3, 12),
+                              mode=mode)
+    bad = blocking(path)
+    if want == "clean":
+        assert not len(bad), bad.to_string()
+    else:
+        assert len(at(bad, "pageable-copy", site)) == 1, bad.to_string()

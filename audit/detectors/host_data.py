@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from audit.detectors import (_attr_memory, _dataclass_fields, _factories, _helper_alloc, _host_moves, _mutations,
-                             _source, register)
+from audit.detectors import (_attr_memory, _dataclass_fields, _default_device, _factories, _helper_alloc, _host_moves,
+                             _mutations, _source, register)
 from audit.detectors._host import class_spans, cpu_attrs, host_tensors, moved_elsewhere
 from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories, sent_at
 from audit.detectors.host_sync import index_tensors
@@ -91,9 +91,10 @@ def _host_attrs(ctx) -> dict[int, str]:
     of a dict or list attribute (an offload hook's `{name: p.detach().to("cpu")}`)."""
     out = {sid: label for sid, label, name, obj, t in cpu_attrs(ctx)
            if not pinned.asked(t)  # asked to be pinned when made (`pin_memory=self.pin`): the source may not say
-           and (any(_attr_memory.host_factory_attr(f, name, span) == "pageable" or _host_moves.moved_to_host(f, name, span)
-                    for f, span in class_spans(type(obj))) or _dataclass_fields.field_memory(obj, name) == "pageable")
-           and not moved_elsewhere(obj, name)}
+           and (((any(_attr_memory.host_factory_attr(f, name, span) == "pageable" or _host_moves.moved_to_host(f, name, span)
+                      for f, span in class_spans(type(obj))) or _dataclass_fields.field_memory(obj, name) == "pageable")
+                 and not moved_elsewhere(obj, name))
+                or _default_device.defaulted_to_cpu(ctx, obj, name, class_spans(type(obj))))}  # device="cpu" default
     out.update({sid: label for sid, label, name, obj, _ in _host_moves.members(ctx)
                 if any(_host_moves.moved_to_host(f, name, span) for f, span in class_spans(type(obj)))})
     out.update(_helper_alloc.host_buffers(ctx))  # `self.cpu_cache = self._allocate(n, "cpu")`

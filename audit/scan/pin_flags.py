@@ -8,7 +8,9 @@ like a pageable-copy. While the target is built (audit.scan.pinned's stand-in), 
 flag has the flag's expression followed back from the calling frame: through parameters to the caller's
 argument, through a local or `self.x` to its assignment, a few hops at most. A flag computed by a call (the
 probe) counts as pinned; one that is a constant or comes from a constant (`SeqLens(n, pinned=False)`) is the
-code's choice, and stays pageable.
+code's choice, and stays pageable. A device test that holds on a GPU is a probe too (`pin = torch.device(device).type
+== "cuda"`, `device != "cpu"`, `x.is_cuda`): it is False only because the scan runs on the CPU, and a GPU pins the
+buffer; not when the device it reads is itself a constant (`alloc(n, "cpu")`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,21 @@ from audit.scan.frame_source import function_of, tree
 __all__ = ["probed"]
 
 _SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))  # torch's and the audit's frames
+def _gpu_test(expr):
+    """For a device test that holds on a GPU (`x.is_cuda`, `dev.type == "cuda"`, `torch.device(device).type ==
+    "cuda"`, `device != "cpu"`): the expression it reads the device from; None for anything else (`device ==
+    "cpu"` holds on the CPU, and a flag anded with it is the code's own choice)."""
+    if isinstance(expr, ast.Attribute):
+        return expr.value if expr.attr == "is_cuda" else None
+    if not (isinstance(expr, ast.Compare) and len(expr.ops) == 1):
+        return None
+    sides, op = [expr.left, expr.comparators[0]], expr.ops[0]
+    kind = [s.value.split(":")[0] if isinstance(s, ast.Constant) and isinstance(s.value, str) else None for s in sides]
+    if (kind[0] is None) == (kind[1] is None):
+        return None
+    other, name = (sides[1], kind[0]) if kind[0] else (sides[0], kind[1])
+    holds = (isinstance(op, (ast.Eq, ast.Is)) and name == "cuda") or (isinstance(op, (ast.NotEq, ast.IsNot)) and name == "cpu")
+    return other if holds and not isinstance(other, ast.Constant) else None
 
 
 def _function(frame):
@@ -87,6 +104,8 @@ def _origin(expr, frame, hops: int) -> str:
         return "constant"
     if isinstance(expr, ast.Call):
         return "probe"
+    if (read := _gpu_test(expr)) is not None:  # False only because the scan runs on the CPU, unless set so
+        return "constant" if _origin(read, frame, hops - 1) == "constant" else "probe"
     if isinstance(expr, (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.IfExp)):
         parts = [_origin(e, frame, hops) for e in ast.iter_child_nodes(expr) if isinstance(e, ast.expr)]
         return "probe" if "probe" in parts else "constant" if parts and all(p == "constant" for p in parts) else "unknown"

@@ -7,12 +7,18 @@ freezes: it is the device value itself, and the host-sync's fix (a `[1]`-shaped 
 both. So is an int the line reads itself and uses at once (`buf[: int(n.item())]`). A baked-host-value there
 would repeat the host-sync with a fix that does not apply (the value already lives in a device tensor).
 
+A read of a tensor that lives in host memory on a GPU too (a host counter `self.pos = torch.tensor(0)`, what
+the step computed from host data: `_host.kept_on_host`) waits for nothing and is no host-sync: its value is a
+host value a capture freezes, and baked-host-value reports it.
+
 The values come from the read's 0-dim input where the scan saw it (a CPU tensor: `host_scalars`); where it
 did not (a device tensor on a CUDA scan), a read of a 0-dim integer tensor at the same line right before the
 op stands for it.
 """
 
 from __future__ import annotations
+
+from audit.detectors._host import kept_on_host
 
 __all__ = ["read_back_on_line"]
 
@@ -37,8 +43,8 @@ def _reads_before(ctx, r) -> list:
         p = recs[j]
         if p.frame != r.frame:
             break
-        if p.op == _READ and p.inputs and not p.inputs[0].shape:  # nested too: inside `Tensor.__index__`
-            out.append(p)
+        if p.op == _READ and p.inputs and not p.inputs[0].shape and not kept_on_host(ctx, p):
+            out.append(p)  # nested too: inside `Tensor.__index__`
     return out
 
 

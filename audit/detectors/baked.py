@@ -20,7 +20,6 @@ from collections import defaultdict
 
 from audit.detectors import _host_only, _read_sizes, _read_values, _source, register
 from audit.detectors._forwarded import forwarded
-from audit.detectors._indexed_reads import read_by_indexing
 from audit.detectors._passed_index import passed_skipped_index
 from audit.detectors._host import advanced, host_tensors
 
@@ -167,8 +166,6 @@ def varying_host_values(ctx):
             continue  # CPU work on host data that never reaches the device: no kernel takes the value
         if _read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # the value is a size read off a tensor whose shape varies: dynamic-shape's, upstream
-        if read_by_indexing(ctx, recs):
-            continue  # `x[i]`, i a 0-dim device tensor: torch read it (host-sync's finding) and selects with it
         if _read_values.read_back_on_line(ctx, recs):
             continue  # torch (or the line) read it back from a 0-dim device tensor: the host-sync's (_read_values)
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)

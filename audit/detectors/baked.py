@@ -19,6 +19,7 @@ import math
 from collections import defaultdict
 
 from audit.detectors import _host_only, _read_sizes, _source, register
+from audit.detectors._device_read_args import read_for_ops
 from audit.detectors._forwarded import forwarded
 from audit.detectors._passed_index import passed_skipped_index
 from audit.detectors._host import advanced, host_tensors
@@ -166,6 +167,8 @@ def varying_host_values(ctx):
             continue  # CPU work on host data that never reaches the device: no kernel takes the value
         if _read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # the value is a size read off a tensor whose shape varies: dynamic-shape's, upstream
+        if read_for_ops(ctx, recs):
+            continue  # `x[:, i]` with a 0-dim device index: torch read it for the op, the host-sync's finding
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
     changed = _changed(ctx)
     out = []

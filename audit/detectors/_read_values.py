@@ -4,8 +4,10 @@ Indexing with a 0-dim integer device tensor (`self.cos[self.pos]`, `buf[lo:hi]` 
 torch read the index back (`_local_scalar_dense`, the host-sync finding at that line) and pass the Python int
 on to `select` / `slice`. That int changes as the position advances, yet it is no host value a capture
 freezes: it is the device value itself, and the host-sync's fix (a `[1]`-shaped index, `index_select`) removes
-both. So is an int the line reads itself and uses at once (`buf[: int(n.item())]`). A baked-host-value there
-would repeat the host-sync with a fix that does not apply (the value already lives in a device tensor).
+both. A baked-host-value there would repeat the host-sync with a fix that does not apply (the code already
+passes a device tensor). An int the code reads itself (`int(t)`, `t.item()`, even on the same line) is its own
+Python value and stays a baked-host-value beside its read; so does Python's `__index__` of a slice bound
+count as torch's read (`x[:, :n]`, n a 0-dim tensor: the bound's dynamic-shape stands).
 
 A read of a tensor that lives in host memory on a GPU too (a host counter `self.pos = torch.tensor(0)`, what
 the step computed from host data: `_host.kept_on_host`) waits for nothing and is no host-sync: its value is a
@@ -33,6 +35,14 @@ def _changing(recs) -> list[int]:
     return [i for i in range(len(args[0])) if len({repr(a[i]) for a in args}) > 1]
 
 
+def _by_torch(recs, j: int) -> bool:
+    """recs[j], a read, is one torch made for the op: its indexing's own (dispatched from C++, not nested in a
+    host call) or Python's `__index__` of a tensor slice bound; not an `int(t)` / `.item()` the code wrote."""
+    if not recs[j].nested:
+        return True
+    return j > 0 and recs[j - 1].kind == "host" and recs[j - 1].op == "Tensor.__index__"
+
+
 def _reads_before(ctx, r) -> list:
     """The device reads made at r's line in r's step before r, nearest first, up to the previous op of
     another line."""
@@ -43,8 +53,8 @@ def _reads_before(ctx, r) -> list:
         p = recs[j]
         if p.frame != r.frame:
             break
-        if p.op == _READ and p.inputs and not p.inputs[0].shape and not kept_on_host(ctx, p):
-            out.append(p)  # nested too: inside `Tensor.__index__`
+        if p.op == _READ and p.inputs and not p.inputs[0].shape and not kept_on_host(ctx, p) and _by_torch(recs, j):
+            out.append(p)
     return out
 
 

@@ -167,7 +167,7 @@ def varying_host_values(ctx):
         if _read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # the value is a size read off a tensor whose shape varies: dynamic-shape's, upstream
         if _read_values.read_back_on_line(ctx, recs):
-            continue  # torch (or the line) read it back from a 0-dim device tensor: the host-sync's (_read_values)
+            continue  # torch read it back from a 0-dim device tensor for the op: the host-sync's (_read_values)
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
     changed = _changed(ctx)
     out = []

@@ -47,9 +47,10 @@ def _reads_before(ctx, r) -> list:
     """The device reads made at r's line in r's step before r, nearest first, up to the previous op of
     another line."""
     out, recs = [], ctx.steps[r.step]
-    if r.frame is None:
+    at = r.index if r.index < len(recs) and recs[r.index] is r else next((k for k, q in enumerate(recs) if q is r), None)
+    if r.frame is None or at is None:
         return out
-    for j in range(r.index - 1, -1, -1):
+    for j in range(at - 1, -1, -1):
         p = recs[j]
         if p.frame != r.frame:
             break

@@ -25,6 +25,8 @@ from audit.scan.frame_source import function_of, tree
 __all__ = ["probed"]
 
 _SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))  # torch's and the audit's frames
+
+
 def _gpu_test(expr):
     """For a device test that holds on a GPU (`x.is_cuda`, `dev.type == "cuda"`, `torch.device(device).type ==
     "cuda"`, `device != "cpu"`): the expression it reads the device from; None for anything else (`device ==

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from audit.detectors import _capturable_flags
 from audit.detectors._cpu_only import cpu_side
 from audit.report.inventory import CATEGORIES, Finding
-from audit.scan.user_code import display_path
+from audit.scan.user_code import OWN, display_path
 
 __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 
@@ -79,6 +79,13 @@ class Context:
         self.n_steps = max(len(trace.steps), 1)
         self._sites: dict[int, dict] = {}
         self._rel: dict[str, str] = {}
+        self._own: list[str] | None = None
+
+    def own_files(self) -> list[str]:
+        """The target's own source files whose code ran (sorted): where its constructions and stores are read."""
+        if self._own is None:
+            self._own = sorted({c.co_filename for c, kind in self.trace.codes.values() if kind == OWN})
+        return self._own
 
     # ------------------------------------------------------------ call sites
     def ops(self, step: int):

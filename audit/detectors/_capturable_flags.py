@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _scopes, _source
-from audit.scan.user_code import OWN
 
 __all__ = ["cpu_only", "gpu_capturable"]
 
@@ -32,7 +31,7 @@ def gpu_capturable(ctx, opt) -> tuple[str, str, int] | None:
     if ctx.cuda or any(g.get("capturable") for g in opt.param_groups):
         return None
     name, hits = type(opt).__name__, []
-    for file in sorted({c.co_filename for c, kind in ctx.trace.codes.values() if kind == OWN}):
+    for file in ctx.own_files():
         tree = _source.tree(file)
         for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)) if tree is not None else ():
             if _func_name(call) == name:

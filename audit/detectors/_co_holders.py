@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 
 from audit.detectors import _mutations
-from audit.scan.user_code import OWN
 
 __all__ = ["instead"]
 
@@ -57,7 +56,7 @@ def instead(ctx, change, calls: list, note: str, methods: set, ran: set) -> tupl
     attr = change.attr.split(".")[-1]
     if obj is None or not methods or any(_writes(type(obj), m, attr) is not False for m in methods):
         return calls, note
-    files = sorted({c.co_filename for c, kind in ctx.trace.codes.values() if kind == OWN})  # the target's own
+    files = ctx.own_files()
     hits = [((f, fn) in ran, f, line, fn, m, h) for h in _holders(ctx, obj, set(files)) for f in files
             for line, fn, m in _mutations.method_calls(f, h) if fn not in ("__init__", "prepare")]
     best = [x for x in hits if x[0]]

@@ -17,7 +17,6 @@ import ast
 import functools
 
 from audit.detectors._source import tree
-from audit.scan.user_code import OWN
 
 __all__ = ["defaulted_to_cpu"]
 
@@ -90,7 +89,7 @@ def defaulted_to_cpu(ctx, obj, attr: str, spans) -> bool:
         return False
     cls = type(obj).__name__
     calls = []
-    for file in sorted({c.co_filename for c, kind in ctx.trace.codes.values() if kind == OWN}):
+    for file in ctx.own_files():
         t = tree(file)
         calls += [n for n in ast.walk(t) if isinstance(n, ast.Call)
                   and getattr(n.func, "id", getattr(n.func, "attr", None)) == cls] if t is not None else []

@@ -14,7 +14,6 @@ import torch
 
 from audit.detectors import _scopes
 from audit.detectors._source import tree
-from audit.scan.user_code import OWN
 
 
 @functools.lru_cache(maxsize=512)
@@ -52,6 +51,6 @@ def unplaced(ctx, obj, name: str) -> bool:
     (`self.t = torch.tensor(t)` in a temperature processor) stays where torch's default put it, host memory."""
     if isinstance(obj, torch.nn.Module) or obj is ctx.trace.objects[0][1]:
         return False
-    own = {c.co_filename for c, kind in ctx.trace.codes.values() if kind == OWN}
+    own = ctx.own_files()
     return not any(isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.ctx, ast.Store)
                    for f in own for n in ast.walk(tree(f) or ast.Module(body=[], type_ignores=[])))

@@ -136,20 +136,45 @@ def alias_sites(originals) -> list:
     if not originals:
         return []
     out = []
+    if len(_ALIAS_SEEN) > 16:  # the sets of originals are few and fixed; keep no stale modules alive
+        _ALIAS_SEEN.clear()
+    seen = _ALIAS_SEEN.setdefault(frozenset(originals), {})
     for mname, mod in list(sys.modules.items()):
         if mod is None or mname.partition(".")[0] in ("torch", "audit"):
             continue
         d = getattr(mod, "__dict__", None)
         if not isinstance(d, dict):
             continue
-        for name, v in list(d.items()):
-            hit = originals.get(id(v))
-            if hit is not None and hit[0] is v:
-                out.append((mod, name, hit[1]))
-            elif isinstance(v, functools.partial) and (hit := originals.get(id(v.func))) is not None \
-                    and hit[0] is v.func:  # `_bcast = partial(dist.broadcast_object_list, src=0)`: the same binding
-                out.append((mod, name, functools.partial(hit[1], *v.args, **v.keywords)))
+        known = seen.get(mname)
+        if known is None or known[0] is not mod or known[1] != len(d):
+            known = seen[mname] = (mod, len(d), _bound_originals(d, originals))
+        for name, v in known[2]:
+            if d.get(name) is not v:
+                continue
+            if isinstance(v, functools.partial):  # `_bcast = partial(dist.broadcast_object_list, src=0)`
+                out.append((mod, name, functools.partial(originals[id(v.func)][1], *v.args, **v.keywords)))
+            else:
+                out.append((mod, name, originals[id(v)][1]))
     return out
+
+
+# Walking every module's globals each step is most of a small scan's time once a large library is
+# imported, so each module's bindings are remembered per set of originals until its globals change in
+# number (an import adds names; our own patches rebind and restore without adding any).
+_ALIAS_SEEN: dict = {}
+
+
+def _bound_originals(d: dict, originals) -> list:
+    """The (name, value) pairs of module globals d that hold an original, or a partial of one."""
+    hits = []
+    for name, v in list(d.items()):
+        hit = originals.get(id(v))
+        if hit is not None and hit[0] is v:
+            hits.append((name, v))
+        elif isinstance(v, functools.partial) and (hit := originals.get(id(v.func))) is not None \
+                and hit[0] is v.func:
+            hits.append((name, v))
+    return hits
 
 
 class _NoNVTX:

@@ -22,7 +22,7 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN, members
 from audit.scan.fingerprint import fp as fingerprint
-from audit.scan import script_state, subclass_state, threads, torch_state, value_objects
+from audit.scan import script_state, subclass_state, threads, torch_state, user_code, value_objects
 from audit.scan.held_tensors import storage_id, tensor_attrs
 from audit.scan.observer_caches import is_observer_cache
 from audit.scan.loaded import loaded_modules
@@ -231,7 +231,7 @@ def installed_modules(files: set) -> list[tuple[str, types.ModuleType]]:
     out = []
     for name, mod in loaded_modules():
         f = getattr(mod, "__file__", None)
-        if f and name.split(".")[0] not in _FOREIGN and os.path.realpath(f) in files:
+        if f and name.split(".")[0] not in _FOREIGN and user_code.real_path(f) in files:
             out.append((name, mod))
     return out
 

@@ -15,6 +15,7 @@ source a person would edit) and still picks which modules' globals count as stat
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import site
 import sysconfig
@@ -22,9 +23,13 @@ import sysconfig
 import torch
 
 __all__ = ["HIDDEN", "LIBRARY", "OWN", "display_path", "frame_kind", "is_import_root", "is_user_file", "norm_dir",
-           "norm_root"]
+           "norm_root", "real_path"]
 
 HIDDEN, LIBRARY, OWN = 0, 1, 2
+
+# A scan resolves the same few thousand source files (every imported module's) on each lookup; a file's
+# resolved path does not change while the process runs.
+real_path = functools.lru_cache(maxsize=1 << 16)(os.path.realpath)
 
 
 def norm_dir(p: str) -> str:
@@ -117,7 +122,7 @@ def is_user_file(filename: str, extra: tuple[str, ...] = ()) -> bool:
     _init()
     if not filename or (filename.startswith("<") and not filename.startswith("<ipython-input")):
         return False
-    f = os.path.realpath(filename)
+    f = real_path(filename)
     if any(f.startswith(d) for d in _KEEP) or _under(f, extra):
         return True
     return not any(f.startswith(d) for d in _SKIP)
@@ -128,7 +133,7 @@ def frame_kind(filename: str, roots: tuple[str, ...] = ()) -> int:
     _init()
     if not filename or (filename.startswith("<") and not filename.startswith("<ipython-input")):
         return HIDDEN
-    f = os.path.realpath(filename)
+    f = real_path(filename)
     if any(f.startswith(d) for d in _HIDDEN):
         return HIDDEN
     if any(f.startswith(d) for d in _KEEP) or _under(f, roots):
@@ -147,7 +152,7 @@ def display_path(filename: str, cwd: str, skip: tuple[str, ...] = ()) -> str:
     skip: folders that do not count as install locations (a target file's own folder)."""
     if not filename or filename.startswith("<"):
         return filename
-    f = os.path.realpath(filename)
+    f = real_path(filename)
     if f.startswith(cwd + os.sep):
         return os.path.relpath(f, cwd)
     for root in _import_roots():
@@ -165,7 +170,7 @@ def _package_path(f: str, skip: tuple[str, ...]) -> str | None:
 
     for name, mod in list(sys.modules.items()):
         file = getattr(mod, "__file__", None)
-        if not file or os.path.realpath(file) != f:
+        if not file or real_path(file) != f:
             continue
         top = name.partition(".")[0]
         for finder in sys.meta_path:

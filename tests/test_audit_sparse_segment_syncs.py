@@ -1,7 +1,8 @@
 """Host reads of sparse and segmented layouts that no traced op shows on a CPU scan: a sparse matmul with an
 uncoalesced COO operand (a GPU's kernel coalesces it first and reads the merged nnz back), `coalesce()` in the
 step, and `torch.segment_reduce(..., lengths=)` without `unsafe=True` (its kernel checks the lengths with
-`.item()`). Their clean twins: a COO tensor coalesced in make(), `offsets=`, `unsafe=True`. Fresh sizes each run."""
+`.item()`), and a CSR tensor built without its size (its constructor reads the column ids' max). Their clean
+twins: a COO tensor coalesced in make(), `offsets=`, `unsafe=True`, a CSR tensor given its size. Fresh sizes each run."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ _TARGET = textwrap.dedent('''
             self.lens = torch.zeros(B, dtype=torch.long, device=device)
             self.offsets = torch.zeros(B + 1, dtype=torch.long, device=device)
             self.fixed = torch.sparse_coo_tensor(torch.randint(0, N, (2, E)), torch.rand(E), (N, N)).coalesce().to(device)
+            self.crow = torch.arange(0, N * 2 + 1, 2, device=device)
+            self.col = torch.zeros(N * 2, dtype=torch.long, device=device)
             self.out = torch.zeros((), device=device)
 
         def prepare(self, i):
@@ -36,6 +39,7 @@ _TARGET = textwrap.dedent('''
             lens[-1] += N - int(lens.sum())
             self.lens.copy_(lens)
             self.offsets.copy_(torch.cat([torch.zeros(1, dtype=torch.long), lens.cumsum(0)]))
+            self.col.copy_(torch.stack([torch.arange(N), torch.full((N,), N - 1)], 1).reshape(-1))
 
         @{mode}
         def step(self):
@@ -47,7 +51,9 @@ _TARGET = textwrap.dedent('''
             s = torch.segment_reduce(self.h, "sum", lengths=self.lens)  # HAZARD segment
             t = torch.segment_reduce(self.h, "sum", lengths=self.lens, unsafe=True)
             o = torch.segment_reduce(self.h, "max", offsets=self.offsets)
-            self.out.copy_(y.sum() + z.sum() + c.to_dense().sum() + f.sum() + s.sum() + t.sum() + o.sum())
+            csr = torch.sparse_csr_tensor(self.crow, self.col, self.w[: 2 * N])  # HAZARD csr
+            sized = torch.sparse_csr_tensor(self.crow, self.col, self.w[: 2 * N], (N, N))
+            self.out.copy_((csr @ self.h).sum() + (sized @ self.h).sum() + y.sum() + z.sum() + c.to_dense().sum() + f.sum() + s.sum() + t.sum() + o.sum())
             return self.out
 
     def make(device):
@@ -58,7 +64,7 @@ _TARGET = textwrap.dedent('''
 @pytest.mark.parametrize("mode", ["torch.no_grad()", "torch.inference_mode()"])
 def test_uncoalesced_sparse_matmul_coalesce_and_checked_segment_lengths_are_host_syncs(tmp_path, mode):
     b = random.randint(2, 4)
-    src = _TARGET.format(n=b * random.randint(3, 6), e=random.randint(20, 40), d=random.randint(3, 8), b=b, mode=mode)
+    src = _TARGET.format(n=b * random.randint(3, 6), e=b * 12 + random.randint(0, 20), d=random.randint(3, 8), b=b, mode=mode)
     path = tmp_path / "ragged.py"
     path.write_text(src)
     inv = audit.scan(f"{path}:make", device="cpu", steps=3)

@@ -8,6 +8,10 @@ tensor. On the GPU that copy waits for the device; on a CPU tensor it is no op, 
 only the `min.dim`, `max.dim` and `add_` that come right before the constructor, on the same
 indices. Those four, in that order from one line, are the sign. CUDA scans trace the copy itself.
 
+A compressed sparse tensor (CSR, CSC, BSR, BSC) built without its size: ATen's
+`_estimate_sparse_compressed_tensor_size` reads `plain_indices.max().item()` inside the one constructor op
+(`sparse_compressed_tensor.comp_plain_value`, `sparse_csr_tensor.crow_col_value`, ...), on any device.
+
 A COO tensor coalesced in the step (`.coalesce()`, the `_coalesce` op, which runs only when the tensor is not
 coalesced yet): merging duplicate indices gives a data-dependent nnz, read back to size the result (a
 `unique` in disguise). The sparse matmuls of CUDA (`torch.sparse.mm`, `A @ x`, `addmm`, `bmm`, `hspmm` with a
@@ -21,6 +25,8 @@ no op shows, on any device. The `offsets=` form checks nothing on the host.
 """
 
 from __future__ import annotations
+
+import torch
 
 from audit.detectors import register
 from audit.detectors.host_sync import sync_op
@@ -85,3 +91,19 @@ def segment_lengths_check(rec):
             "against the data's size): two host reads no op shows",
             "Pass `unsafe=True` (lengths known valid), or `offsets=` (cumsum of the lengths with a leading 0), "
             "which the kernel does not check on the host.")
+
+
+_COMPRESSED = ("aten.sparse_compressed_tensor", "aten.sparse_csr_tensor", "aten.sparse_csc_tensor",
+               "aten.sparse_bsr_tensor", "aten.sparse_bsc_tensor")
+
+
+@sync_op(*_COMPRESSED)
+def compressed_size_from_indices(rec):
+    """No size given (an overload without `_size`): the plain indices' max is read back to size the tensor."""
+    if getattr(rec.func, "_overloadname", "").endswith("_size") or len(rec.inputs) < 2:
+        return None
+    if not torch.Size(rec.inputs[1].shape).numel():
+        return None
+    return (f"`{rec.op}` without a size infers it from the indices: `plain_indices.max().item()` inside the "
+            "constructor waits for the device",
+            "Pass size= (the static dense shape), so nothing is read back.")

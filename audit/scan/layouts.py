@@ -7,9 +7,21 @@ stop the target's step, so each ragged dimension is recorded as -1 and missing s
 one (`torch.nested.nested_tensor_from_jagged(values, offsets)`) has sizes, but its ragged dimension is a
 symbolic "nested int", a new one for each offsets tensor: not a launch size, and no shape that changes
 between steps, so it is recorded as -1 too.
+
+A sparse COO tensor also says whether it is coalesced (its third element): a GPU's sparse matmul kernels
+coalesce an uncoalesced operand first, which reads the merged nnz back (audit/detectors/sparse_sizes.py).
 """
 
-__all__ = ["shape_stride"]
+from torch.utils._python_dispatch import _disable_current_modes
+
+__all__ = ["COO", "COO_COALESCED", "shape_stride"]
+
+COO, COO_COALESCED = "coo", "coo-coalesced"
+
+
+def _coo(t) -> str:
+    with _disable_current_modes():  # is_coalesced() is a dispatched op: not one of the step's
+        return COO_COALESCED if t.is_coalesced() else COO
 
 
 def _size(t, d: int) -> int:
@@ -20,13 +32,14 @@ def _size(t, d: int) -> int:
 
 
 def shape_stride(t) -> tuple:
-    """(shape, stride) of `t`; never raises for a tensor whose layout lacks one of them. Called for every
-    tensor of every traced op: a plain tensor returns at once, only a nested one is walked."""
+    """(shape, stride, sparse) of `t`, sparse "" unless a COO tensor (COO or COO_COALESCED); never raises for a
+    tensor whose layout lacks one of them. Called for every tensor of every traced op: a plain tensor returns at
+    once, only a nested one is walked."""
     if not t.is_nested:
         try:
-            return t.shape, t.stride()
+            return t.shape, t.stride(), _coo(t) if t.is_sparse else ""
         except RuntimeError:  # sparse CSR/CSC/BSR tensors have no strides
-            return t.shape, ()
+            return t.shape, (), ""
     try:
         shape = t.shape
     except RuntimeError:
@@ -40,4 +53,4 @@ def shape_stride(t) -> tuple:
         stride = ()
     if not all(type(n) is int for n in stride):
         stride = tuple(n if type(n) is int else -1 for n in stride)
-    return shape, stride
+    return shape, stride, ""

@@ -23,6 +23,7 @@ class TensorMeta(NamedTuple):  # a tuple: cheap to build once per tensor per op
     sid: int      # StorageImpl address; unique for the whole scan (we hold a weak ref)
     tid: int      # TensorImpl address: "produced earlier in this step" check
     pinned: bool | None = None  # CPU tensors in a CUDA scan
+    sparse: str = ""  # a COO tensor: "coo" (uncoalesced) or "coo-coalesced" (audit/scan/layouts.py)
 
 
 @dataclass(slots=True)

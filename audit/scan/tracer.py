@@ -148,8 +148,8 @@ class Tracer:
         if self.cuda and t.device.type == "cpu":
             with contextlib.suppress(Exception):
                 pinned = t.is_pinned()
-        shape, stride = layouts.shape_stride(t)  # nested and sparse CSR tensors lack sizes or strides
-        return _tuple_new(TensorMeta, (shape, stride, t.dtype, t.device, ptr, sid, t._cdata, pinned))
+        shape, stride, sparse = layouts.shape_stride(t)  # nested and sparse CSR tensors lack sizes or strides
+        return _tuple_new(TensorMeta, (shape, stride, t.dtype, t.device, ptr, sid, t._cdata, pinned, sparse))
 
     # ------------------------------------------------------------ recording
     def record_op(self, func, args, kwargs, out, failed: bool = False) -> None:

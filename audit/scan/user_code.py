@@ -4,7 +4,11 @@ Three kinds of frame:
 - hidden: torch itself, the audit, the stdlib, numpy's array-protocol layer (and `<string>`-like code): never a
   finding's site;
 - library: code outside torch that the target calls into (transformers, a serving engine, any
-  installed package, a helper module elsewhere): a finding's site is its innermost such frame;
+  installed package, a helper module elsewhere): a finding's site is its innermost such frame. So is the
+  model-building library torch ships inside itself, `torch.ao` (observers, fake quantization, QAT and quantized
+  modules a user puts into a model, whose `forward` reads flags and qparams back on every call), except its
+  modules that define ops (`quantized_decomposed`, a `torch.library.Library` at module level): an op's kernel
+  is the op's inside, reported at the op's call;
 - own: the target's own files (the folder of its FILE.py, the package of its pkg.module, the
   model package dsv4): the frame there that led to the site is the finding's caller.
 
@@ -40,6 +44,35 @@ def norm_root(p: str) -> str:
     """A folder (ends with the separator) or a single file: what counts as the target's own code."""
     r = os.path.realpath(p)
     return r if os.path.isfile(r) else os.path.join(r, "")
+
+
+# torch's subpackages that are libraries a model is built from, not torch's machinery (see the docstring)
+TORCH_LIBRARIES = ("ao",)
+
+
+def _torch_library_dirs() -> list[str]:
+    base = os.path.dirname(torch.__file__)
+    return [norm_dir(os.path.join(base, p)) for p in TORCH_LIBRARIES]
+
+
+_OP_MODULES: dict[str, bool] = {}
+
+
+def _defines_ops(f: str) -> bool:
+    """Whether the loaded module of file `f` holds a `torch.library.Library` at module level (its functions are
+    the kernels of the ops it defines). Unknown until the module is loaded (then False, not remembered)."""
+    if f in _OP_MODULES:
+        return _OP_MODULES[f]
+    import sys
+
+    lib_type = getattr(getattr(torch, "library", None), "Library", None)
+    for mod in list(sys.modules.values()):
+        file = getattr(mod, "__file__", None)
+        if file and real_path(file) == f:
+            found = lib_type is not None and any(isinstance(v, lib_type) for v in list(vars(mod).values()))
+            _OP_MODULES[f] = found
+            return found
+    return False
 
 
 def _site_dirs() -> list[str]:
@@ -104,12 +137,14 @@ _KEEP: list[str] | None = None
 _HIDDEN: list[str] | None = None
 _SITE: list[str] | None = None
 _STDLIB: list[str] | None = None
+_TORCH_LIB: list[str] | None = None
 
 
 def _init() -> None:
-    global _SKIP, _KEEP, _HIDDEN, _SITE, _STDLIB
+    global _SKIP, _KEEP, _HIDDEN, _SITE, _STDLIB, _TORCH_LIB
     if _SKIP is None:
         _HIDDEN, _SITE, _STDLIB, _KEEP = _hidden_dirs(), _site_dirs(), _stdlib_dirs(), _user_dirs()
+        _TORCH_LIB = _torch_library_dirs()
         _SKIP = _skip_dirs()
 
 
@@ -134,6 +169,8 @@ def frame_kind(filename: str, roots: tuple[str, ...] = ()) -> int:
     if not filename or (filename.startswith("<") and not filename.startswith("<ipython-input")):
         return HIDDEN
     f = real_path(filename)
+    if any(f.startswith(d) for d in _TORCH_LIB) and not _defines_ops(f):
+        return LIBRARY
     if any(f.startswith(d) for d in _HIDDEN):
         return HIDDEN
     if any(f.startswith(d) for d in _KEEP) or _under(f, roots):

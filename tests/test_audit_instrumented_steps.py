@@ -1,0 +1,57 @@
+"""Instrumentation left in a decode step (timing, profiler schedules, annotations): what is host work a
+replay skips and what is no hazard at all. Each target is written fresh with drawn names and sizes."""
+
+from __future__ import annotations
+
+import random
+import textwrap
+
+import audit
+
+
+def _scan(tmp_path, src: str, name: str):
+    f = tmp_path / f"{name}.py"
+    f.write_text(src)
+    inv = audit.scan(f"{f}:make", device="cpu", steps=3, warmup=1)
+    return [r for r in inv.df.to_dict("records") if r["severity"] != "info"], f
+
+
+def _line(path, marker: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if marker in ln)
+
+
+def test_clock_accumulated_into_a_keyed_store_is_no_baked_value(tmp_path):
+    """`self.times[j] += perf_counter() - t0`: the clock reaches a host dict, not the device. Its subscript's
+    base and index are not names the statement binds, so `self` (read by every later line) is not clock data."""
+    n, d = random.randint(2, 4), random.choice([8, 16, 24])
+    src = textwrap.dedent(f'''
+        import time
+        import torch
+        import torch.nn as nn
+
+
+        class Step:
+            def __init__(self, device):
+                self.layers = nn.ModuleList(nn.Linear({d}, {d}) for _ in range({n})).to(device)
+                self.x = torch.randn(2, {d}, device=device)
+                self.spent = {{}}
+
+            def prepare(self, i):
+                self.x.fill_(0.1 * i)
+
+            def step(self):
+                h = self.x
+                for j, layer in enumerate(self.layers):
+                    t0 = time.perf_counter()
+                    h = layer(h)
+                    self.spent[j] = self.spent.get(j, 0.0) + (time.perf_counter() - t0)  # ACCUM
+                return self.x * 2 + h
+
+
+        def make(device):
+            return Step(device)
+    ''')
+    found, f = _scan(tmp_path, src, f"timed_{random.randint(0, 9999)}")
+    line = _line(f, "# ACCUM")
+    assert not [r for r in found if r["category"] == "baked-host-value"], found
+    assert [r for r in found if r["category"] == "cpu-side-effect" and r["line"] == line], found

@@ -55,3 +55,46 @@ def test_clock_accumulated_into_a_keyed_store_is_no_baked_value(tmp_path):
     line = _line(f, "# ACCUM")
     assert not [r for r in found if r["category"] == "baked-host-value"], found
     assert [r for r in found if r["category"] == "cpu-side-effect" and r["line"] == line], found
+
+
+_PROFILED = '''
+import torch
+import torch.nn as nn
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+
+class Step:
+    def __init__(self, device):
+        self.lin = nn.Linear({d}, {d}).to(device)
+        self.x = torch.randn(2, {d}, device=device)
+        self.pos = 0
+        self.{prof} = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait={wait}, warmup=1, active=1))
+        self.{prof}.start()
+
+    def prepare(self, i):
+        self.x.fill_(0.1 * i)
+        self.pos = i
+
+    def step(self):
+        with record_function(f"decode pos={{self.pos}}"):  # LABEL
+            y = self.lin(self.x)
+        self.{prof}.step()  # SCHEDULE
+        return y
+
+
+def make(device):
+    return Step(device)
+'''
+
+
+def test_profiler_labels_are_no_kernel_arguments_and_its_schedule_is_step_state(tmp_path):
+    """record_function labels that change per step (the profiler's own `ProfilerStep#N`, a user's f-string) are
+    host annotations: no baked value. The profiler's schedule counter, advanced by `prof.step()` in the step, is
+    host state a replay never advances: cpu-side-effect at the call into the profiler."""
+    prof = random.choice(["prof", "profiler", "_p"])
+    src = _PROFILED.format(d=random.choice([8, 16]), prof=prof, wait=random.randint(50, 200))
+    found, f = _scan(tmp_path, src, f"profiled_{random.randint(0, 9999)}")
+    assert not [r for r in found if r["category"] == "baked-host-value"], found
+    line = _line(f, "# SCHEDULE")
+    hits = [r for r in found if r["category"] == "cpu-side-effect" and r["line"] == line]
+    assert hits and "step_num" in hits[0]["message"], found

@@ -98,3 +98,39 @@ def test_profiler_labels_are_no_kernel_arguments_and_its_schedule_is_step_state(
     line = _line(f, "# SCHEDULE")
     hits = [r for r in found if r["category"] == "cpu-side-effect" and r["line"] == line]
     assert hits and "step_num" in hits[0]["message"], found
+
+
+def test_emit_nvtx_in_the_step_is_its_synchronize(tmp_path):
+    """`with torch.autograd.profiler.emit_nvtx():` synchronizes the device on entry and exit (inside torch), then
+    emits NVTX ranges that launch nothing. A CPU scan reports the wait at the `with` line instead of stopping on
+    the NVTX profiler a CPU-only torch refuses; a disabled one (`enabled=False`) waits for nothing."""
+    d, flag = random.choice([8, 16, 32]), random.choice(["record_shapes=True", ""])
+    src = textwrap.dedent(f'''
+        import torch
+        import torch.nn as nn
+        from torch.autograd import profiler
+
+
+        class Step:
+            def __init__(self, device):
+                self.lin = nn.Linear({d}, {d}).to(device)
+                self.x = torch.randn(2, {d}, device=device)
+
+            def prepare(self, i):
+                self.x.fill_(0.1 * i)
+
+            def step(self):
+                with profiler.emit_nvtx({flag}):  # EMIT
+                    y = self.lin(self.x)
+                with profiler.emit_nvtx(enabled=False):
+                    y = y * 2
+                torch.cuda.nvtx.range_push("out")
+                torch.cuda.nvtx.range_pop()
+                return y
+
+
+        def make(device):
+            return Step(device)
+    ''')
+    found, f = _scan(tmp_path, src, f"emit_{random.randint(0, 9999)}")
+    assert [(r["category"], r["line"]) for r in found] == [("host-sync", _line(f, "# EMIT"))], found

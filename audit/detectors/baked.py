@@ -102,6 +102,9 @@ def varying_shapes(ctx):
 
 
 _LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")
+# torch.profiler's record_function enter / exit: host-side annotations, no kernel and no kernel argument (a replay
+# runs none of them, so a label that changes per step only labels the capture's profile)
+_ANNOTATIONS = "profiler."
 SHAPE_FIX = ("Keep the value in a device tensor that prepare() updates in place and use it as data, not as a "
              "size or bound: slice / arange / allocate the static maximum and mask with the device value "
              "(the dynamic-shape finding on this line has the shape's fix).")
@@ -145,8 +148,8 @@ def varying_host_values(ctx):
     diverged = None
     aligned = _aligned(ctx)
     for recs in aligned.values():
-        if len({r.args for r in recs}) < 2:
-            continue
+        if len({r.args for r in recs}) < 2 or recs[0].op.startswith(_ANNOTATIONS):
+            continue  # (a profiler label, `record_function(f"ProfilerStep#{n}")`, is no kernel argument)
         diverged = _diverged(ctx) if diverged is None else diverged
         if diverged and _skipped_iteration(ctx, recs):
             continue

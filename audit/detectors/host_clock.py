@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 
-from audit.detectors import _source, register
+from audit.detectors import _source, _targets, register
 
 _TIME = {"time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns", "process_time"}
 _DATETIME = {"now", "utcnow", "today"}
@@ -113,11 +113,10 @@ def _taint(func, mods: set, funcs: set) -> dict[str, int]:
         for n in ast.walk(func):
             if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
                 line = _origin(n.value, tainted, mods, funcs)
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                for t in targets if line is not None else ():
-                    for name in ast.walk(t):
-                        if isinstance(name, ast.Name):
-                            tainted.setdefault(name.id, line)
+                # only the names the statement binds: `self.t[j] += clock() - t0` binds neither `self` nor `j`
+                for t in _targets.written(n) if line is not None else ():
+                    if isinstance(t, ast.Name):
+                        tainted.setdefault(t.id, line)
         if len(tainted) == before:
             break
     return tainted

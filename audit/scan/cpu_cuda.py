@@ -186,6 +186,30 @@ class _NoNVTX:
         return lambda *args, **kwargs: 0
 
 
+def _emit_nvtx_stand_ins() -> list:
+    """`with torch.autograd.profiler.emit_nvtx():` synchronizes the device on entry and exit (torch's own
+    `torch.cuda.synchronize()`, a host-sync at the `with` line: the stand-in above records it) and turns on torch's
+    NVTX profiler, which a CPU-only torch refuses. The ranges it emits launch nothing: here that part does nothing."""
+    from torch.autograd import profiler as ap
+
+    def enter(self):
+        if not self.enabled:
+            return None
+        if self.entered:
+            raise RuntimeError("NVTX annotation context manager is not reentrant")
+        self.entered = True
+        torch.cuda.synchronize()
+        return self
+
+    def exit_(self, *exc):
+        if self.enabled:
+            torch.cuda.synchronize()
+        return False
+
+    emit = getattr(ap, "emit_nvtx", None)
+    return [] if emit is None else [(emit, "__enter__", enter), (emit, "__exit__", exit_)]
+
+
 @contextlib.contextmanager
 def standing_in(tracer, patched):
     """Installs the stand-ins (torch.cuda.synchronize/empty_cache/current_stream/default_stream/set_stream,
@@ -268,6 +292,8 @@ def standing_in(tracer, patched):
         nvtx = getattr(cuda, "nvtx", None)
         if nvtx is not None and type(getattr(nvtx, "_nvtx", None)).__name__ == "_NVTXStub":
             stack.enter_context(patched(nvtx, "_nvtx", _NoNVTX()))
+            for owner, name, new in _emit_nvtx_stand_ins():
+                stack.enter_context(patched(owner, name, new))
         stream_hooks.start(tracer, stream_hooks.key(host.current))
         try:
             yield host

@@ -12,7 +12,7 @@ import types
 
 __all__ = ["is_training_state"]
 
-_MODULES = ("torch.optim.", "torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler")
+_MODULES = ("torch.optim.", "torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler", "torch.profiler.")
 
 
 def is_training_state(v) -> bool:

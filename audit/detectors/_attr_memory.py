@@ -14,6 +14,7 @@ import ast
 from audit.detectors._mutations import _field_factory, _host_computed, _host_factory
 from audit.detectors._host_names import bound_values
 from audit.detectors._source import tree
+from audit.scan.ast_nodes import all_nodes
 
 
 def host_memory(filename: str, call, _depth: int = 0) -> str | None:
@@ -42,7 +43,7 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
     assigned that way, or also assigned something else: moved to a device, computed)."""
     t = tree(filename)
     kinds = set()
-    for node in ast.walk(t) if t is not None else ():
+    for node in all_nodes(t) if t is not None else ():
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or (lines and not lines[0] <= node.lineno <= lines[1]):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]

@@ -18,6 +18,7 @@ import ast
 
 from audit.detectors import _source
 from audit.detectors._source import tree
+from audit.scan.ast_nodes import all_nodes
 from audit.scan.fingerprint import fp as fingerprint
 from audit.scan.user_code import LIBRARY, frame_kind
 
@@ -27,7 +28,7 @@ _SETUP = ("prepare", "__init__")
 def _defs(filename: str) -> dict:
     t = tree(filename)
     out: dict = {}
-    for n in ast.walk(t) if t is not None else ():
+    for n in all_nodes(t) if t is not None else ():
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             out.setdefault(n.name, []).append(n)
     return out
@@ -86,7 +87,7 @@ def fitting(sites: list, change) -> list:
 def _stores_other_literal(site, after) -> bool:
     """The statement at `site` assigns a literal (`[]`, `0`, `None`, `{}`) whose fingerprint is not `after`."""
     t = tree(site[0])
-    for n in ast.walk(t) if t is not None else ():
+    for n in all_nodes(t) if t is not None else ():
         if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.lineno == site[1] and n.value is not None:
             try:
                 value = ast.literal_eval(n.value)
@@ -124,7 +125,7 @@ def lazy_init_line(change, site) -> bool:
     if change.before is None or "." in change.attr:
         return False
     t = tree(site[0])
-    for n in ast.walk(t) if t is not None else ():
+    for n in all_nodes(t) if t is not None else ():
         if isinstance(n, ast.If) and n.body[0].lineno <= site[1] <= n.body[-1].end_lineno \
                 and _is_none_test(n.test, change.attr):
             return True

@@ -14,6 +14,7 @@ import ast
 
 from audit.detectors import _source
 from audit.detectors._state_sites import called_by_name, caller_of
+from audit.scan.ast_nodes import all_nodes
 
 SETUP = ("__init__", "prepare")
 
@@ -40,7 +41,7 @@ def constructor_call(ctx, site, step: int):
 
 def _class_at(file: str, line: int) -> str | None:
     t = _source.tree(file)
-    for n in ast.walk(t) if t is not None else ():
+    for n in all_nodes(t) if t is not None else ():
         if isinstance(n, ast.ClassDef) and n.lineno <= line <= (n.end_lineno or n.lineno):
             inner = [c for c in ast.walk(n) if isinstance(c, ast.ClassDef) and c is not n
                      and c.lineno <= line <= (c.end_lineno or c.lineno)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _reach, _source
+from audit.scan.ast_nodes import all_nodes
 
 __all__ = ["args_first", "comprehension_at", "held", "presence_test"]
 
@@ -15,7 +16,7 @@ def held(filename: str, line: int, flags: dict) -> bool:
     """The `if` on `line` tests a plain flag the scan read with one value in every step (`if self.on:`): it
     decided nothing."""
     t = _source.tree(filename)
-    tests = [n.test for n in ast.walk(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
+    tests = [n.test for n in all_nodes(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
     return bool(tests) and _reach.seen(filename, line, flags, tests[0]) is not None
 
 
@@ -24,7 +25,7 @@ def presence_test(filename: str, line: int) -> bool:
     a decode step keeps, so when the call in its body goes on into a function with a branch of its own before its
     ops (a min-length processor's `if self.cur_len < self.min_length:`), that branch decided."""
     t = _source.tree(filename)
-    tests = [n.test for n in ast.walk(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
+    tests = [n.test for n in all_nodes(t) if isinstance(n, ast.If) and n.lineno == line] if t is not None else []
     parts = (tests[0].values if isinstance(tests[0], ast.BoolOp) else [tests[0]]) if tests else []
     return bool(parts) and all(
         isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], (ast.Is, ast.IsNot))
@@ -45,7 +46,7 @@ def args_first(filename: str, line: int, callee: str) -> bool:
         and ((n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)) == callee
              or (callee in ("__call__", "forward") and isinstance(n.func, (ast.Name, ast.Attribute))))
         and any(isinstance(a, _ISSUES_OPS) for arg in n.args + [k.value for k in n.keywords] for a in ast.walk(arg))
-        for n in ast.walk(t))
+        for n in all_nodes(t))
 
 
 _COMPS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -55,4 +56,4 @@ def comprehension_at(filename: str, line: int) -> bool:
     """Whether a comprehension or generator expression spans `line` (its own frame, or inlined in 3.12+)."""
     t = _source.tree(filename)
     return t is not None and any(isinstance(n, _COMPS) and n.lineno <= line <= (n.end_lineno or n.lineno)
-                                 for n in ast.walk(t))
+                                 for n in all_nodes(t))

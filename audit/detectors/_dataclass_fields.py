@@ -19,6 +19,7 @@ import inspect
 from audit.detectors import _scopes
 from audit.detectors._attr_memory import host_memory
 from audit.detectors._source import tree
+from audit.scan.ast_nodes import all_nodes
 
 __all__ = ["field_memory"]
 
@@ -45,7 +46,7 @@ def _field_memory(cls: type, name: str) -> str | None:
     if t is None:
         return None
     k, kinds = init.index(name), set()
-    for call in (n for n in ast.walk(t) if isinstance(n, ast.Call) and _called(n.func) == cls.__name__):
+    for call in (n for n in all_nodes(t) if isinstance(n, ast.Call) and _called(n.func) == cls.__name__):
         arg = next((kw.value for kw in call.keywords if kw.arg == name), call.args[k] if k < len(call.args) else None)
         kind = _kind(file, t, arg, call.lineno, _DEPTH) if arg is not None else None
         if kind is None:

@@ -17,6 +17,7 @@ import ast
 import functools
 
 from audit.detectors._source import tree
+from audit.scan.ast_nodes import all_nodes
 
 __all__ = ["defaulted_to_cpu"]
 
@@ -55,7 +56,7 @@ def _made_in(t, span, attr: str) -> tuple | None:  # keyed by the parsed tree: a
     device=<param>)` in the class's span; None when any assignment of the attribute there is anything else
     (another method moving it to a device, `self.t = self.t.to(x.device)`, decides otherwise)."""
     out = []
-    for fn in ast.walk(t) if t is not None else ():
+    for fn in all_nodes(t) if t is not None else ():
         if not (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and span[0] <= fn.lineno <= span[1]):
             continue
         for node in ast.walk(fn):
@@ -91,6 +92,6 @@ def defaulted_to_cpu(ctx, obj, attr: str, spans) -> bool:
     calls = []
     for file in ctx.own_files():
         t = tree(file)
-        calls += [n for n in ast.walk(t) if isinstance(n, ast.Call)
+        calls += [n for n in all_nodes(t) if isinstance(n, ast.Call)
                   and getattr(n.func, "id", getattr(n.func, "attr", None)) == cls] if t is not None else []
     return bool(calls) and not any(_passes(c, name, index) for c in calls for name, index in params)

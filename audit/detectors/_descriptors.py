@@ -19,6 +19,7 @@ import ast
 from audit.detectors._mutations import tree
 from audit.detectors._source import enclosing_function
 from audit.detectors._state_sites import object_at
+from audit.scan.ast_nodes import all_nodes
 
 _ACCESSORS = {"__get__": ast.Load, "__set__": ast.Store, "__delete__": ast.Del}
 
@@ -44,7 +45,7 @@ def _runs(code, line: int, names: list[str], want, whole: bool) -> bool:
     (`want` ast.Load) or writes one of `names`."""
     t = tree(code.co_filename) if not whole else enclosing_function(code.co_filename, line)
     return t is not None and any(isinstance(n, ast.Attribute) and n.attr in names and isinstance(n.ctx, want)
-                                 and (whole or n.lineno <= line <= (n.end_lineno or n.lineno)) for n in ast.walk(t))
+                                 and (whole or n.lineno <= line <= (n.end_lineno or n.lineno)) for n in all_nodes(t))
 
 
 def accessor_call(ctx, owner: str, site, step: int):

@@ -13,13 +13,14 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _source
+from audit.scan.ast_nodes import all_nodes
 
 
 def element_guard(filename: str, loop_line: int, line: int) -> int | None:
     """The `if` inside the `for` loop starting at `loop_line` that holds `line` (no `else`) and whose test
     reads the loop's target name; None when there is none."""
     t = _source.tree(filename)
-    loop = next((n for n in ast.walk(t) if isinstance(n, (ast.For, ast.AsyncFor)) and n.lineno == loop_line),
+    loop = next((n for n in all_nodes(t) if isinstance(n, (ast.For, ast.AsyncFor)) and n.lineno == loop_line),
                 None) if t is not None else None
     if loop is None or not any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in loop.body):
         return None

@@ -14,6 +14,7 @@ import inspect
 
 from audit.detectors import _mutations
 from audit.detectors._source import tree
+from audit.scan.ast_nodes import all_nodes
 from audit.scan import loaded
 
 
@@ -87,7 +88,7 @@ def _rebinds_local(file: str, line: int, name: str) -> bool:
     return any(isinstance(n, (ast.Assign, ast.AnnAssign)) and n.lineno <= line <= (n.end_lineno or n.lineno)
                and all(isinstance(x, ast.Name) and x.id == name
                        for x in (n.targets if isinstance(n, ast.Assign) else [n.target]))
-               for n in ast.walk(t)) if t is not None else False
+               for n in all_nodes(t)) if t is not None else False
 
 
 def _held_method(func: ast.expr, held: dict):
@@ -111,7 +112,7 @@ def handoff_sites(own_files, attr: str, skip=("__init__", "prepare"), held=None)
     out = []
     for f in sorted(own_files):
         t = tree(f)
-        for func in (n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
+        for func in (n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
             if func.name in skip:
                 continue
             for call in (n for n in ast.walk(func) if isinstance(n, ast.Call)):

@@ -16,6 +16,7 @@ import inspect
 
 from audit.detectors import _mutations
 from audit.detectors._state_sites import object_at
+from audit.scan.ast_nodes import all_nodes
 
 
 def holder_sites(ctx, change) -> list:
@@ -76,7 +77,7 @@ def _through(file: str, line: int, chain: list, attr: str, keys: set = frozenset
     t = _mutations.tree(file)
     if t is None:
         return False
-    func = next((f for f in ast.walk(t) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+    func = next((f for f in all_nodes(t) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and f.lineno <= line <= (f.end_lineno or f.lineno)), None)
     if func is None:
         return False

@@ -19,6 +19,7 @@ import inspect
 
 from audit.detectors import _handoff, _places, _scopes
 from audit.detectors._source import HOST_FACTORIES, tree
+from audit.scan.ast_nodes import all_nodes
 
 
 def _imported(filename: str, func: ast.Name):
@@ -28,7 +29,7 @@ def _imported(filename: str, func: ast.Name):
     with contextlib.suppress(Exception):  # a callable of any kind: only a function has a definition to read
         code = inspect.unwrap(_handoff.resolve(filename, func)).__code__
     t = tree(code.co_filename) if code is not None and code.co_filename != filename else None
-    defs = [n for n in ast.walk(t) if isinstance(n, ast.FunctionDef) and n.name == code.co_name and code.co_firstlineno
+    defs = [n for n in all_nodes(t) if isinstance(n, ast.FunctionDef) and n.name == code.co_name and code.co_firstlineno
             in [n.lineno] + [d.lineno for d in n.decorator_list]] if t is not None else []
     return (defs[0], code.co_filename) if len(defs) == 1 else (None, None)
 
@@ -43,7 +44,7 @@ def _helper(filename: str, t: ast.Module, call: ast.Call):
         name = call.func.attr  # `self._alloc(...)`, `cls._alloc(...)`, `Engine._alloc(...)`
     else:
         return None, False, None
-    defs = [n for n in ast.walk(t) if isinstance(n, ast.FunctionDef) and n.name == name]
+    defs = [n for n in all_nodes(t) if isinstance(n, ast.FunctionDef) and n.name == name]
     if not defs and isinstance(call.func, ast.Name):  # imported from another module of the library
         fn, other = _imported(filename, call.func)
         return fn, False, other
@@ -102,7 +103,7 @@ def allocated(filename: str, attr: str, lines: tuple[int, int] | None = None) ->
     factories) for the device the call passes (`self._allocate_kv_cache(n, "cpu")`); else None."""
     t = tree(filename)
     kinds = set()
-    for node in ast.walk(t) if t is not None else ():
+    for node in all_nodes(t) if t is not None else ():
         if not isinstance(node, ast.Assign) or (lines and not lines[0] <= node.lineno <= lines[1]) \
                 or not any(isinstance(x, ast.Attribute) and x.attr == attr for x in node.targets):
             continue

@@ -12,6 +12,7 @@ import itertools
 import torch
 
 from audit.detectors import _attr_memory, _factories, _module_tensors, _mutations, _optimizer_steps, _places, _source
+from audit.scan.ast_nodes import all_nodes
 from audit.scan import pinned
 
 
@@ -74,7 +75,7 @@ def moved_elsewhere(obj, name: str) -> bool:
 def _own_init(file: str, span: tuple[int, int]):
     """The `__init__` a class defines itself (the class whose source starts on `span[0]`), else None."""
     t = _source.tree(file)
-    cls = next((n for n in ast.walk(t) if isinstance(n, ast.ClassDef) and _source.def_first_line(n) == span[0])
+    cls = next((n for n in all_nodes(t) if isinstance(n, ast.ClassDef) and _source.def_first_line(n) == span[0])
                if t is not None else (), None)
     return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None) if cls else None
 

@@ -19,6 +19,7 @@ import torch
 from audit.detectors import _scopes
 from audit.detectors._host import class_spans
 from audit.detectors._source import tree
+from audit.scan.ast_nodes import all_nodes
 
 
 def members(ctx):
@@ -47,7 +48,7 @@ def moved_to_host(filename: str, attr: str, lines: tuple[int, int] | None = None
     move. `test`: another check of the values (`device_value`: made on a device)."""
     t = tree(filename)
     seen = False
-    for node in ast.walk(t) if t is not None else ():
+    for node in all_nodes(t) if t is not None else ():
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None \
                 or (lines and not lines[0] <= node.lineno <= lines[1]):
             continue
@@ -112,7 +113,7 @@ def _host_value(t: ast.Module, value, line: int, depth: int) -> bool:
             return False
         k = params.index(value.id)
         args = [next((kw.value for kw in c.keywords if kw.arg == value.id), c.args[k] if k < len(c.args) else None)
-                for c in ast.walk(t) if isinstance(c, ast.Call) and getattr(c.func, "id", None) == cls.name]
+                for c in all_nodes(t) if isinstance(c, ast.Call) and getattr(c.func, "id", None) == cls.name]
         return bool(args) and all(a is not None and _host_value(t, a, a.lineno, depth - 1) for a in args)
     return False
 

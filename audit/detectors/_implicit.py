@@ -12,6 +12,7 @@ import ast
 
 from audit.detectors import _handoff
 from audit.detectors._mutations import tree
+from audit.scan.ast_nodes import all_nodes
 from audit.scan.user_code import OWN
 
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -63,7 +64,7 @@ def implicit_uses(filename: str, holder: str, dunder: str, global_name: bool = F
         return isinstance(n, ast.Attribute) and n.attr == holder and isinstance(n.value, ast.Name)
 
     out = []
-    for func in (n for n in ast.walk(t) if isinstance(n, _FUNC)):
+    for func in (n for n in all_nodes(t) if isinstance(n, _FUNC)):
         aliases = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) and direct(n.value)
                    for x in n.targets if isinstance(x, ast.Name)}
 
@@ -82,7 +83,7 @@ def syntax_of(site) -> str:
     `next_slot` property advancing a host cursor) and `.name=` for its setter (run by `x.name = v`)."""
     file, line, fn = site
     t = tree(file) if file else None
-    defs = [n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == fn
+    defs = [n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == fn
             and n.lineno <= line <= (n.end_lineno or n.lineno)] if t is not None else []
     for d in (max(defs, key=lambda n: n.lineno).decorator_list if defs else ()):
         text = ast.unparse(d)
@@ -120,7 +121,7 @@ def inline_uses(own_files, site, ran: set) -> tuple[str, int, str] | None:
     hits = []
     for f in sorted(own_files):
         t = tree(f)
-        for func in (n for n in ast.walk(t) if isinstance(n, _FUNC)) if t is not None else ():
+        for func in (n for n in all_nodes(t) if isinstance(n, _FUNC)) if t is not None else ():
             def is_obj(n, f=f) -> bool:
                 return isinstance(n, ast.Call) and _defines(_handoff.resolve(f, n.func), dunder, file)
 
@@ -150,7 +151,7 @@ def class_call(cls, site, own_files, ran: set) -> tuple[str, int, str] | None:
     hits = []
     for f in sorted(own_files):
         t = tree(f)
-        for func in (n for n in ast.walk(t) if isinstance(n, _FUNC)) if t is not None else ():
+        for func in (n for n in all_nodes(t) if isinstance(n, _FUNC)) if t is not None else ():
             name = getattr(func, "name", "<lambda>")
             hits += [((f, name) not in ran, n.lineno, f, name) for n in ast.walk(func) if isinstance(n, ast.Call)
                      and getattr(n.func, "id", getattr(n.func, "attr", None)) == cls.__name__

@@ -13,6 +13,7 @@ import ast
 
 from audit.detectors._source import tree
 from audit.detectors._targets import written
+from audit.scan.ast_nodes import all_nodes
 
 
 def _is_element(node, attr: str, key, global_name: bool) -> bool:
@@ -44,7 +45,7 @@ def writes_inside_element(filename: str, line: int, attr: str, key, global_name:
     list) is not such a write."""
     t = tree(filename)
     found = False
-    for node in ast.walk(t) if t is not None else ():
+    for node in all_nodes(t) if t is not None else ():
         if getattr(node, "lineno", None) != line or not isinstance(node, ast.stmt):
             continue
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):

@@ -14,6 +14,7 @@ from audit.detectors import _host_names, _loop_aliases, _scopes
 from audit.detectors._factories import follows_default
 from audit.detectors._source import _FUNC, HOST_FACTORIES, _on_cpu, tree
 from audit.detectors._targets import written
+from audit.scan.ast_nodes import all_nodes
 
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
             "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse", "rotate",
@@ -88,7 +89,7 @@ def mutation_sites(filename: str, attr: str, lines: tuple[int, int] | None = Non
 
     params = _param_aliases(t, rooted)
     out = []
-    for func in ast.walk(t):
+    for func in all_nodes(t):
         if not isinstance(func, _FUNC) or (lines and not (lines[0] <= func.lineno <= lines[1])):
             continue
         aliases = set(params.get(id(func), ())) | {
@@ -180,7 +181,7 @@ def method_calls(filename: str, holder: str, global_name: bool = False) -> list[
     if t is None:
         return []
     out = []
-    for func in ast.walk(t):
+    for func in all_nodes(t):
         if not isinstance(func, _FUNC):
             continue
         aliases = {x.id for node in ast.walk(func) if isinstance(node, ast.Assign) and
@@ -203,7 +204,7 @@ def subscript_key(filename: str, line: int, attr: str, global_name: bool = False
     """The constant key a statement on `line` indexes `<x>.attr` with (`self.stats["active"].append(n)`
     -> "active"), else None: which element of a container that line changes."""
     t = tree(filename)
-    for node in ast.walk(t) if t is not None else ():
+    for node in all_nodes(t) if t is not None else ():
         if isinstance(node, ast.Subscript) and node.lineno == line and isinstance(node.slice, ast.Constant):
             v = node.value
             if (isinstance(v, ast.Name) and v.id == attr) if global_name else \
@@ -216,7 +217,7 @@ def stores_element(filename: str, line: int, attr: str, key, global_name: bool =
     """Whether a statement on `line` rebinds the element `<x>.attr[key]` itself (`d["hist"] = ...`), not
     something inside it (`d["hist"][0] = v` writes into the tensor it holds)."""
     t = tree(filename)
-    for node in ast.walk(t) if t is not None else ():
+    for node in all_nodes(t) if t is not None else ():
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.lineno == line:
             for x in written(node):
                 if isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Constant) and x.slice.value == key and \
@@ -243,11 +244,11 @@ def _param_aliases(t: ast.Module, rooted) -> dict[int, list[str]]:
     """id(function def) -> its parameters that some call in the file passes a value rooted at the
     attribute (by position or keyword; methods called as `self.f(...)` skip `self`)."""
     defs: dict[str, list] = {}
-    for f in ast.walk(t):
+    for f in all_nodes(t):
         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defs.setdefault(f.name, []).append(f)
     out: dict[int, list[str]] = {}
-    for call in ast.walk(t):
+    for call in all_nodes(t):
         if not isinstance(call, ast.Call):
             continue
         for f in defs.get(_func_name(call), ()):
@@ -268,7 +269,7 @@ def assigns_host_tensor(filename: str, attr: str, lines: tuple[int, int] | None 
     t = tree(filename)
     if t is None:
         return False
-    for node in ast.walk(t):
+    for node in all_nodes(t):
         if not isinstance(node, (ast.Assign, ast.AnnAssign)) or (lines and not lines[0] <= node.lineno <= lines[1]):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -339,7 +340,7 @@ def device_attr(filename: str, attr: str, lines: tuple[int, int] | None = None) 
     is not the CPU (`torch.zeros(n, device=device)`), or ending in `.to(D)` / `.cuda()` with D not the CPU."""
     t = tree(filename)
     seen = False
-    for node in ast.walk(t) if t is not None else ():
+    for node in all_nodes(t) if t is not None else ():
         if not isinstance(node, ast.Assign) or (lines and not lines[0] <= node.lineno <= lines[1]) \
                 or not any(isinstance(x, ast.Attribute) and x.attr == attr for x in node.targets):
             continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _scopes, _source
+from audit.scan.ast_nodes import all_nodes
 
 
 def _names(node) -> set:
@@ -44,7 +45,7 @@ def _passed(caller_file: str, caller_line: int, callee, name: str) -> set | None
     params = _params(callee)
     kwonly = {p.arg for p in callee.args.kwonlyargs}
     found = None
-    for call in ast.walk(t):
+    for call in all_nodes(t):
         if not (isinstance(call, ast.Call) and _source._span(call, caller_line)):
             continue
         f = call.func

@@ -14,6 +14,7 @@ import torch
 
 from audit.detectors import _scopes
 from audit.detectors._source import tree
+from audit.scan.ast_nodes import all_nodes
 
 
 @functools.lru_cache(maxsize=512)
@@ -21,7 +22,7 @@ def sends_to_device(filename: str, lines: tuple[int, int] | None = None) -> bool
     """A call in the span (or the file) that names a device other than the CPU: a `device=` keyword,
     `.to(<device>)` or `.cuda()`; a keyword or argument that names the CPU does not count."""
     t = tree(filename)
-    for node in ast.walk(t) if t is not None else ():
+    for node in all_nodes(t) if t is not None else ():
         if not isinstance(node, ast.Call) or (lines and not lines[0] <= node.lineno <= lines[1]):
             continue
         if isinstance(node.func, ast.Attribute) and node.func.attr == "cuda":

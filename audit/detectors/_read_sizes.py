@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors._source import enclosing_function, tree
+from audit.scan.ast_nodes import all_nodes
 
 _SIZE_CALLS = ("size", "numel", "dim")
 
@@ -23,7 +24,7 @@ _SIZE_CALLS = ("size", "numel", "dim")
 def _statement(filename: str, line: int):
     t = tree(filename)
     best = None
-    for n in ast.walk(t) if t is not None else ():
+    for n in all_nodes(t) if t is not None else ():
         if isinstance(n, ast.stmt) and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
                                                           ast.If, ast.For, ast.While, ast.With, ast.Try)) \
                 and n.lineno <= line <= (n.end_lineno or n.lineno):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors._source import tree
+from audit.scan.ast_nodes import all_nodes
 
 
 def _is_attr(n, attr: str) -> bool:
@@ -22,7 +23,7 @@ def _is_attr(n, attr: str) -> bool:
 def _stores_back(file: str, line: int, attr: str) -> bool:
     """The statement on `line` is `<x>.attr = <call>(..., <x>.attr, ...)`: the call is handed the object."""
     t = tree(file)
-    for n in ast.walk(t) if t is not None else ():
+    for n in all_nodes(t) if t is not None else ():
         if isinstance(n, ast.Assign) and n.lineno <= line <= (n.end_lineno or n.lineno) \
                 and any(_is_attr(x, attr) for x in n.targets) and isinstance(n.value, ast.Call):
             args = list(n.value.args) + [k.value for k in n.value.keywords]

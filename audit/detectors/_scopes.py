@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import ast
 
+from audit.scan.ast_nodes import all_nodes, nodes_of
+
+
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _DEPTH = 3  # names resolved through names: a flag set from a flag set from a device test
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "npu")  # compared as strings: `if dev == "cuda"`
@@ -25,7 +28,7 @@ def _span(node, line: int) -> bool:
 def owners(tree: ast.Module, line: int):
     """(innermost function, innermost class) whose source holds `line` (None where there is none)."""
     func = cls = None
-    for n in ast.walk(tree):
+    for n in nodes_of(tree, _FUNCS + (ast.ClassDef,)):
         if isinstance(n, _FUNCS) and _span(n, line) and (func is None or n.lineno >= func.lineno):
             func = n
         elif isinstance(n, ast.ClassDef) and _span(n, line) and (cls is None or n.lineno >= cls.lineno):
@@ -79,7 +82,7 @@ def _self_name(func) -> str | None:
 
 def _classes(tree: ast.Module, cls: ast.ClassDef) -> list[ast.ClassDef]:
     """`cls` and its bases defined in the same module (by name), nearest first."""
-    by_name = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    by_name = {n.name: n for n in all_nodes(tree) if isinstance(n, ast.ClassDef)}
     out, todo = [], [cls]
     while todo:
         c = todo.pop(0)
@@ -191,7 +194,7 @@ def field_values(tree: ast.Module, attr: str) -> list | None:
     of a call. None when no class declares it, one declares it without a default, or a call passes
     positional arguments to such a class (the field may be set positionally)."""
     classes, vals = set(), []
-    for c in ast.walk(tree):
+    for c in all_nodes(tree):
         if not isinstance(c, ast.ClassDef):
             continue
         for st in c.body:
@@ -203,7 +206,7 @@ def field_values(tree: ast.Module, attr: str) -> list | None:
                 vals.append(st.value)
     if not classes:
         return None
-    for n in ast.walk(tree):
+    for n in all_nodes(tree):
         if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
             if any(isinstance(t, ast.Attribute) and t.attr == attr for t in targets):

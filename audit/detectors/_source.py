@@ -13,6 +13,7 @@ import linecache
 import os
 
 from audit.detectors import _scopes
+from audit.scan.ast_nodes import calls_at, nodes_of
 
 _BRANCH = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -49,8 +50,8 @@ def enclosing_function(filename: str, line: int):
     if t is None:
         return None
     best = t
-    for node in ast.walk(t):
-        if isinstance(node, _FUNC) and _span(node, line) and (best is t or node.lineno >= best.lineno):
+    for node in nodes_of(t, _FUNC):
+        if _span(node, line) and (best is t or node.lineno >= best.lineno):
             best = node
     return best
 
@@ -174,7 +175,7 @@ def loop_guards(filename: str, line: int) -> set[int]:
     """Lines of the guard clauses (`if ...: continue/break`) in the body of the loop that starts on
     `line`; empty when no loop starts there."""
     t = tree(filename)
-    loop = next((n for n in ast.walk(t) if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and n.lineno == line),
+    loop = next((n for n in nodes_of(t, (ast.For, ast.AsyncFor, ast.While)) if n.lineno == line),
                 None) if t is not None else None
     if loop is None:
         return set()
@@ -279,9 +280,9 @@ def names_cpu(filename: str, line: int) -> bool:
     t = tree(filename)
     if t is None:
         return False
-    for n in ast.walk(t):
-        name = getattr(n.func, "attr", getattr(n.func, "id", None)) if isinstance(n, ast.Call) else None
-        if name in _DEVICE_POSITION and n.lineno <= line <= (n.end_lineno or n.lineno):
+    for n in calls_at(t, line):
+        name = getattr(n.func, "attr", getattr(n.func, "id", None))
+        if name in _DEVICE_POSITION:
             at = _DEVICE_POSITION[name]
             dev = [k.value for k in n.keywords if k.arg == "device"] + (n.args[at:at + 1] if at is not None else [])
             dev += [d for d in [_device_kw(n, filename)] if d is not None]  # `.to(**HOST_KW)`: its "device" entry
@@ -294,8 +295,7 @@ def _calls_on(filename: str, line: int, names) -> list[ast.Call]:
     t = tree(filename)
     if t is None:
         return []
-    return [n for n in ast.walk(t) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)
-            and getattr(n.func, "attr", getattr(n.func, "id", "")) in names]
+    return [n for n in calls_at(t, line) if getattr(n.func, "attr", getattr(n.func, "id", "")) in names]
 
 
 def _device_kw(n: ast.Call, filename: str | None = None):

@@ -14,6 +14,7 @@ import sys
 import types
 
 from audit.detectors import _hook_guards, _keyed_writes, _mutations, _source
+from audit.scan.ast_nodes import all_nodes
 from audit.scan import class_state, loaded, module_hooks, state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
 
@@ -56,7 +57,7 @@ def generator_sites(ctx, change) -> list:
 def _first_yield(code) -> int:
     """The line of the first `yield` in the generator function of `code` (its set-up runs before it)."""
     t = _mutations.tree(code.co_filename)
-    for fn in ast.walk(t) if t is not None else ():
+    for fn in all_nodes(t) if t is not None else ():
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == code.co_name \
                 and _source.def_first_line(fn) <= code.co_firstlineno <= fn.body[0].lineno:
             return min((n.lineno for n in ast.walk(fn) if isinstance(n, (ast.Yield, ast.YieldFrom))), default=0)
@@ -178,7 +179,7 @@ def generated_sites(ctx, change, own_files: set, ran: set) -> list:
     hits = []
     for f in sorted(own_files):
         t = _mutations.tree(f)
-        for func in (n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
+        for func in (n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
             hits += [((f, func.name) not in ran, n.lineno, f, func.name) for n in ast.walk(func)
                      if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in names]
     return [(f, line, name) for _, line, f, name in sorted(hits)[:3]]
@@ -208,7 +209,7 @@ def _admits(fn, line: int, mod) -> bool:
     `_hook_guards`); True when there are none, or they cannot be read."""
     mtype = type(mod)
     t = _mutations.tree(fn.__code__.co_filename)
-    node = next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.Lambda))
+    node = next((n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.Lambda))
                  and getattr(n, "lineno", 0) == fn.__code__.co_firstlineno), None) if t is not None else None
     args = node.args.posonlyargs + node.args.args if node is not None else []
     if not args:
@@ -272,7 +273,7 @@ def _call_line(code, name: str) -> int | None:
 def _function_node(code):
     """The def of `code` in its file's syntax tree, or None."""
     t = _mutations.tree(code.co_filename)
-    return next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    return next((n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and _source.def_first_line(n) <= code.co_firstlineno <= n.body[0].lineno and n.name == code.co_name), None) \
         if t is not None else None
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _host_moves, _mutations, _source, register
+from audit.scan.ast_nodes import all_nodes
 
 MSG = ("the host tensor returned by `{fn}` (made in host memory, and by a call that ran before the step: a "
        "cached helper) is moved to the device in the step: on a GPU that is a copy from pageable host memory, "
@@ -36,7 +37,7 @@ def _helper(t, filename: str, call, line: int):
     if isinstance(f, ast.Name):
         return next((n for n in t.body if isinstance(n, ast.FunctionDef) and n.name == f.id), None)
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-        cls = next((n for n in ast.walk(t) if isinstance(n, ast.ClassDef) and n.lineno <= line <= n.end_lineno), None)
+        cls = next((n for n in all_nodes(t) if isinstance(n, ast.ClassDef) and n.lineno <= line <= n.end_lineno), None)
         return next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == f.attr), None) if cls else None
     return None
 
@@ -53,7 +54,7 @@ def host_helper_moved(filename: str, line: int) -> str | None:
     """The name of the helper whose host tensor a `.to(...)` call on `line` moves, or None."""
     t = _source.tree(filename)
     func = _source.enclosing_function(filename, line) if t is not None else None
-    for n in ast.walk(t) if t is not None else ():
+    for n in all_nodes(t) if t is not None else ():
         if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to"
                 and n.lineno <= line <= (n.end_lineno or n.lineno)):
             continue

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 from audit.detectors import _called_objects, _source, register
 from audit.detectors._state_sites import _calls, called_by_name, caller_of
+from audit.scan.ast_nodes import all_nodes
 from audit.scan import global_rng
 from audit.scan.user_code import OWN
 
@@ -29,7 +30,7 @@ def _aliases(tree) -> dict[str, str]:
     """Local name -> 'random' | 'numpy' | 'numpy.random' | 'random.<fn>' | 'numpy.random.<fn>', from the
     file's imports (`import numpy as np`, `from random import random as coin`, `from numpy import random`)."""
     out = {}
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name in ("random", "numpy", "numpy.random"):
@@ -66,7 +67,7 @@ def _sites(file: str, first: int | None, fn: str | None, which: set) -> list[tup
     if t is None:
         return []
     aliases, out = _aliases(t), []
-    for func in ast.walk(t):
+    for func in all_nodes(t):
         if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or (fn is not None and (
                 func.name != fn or min([func.lineno] + [d.lineno for d in func.decorator_list]) != first)):
             continue
@@ -86,7 +87,7 @@ def _called_files(codes) -> set[str]:
         mod, t = by_file.get(code.co_filename), _source.tree(code.co_filename)
         if mod is None or t is None:
             continue
-        for node in ast.walk(t):
+        for node in all_nodes(t):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 fn = getattr(getattr(mod, node.func.id, None), "__code__", None)
                 if fn is not None:

@@ -16,6 +16,7 @@ import ast
 from collections import defaultdict
 
 from audit.detectors import _source, _targets, register
+from audit.scan.ast_nodes import all_nodes
 
 _TIME = {"time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns", "process_time"}
 _DATETIME = {"now", "utcnow", "today"}
@@ -29,7 +30,7 @@ def _clock_names(tree) -> tuple[set, set]:
     is one, `def __init__(self, clock=time.monotonic)`, or a class field `clock: Callable = time.monotonic`: an
     injectable clock, read as `self._clock()`)."""
     mods, funcs = set(), set()
-    for node in ast.walk(tree):
+    for node in all_nodes(tree):
         if isinstance(node, ast.Import):
             mods |= {a.asname or a.name for a in node.names if a.name in ("time", "datetime")}
         elif isinstance(node, ast.ImportFrom) and node.module == "time":
@@ -58,7 +59,7 @@ def _kept_clocks(tree, mods: set, funcs: set) -> set:
     """Names (`_now`) and attributes (`.clock`) a clock function is stored under, directly or through a
     parameter whose default is one."""
     out = set()
-    for func in (n for n in ast.walk(tree) if isinstance(n, _FUNC)):
+    for func in (n for n in all_nodes(tree) if isinstance(n, _FUNC)):
         a = func.args
         pos = a.posonlyargs + a.args
         pairs = [*zip(pos[len(pos) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
@@ -66,12 +67,12 @@ def _kept_clocks(tree, mods: set, funcs: set) -> set:
         for n in ast.walk(func):
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id in params:
                 out |= {"." + t.attr for t in n.targets if isinstance(t, ast.Attribute)}
-    for n in ast.walk(tree):
+    for n in all_nodes(tree):
         if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and _is_clock_ref(n.value, mods, funcs):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
             out |= {t.id if isinstance(t, ast.Name) else "." + t.attr for t in targets
                     if isinstance(t, (ast.Name, ast.Attribute))}
-    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):  # a field: `clock: Callable = time.time`
+    for cls in (n for n in all_nodes(tree) if isinstance(n, ast.ClassDef)):  # a field: `clock: Callable = time.time`
         out |= {"." + s.target.id for s in cls.body if isinstance(s, (ast.Assign, ast.AnnAssign))
                 and isinstance(getattr(s, "target", None), ast.Name) and s.value is not None
                 and _is_clock_ref(s.value, mods, funcs)}
@@ -146,7 +147,7 @@ def _sinks(func, issued: set, mods: set, funcs: set) -> list[tuple[int, str]]:
 
 def _function(code):
     t = _source.tree(code.co_filename)
-    for f in (() if t is None else ast.walk(t)):
+    for f in (() if t is None else all_nodes(t)):
         if isinstance(f, _FUNC) and f.name == code.co_name and \
                 min([f.lineno] + [d.lineno for d in f.decorator_list]) == code.co_firstlineno:
             return t, f

@@ -13,6 +13,7 @@ import ast
 import torch
 
 from audit.detectors import register
+from audit.scan.ast_nodes import all_nodes
 from audit.scan.seed_hooks import BY_VALUE
 
 _SEEDED = torch.Tag.nondeterministic_seeded
@@ -149,7 +150,7 @@ def generator_reseeding(ctx):
     out = []
     for file, fn, first in sorted(ran):
         t = _source.tree(file)
-        for func in (() if t is None else ast.walk(t)):
+        for func in (() if t is None else all_nodes(t)):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.name != fn or \
                     min([func.lineno] + [d.lineno for d in func.decorator_list]) != first:
                 continue  # only the function that ran (a same-named one elsewhere in the file did not)

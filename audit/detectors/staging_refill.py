@@ -14,6 +14,7 @@ import ast
 from audit.detectors import _source, register
 from audit.detectors._host import cpu_attrs, in_place_updates
 from audit.detectors._state_sites import caller_of
+from audit.scan.ast_nodes import all_nodes
 from audit.scan import staging_bytes
 
 _VIEWS = ("numpy", "asarray", "frombuffer")
@@ -71,7 +72,7 @@ def staging_refilled_through_numpy(ctx):
                 continue  # a torch op wrote it: host_tensors_changed_in_place reports that
             for code in codes:
                 t = _source.tree(code.co_filename)
-                func = next((n for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                func = next((n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                              and n.name == code.co_name and min([n.lineno] + [d.lineno for d in n.decorator_list])
                              == code.co_firstlineno), None) if t is not None else None
                 for line in _writes(func, label.split(".")[-1]) if func is not None else ():

@@ -6,6 +6,9 @@ import ast
 import functools
 import linecache
 
+from audit.scan.ast_nodes import all_nodes
+
+
 __all__ = ["function_of", "tree"]
 
 
@@ -20,7 +23,7 @@ def tree(filename: str):
 def function_of(code):
     """The def node of a code object's function (None at module level, for a lambda or without source)."""
     t = tree(code.co_filename)
-    for n in ast.walk(t) if t is not None else ():
+    for n in all_nodes(t) if t is not None else ():
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == code.co_name and \
                 min([n.lineno] + [d.lineno for d in n.decorator_list]) == code.co_firstlineno:
             return n

@@ -20,6 +20,7 @@ import os
 import sys
 
 import torch
+from audit.scan.ast_nodes import calls_at
 from audit.scan.frame_source import function_of, tree
 
 __all__ = ["probed"]
@@ -52,8 +53,7 @@ def _function(frame):
 def _calls_at(frame):
     t = tree(frame.f_code.co_filename)
     line = frame.f_lineno
-    return [n for n in ast.walk(t) if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno)] \
-        if t is not None else []
+    return calls_at(t, line) if t is not None else []
 
 
 def _argument(caller, callee, name: str, index: int):

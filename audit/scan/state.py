@@ -12,7 +12,6 @@ import contextvars
 import functools
 import inspect
 import os
-import sys
 import types
 from collections import deque
 from dataclasses import dataclass

@@ -18,9 +18,9 @@ import re
 import sys
 from collections import defaultdict
 
-from audit.detectors import (_between_steps, _capture_guards, _constructors, _descriptors, _elements, _foreign_threads,
-                             _fresh_slots, _handoff, _held_objects, _implicit, _module_refs, _mutations, _ran_hooks,
-                             _co_holders, _rebinds, _source, register)
+from audit.detectors import (_between_steps, _capture_guards, _constructors, _descriptors, _drawn, _elements,
+                             _foreign_threads, _fresh_slots, _handoff, _held_objects, _implicit, _module_refs,
+                             _mutations, _ran_hooks, _co_holders, _rebinds, _source, register)
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
@@ -55,6 +55,8 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     ran = _executed(ctx, step)
     if not change.owner.startswith(("<module ", "<closure ")):  # `self.meta.tokens += 1` lives in the caller's code
         files += [(f, None, False) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
+    if drawn := _drawn.sites(ctx, change, step, files):  # a host generator: the call on it that ran drew
+        return drawn, ""
     cands = []
     attr = change.attr
     if "." in attr:  # `METRICS.steps += 1` on a global object, `self.cache.filled += 1` on a tensor
@@ -67,7 +69,7 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         cands += [((file, fn) in ran, file, line, fn) for line, fn in
                   _mutations.mutation_sites(file, attr, span, global_name=glob) if not _constructors.skipped(change, fn)]
     cands += [((f, fn) in ran, f, line, fn) for f, line, fn in _held_objects.holder_sites(ctx, change)]  # `self.info.n`
-    if not cands and _whole_state(change):  # `self.rng.random()`: a call on the object is how it changed
+    if not cands and whole_state_fp(change.after):  # `self.rng.random()`, an iterator: a call on it changed it
         cands = [(f, line, fn) for f, span, glob in files if f
                  for line, fn, _ in _mutations.method_calls(f, attr, global_name=glob)
                  if fn not in ("__init__", "prepare") and (not span or span[0] <= line <= span[1])]
@@ -95,11 +97,6 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     shown = _implicit.accessor_sites(ctx, _between_steps.step_sites(
         ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN], change))
     return shown[:3], ""
-
-
-def _whole_state(change) -> bool:
-    """An object compared by its state as a whole (a host RNG, an iterator): its own methods change it."""
-    return whole_state_fp(change.after)
 
 
 def _library_spans(ctx, step: int) -> list:

@@ -27,8 +27,8 @@ import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
-from audit.scan import (cpu_cuda, dist_hooks, hook_registry, hops, module_setattr, seed_hooks, settings_hooks,
-                        stream_hooks, torch_frames, type_hooks)
+from audit.scan import (cpu_cuda, dist_hooks, hook_registry, hops, module_setattr, rng_lines, seed_hooks,
+                        settings_hooks, stream_hooks, torch_frames, type_hooks)
 
 __all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
            "sync_debug_off", "sync_debug_warn", "unaudited"]
@@ -270,6 +270,7 @@ def active(tracer):
         setattr_hook = module_setattr.wrapper(nn.Module.__setattr__, lambda: _ACTIVE)
         stack.enter_context(patched(nn.Module, "__setattr__", setattr_hook))
         stack.enter_context(hops.eager_compiled())  # compiled code runs its source under the tracer
+        stack.enter_context(rng_lines.recording(tracer))  # which drawing statements ran (host generators)
         _ACTIVE = tracer
         try:
             yield

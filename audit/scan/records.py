@@ -69,6 +69,7 @@ class Trace:
     hook_calls: list = field(default_factory=list)     # per audited step: (hooks, module, stack) per hooked module call
     flags: dict = field(default_factory=dict)          # (file, if line, flag) -> truth values seen (scan.branch_flags)
     default_device: bool = False                       # torch.set_default_device(...) in force in an audited step
+    ran_lines: list = field(default_factory=list)      # per audited step: (file, line) run where a host RNG can draw
 
     def is_own(self, code) -> bool:
         """The code object is in the target's own files (or the model package)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 
+from audit.detectors import _targets
 from audit.detectors._source import enclosing_function, tree
 from audit.scan.ast_nodes import all_nodes
 
@@ -42,6 +43,34 @@ def _reads(node) -> bool:
     return False
 
 
+def _parts(st) -> list:
+    """The expressions a statement evaluates: its value, and the subscripts of the places it writes
+    (`self.cache[:seq_len] = freqs` slices with `seq_len`)."""
+    out = [getattr(st, "value", None) or st]
+    out += [t.slice for t in _targets.written(st) if isinstance(t, ast.Subscript)]
+    return out
+
+
+def _bound(func, names: set, before: int) -> list:
+    """The values `func` assigns to `names` before line `before`. A tuple target takes the matching element of a
+    tuple value (`device, dtype, n = t.device, t.dtype, t.shape[d]` binds `n` to `t.shape[d]`), or the whole
+    value when it is not spelled out element by element (`b, n = x.shape[:2]`)."""
+    out = []
+    for a in ast.walk(func) if func is not None else ():
+        if not isinstance(a, ast.Assign) or a.lineno >= before:
+            continue
+        for t in a.targets:
+            if isinstance(t, ast.Name) and t.id in names:
+                out.append(a.value)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                v = a.value
+                elts = v.elts if isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) == len(t.elts) \
+                    and not any(isinstance(e, ast.Starred) for e in list(v.elts) + list(t.elts)) else None
+                out += [elts[i] if elts is not None else v for i, e in enumerate(t.elts)
+                        if isinstance(e, ast.Name) and e.id in names]
+    return out
+
+
 def _params(func) -> set:
     a = getattr(func, "args", None)
     return {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs)} if a is not None else set()
@@ -56,13 +85,12 @@ def reads_size(frames) -> bool:
         st = _statement(filename, line)
         if st is None:
             return False
-        expr = getattr(st, "value", None) or st
-        if _reads(expr):
+        parts = _parts(st)
+        if any(_reads(p) for p in parts):
             return True
         func = enclosing_function(filename, line)
-        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
-        bound = [a.value for a in ast.walk(func) if isinstance(a, ast.Assign) and a.lineno < st.lineno
-                 and any(isinstance(t, ast.Name) and t.id in names for t in a.targets)] if func is not None else []
+        names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
+        bound = _bound(func, names, st.lineno)
         if any(_reads(v) for v in bound):
             return True
         names |= {n.id for v in bound for n in ast.walk(v) if isinstance(n, ast.Name)}

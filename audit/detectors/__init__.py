@@ -25,7 +25,8 @@ __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 FAMILIES = ("host_sync", "guarded_sync", "allocation", "control", "baked", "stale_pointer", "side_effect", "rng",
             "cross_device", "pageable_copy", "host_data", "streams", "settings", "global_rng", "staging_refill",
             "step_host_buffers", "scalar_args", "hook_registrations", "sparse_sizes", "nested_masks",
-            "host_clock", "cached_host", "runtime_syncs", "grouped_mm", "optimizer_capture", "linalg_kernels")
+            "host_clock", "cached_host", "runtime_syncs", "grouped_mm", "optimizer_capture", "linalg_kernels",
+            "kernel_checks")
 
 
 @dataclass(frozen=True)

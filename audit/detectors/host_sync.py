@@ -66,17 +66,6 @@ def data_dependent_size(rec):
     return (f"`{rec.op}` has a data-dependent output size: the host reads it from the device", fix)
 
 
-@sync_op("aten.quantize_per_tensor_dynamic")
-def dynamic_qparams(rec):
-    """quantize_per_tensor_dynamic picks scale and zero point from its input's min and max, read with `.item()`
-    inside torch on every device (a float16 target is a plain cast)."""
-    if torch.float16 in rec.args or ("dtype", torch.float16) in rec.args:
-        return None
-    return ("`quantize_per_tensor_dynamic` reads its input's min and max back to the host to pick the qparams",
-            "Quantize on the device: scale = x.abs().amax(...) / 127, then round and clamp (or fake-quantize "
-            "with tensor qparams).")
-
-
 @sync_op("aten._linalg_check_errors")
 def linalg_error_check(rec):
     """torch.linalg.solve/inv/cholesky/... check their `info` result on the host: on a GPU the call

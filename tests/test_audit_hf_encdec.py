@@ -54,9 +54,13 @@ def test_the_encoder_runs_once_and_the_steps_decode_as_generate(tmp_path):
         t.step()
     assert not calls, "a decode step ran the encoder"
     decoded = torch.cat([t.input_ids, t.next[:, None]], -1)  # start token + the prefill's + every step's token
-    prompt = t.prompt_ids
-    ref = t.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=steps + 1,
-                           min_new_tokens=steps + 1, do_sample=False)
+    # the reference: greedy decoding with the whole prefix each time and no cache (generate's min_new_tokens
+    # would mask the end-of-sequence token, which a random model may well pick)
+    ref = decoded[:, :1]
+    with torch.no_grad():
+        for _ in range(steps + 1):
+            logits = t.model(input_ids=t.prompt_ids, decoder_input_ids=ref, use_cache=False).logits
+            ref = torch.cat([ref, logits[:, -1].argmax(-1, keepdim=True)], -1)
     assert decoded.tolist() == ref.tolist()
 
 

@@ -14,7 +14,7 @@ import ast
 import inspect
 
 from audit.detectors._source import tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import nodes_of
 from audit.scan.user_code import LIBRARY, frame_kind
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -40,7 +40,7 @@ def _uses(filename: str, attr: str) -> list[tuple[int, str]]:
     or hand it over as an argument."""
     t = tree(filename)
     out = []
-    for func in (n for n in all_nodes(t) if isinstance(n, _FUNCS)) if t is not None else ():
+    for func in nodes_of(t, _FUNCS) if t is not None else ():
         name = getattr(func, "name", "<lambda>")
         for n in ast.walk(func):
             if isinstance(n, ast.Call) and (_holds(n.func, attr) or any(

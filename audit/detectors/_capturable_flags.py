@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _scopes, _source
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import nodes_of
 
 __all__ = ["cpu_only", "gpu_capturable"]
 
@@ -34,7 +34,7 @@ def gpu_capturable(ctx, opt) -> tuple[str, str, int] | None:
     name, hits = type(opt).__name__, []
     for file in ctx.own_files():
         tree = _source.tree(file)
-        for call in (n for n in all_nodes(tree) if isinstance(n, ast.Call)) if tree is not None else ():
+        for call in nodes_of(tree, ast.Call) if tree is not None else ():
             if _func_name(call) == name:
                 kw = next((k.value for k in call.keywords if k.arg == "capturable"), None)
                 hits.append((file, tree, call, kw))

@@ -13,6 +13,7 @@ import ast
 
 from audit.detectors import _mutations, _source
 from audit.detectors._state_sites import whole_state_fp
+from audit.scan.ast_nodes import nodes_of
 
 __all__ = ["sites"]
 
@@ -21,8 +22,8 @@ def _accessors(file: str, span, attr: str) -> set[str]:
     """Names of the properties in `file` (within `span`) whose getter returns `self.<attr>`."""
     t = _source.tree(file)
     out = set()
-    for fn in ast.walk(t) if t is not None else ():
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or (span and not span[0] <= fn.lineno <= span[1]):
+    for fn in nodes_of(t, (ast.FunctionDef, ast.AsyncFunctionDef)) if t is not None else ():
+        if span and not span[0] <= fn.lineno <= span[1]:
             continue
         if not any(isinstance(d, ast.Name) and d.id in ("property", "cached_property") or
                    isinstance(d, ast.Attribute) and d.attr == "cached_property" for d in fn.decorator_list):

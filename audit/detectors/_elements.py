@@ -17,7 +17,7 @@ import types
 from audit.detectors._implicit import implicit_uses
 from audit.detectors._mutations import method_calls, tree
 from audit.detectors._state_sites import closure_functions
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import nodes_of
 from audit.scan import class_state
 
 __all__ = ["container_call", "held_names"]
@@ -100,7 +100,7 @@ def handed_to(filename: str, attr: str) -> list[tuple[int, str]]:
     and `prepare`."""
     t = tree(filename)
     out = []
-    for func in (n for n in all_nodes(t) if isinstance(n, _FUNC)) if t is not None else ():
+    for func in nodes_of(t, _FUNC) if t is not None else ():
         name = getattr(func, "name", "<lambda>")
         if name in ("__init__", "prepare"):
             continue
@@ -206,7 +206,7 @@ def element_calls(filename: str, attr: str, site_fn: str) -> list[tuple[int, str
     if t is None:
         return []
     out = []
-    for func in (n for n in all_nodes(t) if isinstance(n, _FUNC)):
+    for func in nodes_of(t, _FUNC):
         loop = set()
         for n in ast.walk(func):
             if isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)) and _holds(n.iter, attr):

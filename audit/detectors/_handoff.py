@@ -14,7 +14,7 @@ import inspect
 
 from audit.detectors import _mutations
 from audit.detectors._source import tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import all_nodes, nodes_of
 from audit.scan import loaded
 
 
@@ -112,7 +112,7 @@ def handoff_sites(own_files, attr: str, skip=("__init__", "prepare"), held=None)
     out = []
     for f in sorted(own_files):
         t = tree(f)
-        for func in (n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
+        for func in nodes_of(t, (ast.FunctionDef, ast.AsyncFunctionDef)) if t else ():
             if func.name in skip:
                 continue
             for call in (n for n in ast.walk(func) if isinstance(n, ast.Call)):

@@ -12,7 +12,7 @@ import ast
 
 from audit.detectors import _handoff
 from audit.detectors._mutations import tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import all_nodes, nodes_of
 from audit.scan.user_code import OWN
 
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -64,7 +64,7 @@ def implicit_uses(filename: str, holder: str, dunder: str, global_name: bool = F
         return isinstance(n, ast.Attribute) and n.attr == holder and isinstance(n.value, ast.Name)
 
     out = []
-    for func in (n for n in all_nodes(t) if isinstance(n, _FUNC)):
+    for func in nodes_of(t, _FUNC):
         aliases = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) and direct(n.value)
                    for x in n.targets if isinstance(x, ast.Name)}
 
@@ -121,7 +121,7 @@ def inline_uses(own_files, site, ran: set) -> tuple[str, int, str] | None:
     hits = []
     for f in sorted(own_files):
         t = tree(f)
-        for func in (n for n in all_nodes(t) if isinstance(n, _FUNC)) if t is not None else ():
+        for func in nodes_of(t, _FUNC) if t is not None else ():
             def is_obj(n, f=f) -> bool:
                 return isinstance(n, ast.Call) and _defines(_handoff.resolve(f, n.func), dunder, file)
 
@@ -151,7 +151,7 @@ def class_call(cls, site, own_files, ran: set) -> tuple[str, int, str] | None:
     hits = []
     for f in sorted(own_files):
         t = tree(f)
-        for func in (n for n in all_nodes(t) if isinstance(n, _FUNC)) if t is not None else ():
+        for func in nodes_of(t, _FUNC) if t is not None else ():
             name = getattr(func, "name", "<lambda>")
             hits += [((f, name) not in ran, n.lineno, f, name) for n in ast.walk(func) if isinstance(n, ast.Call)
                      and getattr(n.func, "id", getattr(n.func, "attr", None)) == cls.__name__

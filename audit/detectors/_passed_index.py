@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _scopes, _source
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import calls_at
 
 
 def _names(node) -> set:
@@ -45,9 +45,7 @@ def _passed(caller_file: str, caller_line: int, callee, name: str) -> set | None
     params = _params(callee)
     kwonly = {p.arg for p in callee.args.kwonlyargs}
     found = None
-    for call in all_nodes(t):
-        if not (isinstance(call, ast.Call) and _source._span(call, caller_line)):
-            continue
+    for call in calls_at(t, caller_line):
         f = call.func
         called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
         if called != callee.name:

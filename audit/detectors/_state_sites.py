@@ -14,7 +14,7 @@ import sys
 import types
 
 from audit.detectors import _hook_guards, _keyed_writes, _mutations, _source
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import all_nodes, nodes_of
 from audit.scan import class_state, loaded, module_hooks, state
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
 
@@ -179,7 +179,7 @@ def generated_sites(ctx, change, own_files: set, ran: set) -> list:
     hits = []
     for f in sorted(own_files):
         t = _mutations.tree(f)
-        for func in (n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
+        for func in nodes_of(t, (ast.FunctionDef, ast.AsyncFunctionDef)) if t else ():
             hits += [((f, func.name) not in ran, n.lineno, f, func.name) for n in ast.walk(func)
                      if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in names]
     return [(f, line, name) for _, line, f, name in sorted(hits)[:3]]

@@ -17,7 +17,7 @@ import ast
 
 from audit.detectors import _host_moves, _mutations, _source, register
 from audit.detectors._scopes import _own_nodes
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import all_nodes, calls_at
 
 MSG = ("the host tensor returned by `{fn}` (made in host memory, and by a call that ran before the step: a "
        "cached helper) is moved to the device in the step: on a GPU that is a copy from pageable host memory, "
@@ -56,9 +56,8 @@ def host_helper_moved(filename: str, line: int) -> str | None:
     """The name of the helper whose host tensor a `.to(...)` call on `line` moves, or None."""
     t = _source.tree(filename)
     func = _source.enclosing_function(filename, line) if t is not None else None
-    for n in all_nodes(t) if t is not None else ():
-        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to"
-                and n.lineno <= line <= (n.end_lineno or n.lineno)):
+    for n in calls_at(t, line) if t is not None else ():
+        if not (isinstance(n.func, ast.Attribute) and n.func.attr == "to"):
             continue
         recv = n.func.value
         if isinstance(recv, ast.Name) and func is not None and not isinstance(func, ast.Module):

@@ -16,7 +16,7 @@ import ast
 from collections import defaultdict
 
 from audit.detectors import _source, _targets, register
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import all_nodes, nodes_of
 
 _TIME = {"time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns", "process_time"}
 _DATETIME = {"now", "utcnow", "today"}
@@ -59,7 +59,7 @@ def _kept_clocks(tree, mods: set, funcs: set) -> set:
     """Names (`_now`) and attributes (`.clock`) a clock function is stored under, directly or through a
     parameter whose default is one."""
     out = set()
-    for func in (n for n in all_nodes(tree) if isinstance(n, _FUNC)):
+    for func in nodes_of(tree, _FUNC):
         a = func.args
         pos = a.posonlyargs + a.args
         pairs = [*zip(pos[len(pos) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
@@ -72,7 +72,7 @@ def _kept_clocks(tree, mods: set, funcs: set) -> set:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
             out |= {t.id if isinstance(t, ast.Name) else "." + t.attr for t in targets
                     if isinstance(t, (ast.Name, ast.Attribute))}
-    for cls in (n for n in all_nodes(tree) if isinstance(n, ast.ClassDef)):  # a field: `clock: Callable = time.time`
+    for cls in nodes_of(tree, ast.ClassDef):  # a field: `clock: Callable = time.time`
         out |= {"." + s.target.id for s in cls.body if isinstance(s, (ast.Assign, ast.AnnAssign))
                 and isinstance(getattr(s, "target", None), ast.Name) and s.value is not None
                 and _is_clock_ref(s.value, mods, funcs)}

@@ -26,7 +26,7 @@ from audit.detectors._state_sites import (called_by_name, caller_of, closure_fun
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines, escaped_members
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.ast_nodes import nodes_of
 from audit.scan import class_state, global_rng, loaded, script_state, staging_bytes, state
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
@@ -357,7 +357,7 @@ def _user_call_of(ctx, site, step: int, own_files: set):
     hits = []
     for f in own_files:
         t = _source.tree(f)
-        for func in (n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if t else ():
+        for func in nodes_of(t, (ast.FunctionDef, ast.AsyncFunctionDef)) if t else ():
             for n in ast.walk(func):
                 if not isinstance(n, ast.Call):
                     continue

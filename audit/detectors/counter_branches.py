@@ -1,0 +1,264 @@
+"""Branches on a host counter the step advances, seen from the source when the audited steps never turned them.
+
+`self.n += 1; if self.n % 100 == 0: log(y.norm().item())` takes the same side in every audited step, so the
+op sequences agree and the trace shows neither the branch nor the wait it hides. Yet the counter keeps moving
+on the host (a replay does not move it at all, cpu-side-effect) and the step the branch turns on is one a
+graph cannot follow: the captured side replays forever. For every `if` (or conditional expression) of the
+target's own functions that ran, whose test reads a number the step changed (`self.n`, a module global, a
+local bound from one), we run the test forward on the counter's own stride (the observed change per step)
+over the next few thousand steps and far ahead, with the constants and plain number attributes it compares
+against; where it cannot be read that way it counts as turning. A test that never turns (`self.n > 0` while
+`n` grows) is left alone. A branch whose side differed between audited steps is op_sequence_divergence's.
+The synchronizing calls of a side no audited step ran are host-sync, found in the source.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import numbers
+
+from audit.detectors import _callees, register
+from audit.detectors._state_sites import object_at
+from audit.detectors.guarded_sync import _sync_call
+from audit.scan import loaded
+from audit.scan.ast_nodes import nodes_of
+from audit.scan.frame_source import function_of
+
+_AHEAD = (*range(1, 4097), *(10 ** p for p in range(4, 13)))  # steps ahead the test is run at
+
+
+def _number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _counters(ctx) -> dict:
+    """(owner, attr) -> per-step (before, after) of the plain numbers the audited steps changed."""
+    out: dict = {}
+    for s in ctx.complete:
+        for c in ctx.trace.changes[s] if s < len(ctx.trace.changes) else ():
+            if _number(c.before) and _number(c.after) and c.before != c.after:
+                out.setdefault((c.owner, c.attr), []).append((c.before, c.after))
+    return out
+
+
+def _self_paths(ctx, code) -> list[str]:
+    """Paths of the traced objects whose class (or a base) defines the function `code` belongs to."""
+    out = []
+    for path, obj in ctx.trace.objects:
+        for cls in type(obj).__mro__[:-1]:
+            fn = cls.__dict__.get(code.co_name)
+            fn = getattr(fn, "__func__", fn)
+            if getattr(inspect.unwrap(fn) if callable(fn) else None, "__code__", None) is code:
+                out.append(path)
+                break
+    return out
+
+
+def _chain(e) -> list[str] | None:
+    """`self.meta.tokens` -> ["self", "meta", "tokens"]; None for anything else."""
+    names = []
+    while isinstance(e, ast.Attribute):
+        names.append(e.attr)
+        e = e.value
+    return [e.id, *reversed(names)] if isinstance(e, ast.Name) else None
+
+
+def _refs(func, code, ctx, counters) -> dict:
+    """id(node) -> (owner, attr) for the reads of a changed counter in the function: `self.<path>.attr`
+    (through the objects of the function's class) and a bare module global of the function's module."""
+    args = func.args.posonlyargs + func.args.args
+    me = args[0].arg if args else None
+    selves = _self_paths(ctx, code) if me else []
+    mods = {o[8:-1] for o, _ in counters if o.startswith("<module ")}
+    globs = {a for o, a in counters if o.startswith("<module ") and "." not in a
+             and getattr(loaded.module_named(o[8:-1]), "__file__", None) == code.co_filename} if mods else set()
+    out = {}
+    for n in nodes_of(func, (ast.Attribute, ast.Name)):
+        if isinstance(n, ast.Name):
+            if n.id in globs and isinstance(n.ctx, ast.Load) and n.id not in code.co_varnames:
+                owner = next(o for o, a in counters if a == n.id and o.startswith("<module "))
+                out[id(n)] = (owner, n.id)
+            continue
+        ch = _chain(n)
+        if not ch or ch[0] != me or not isinstance(n.ctx, ast.Load):
+            continue
+        for base in selves:
+            owner = ".".join(p for p in (base, *ch[1:-1]) if p)
+            if (owner, ch[-1]) in counters:
+                out[id(n)] = (owner, ch[-1])
+    return out
+
+
+def _bound(func, refs) -> dict:
+    """Local name -> the expression it is bound from, where that reads a counter (`step = self.n`)."""
+    out = {}
+    for a in nodes_of(func, ast.Assign):
+        if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) and \
+                any(id(n) in refs for n in ast.walk(a.value)):
+            out[a.targets[0].id] = a.value
+    return out
+
+
+def _reads(test, refs, bound) -> list:
+    """The (owner, attr) counters a test reads, directly or through a local bound from one."""
+    out = [refs[id(n)] for n in ast.walk(test) if id(n) in refs]
+    for n in ast.walk(test):
+        if isinstance(n, ast.Name) and n.id in bound:
+            out += [refs[id(m)] for m in ast.walk(bound[n.id]) if id(m) in refs]
+    return list(dict.fromkeys(out))
+
+
+def _turns(test, counter, refs, bound, stride, last, selves) -> bool:
+    """Whether the test's value changes over the steps ahead, the counter moving by its stride; True where
+    the test reads anything but the counter, constants and plain numbers of the object it runs on."""
+    env: dict = {}
+
+    def plain(e, depth=0):  # a copy of `e` over `_c` (the counter) and `_aN` (the numbers read), else None
+        if id(e) in refs:
+            return ast.Name(id="_c", ctx=ast.Load()) if refs[id(e)] == counter else None
+        if isinstance(e, ast.Name):
+            return plain(bound[e.id], depth + 1) if e.id in bound and depth < 4 else None
+        if isinstance(e, ast.Attribute):
+            ch = _chain(e)
+            v = selves[0] if ch and len(selves) == 1 else None
+            for a in ch[1:] if v is not None else ():
+                v = getattr(v, "__dict__", {}).get(a)
+            if not _number(v):
+                return None
+            env[f"_a{len(env)}"] = v
+            return ast.Name(id=f"_a{len(env) - 1}", ctx=ast.Load())
+        if isinstance(e, ast.Constant):
+            return ast.Constant(e.value) if _number(e.value) or e.value is None or isinstance(e.value, bool) else None
+        if isinstance(e, ast.BinOp):
+            a, b = plain(e.left, depth), plain(e.right, depth)
+            return None if a is None or b is None else ast.BinOp(a, e.op, b)
+        if isinstance(e, ast.UnaryOp):
+            a = plain(e.operand, depth)
+            return None if a is None else ast.UnaryOp(e.op, a)
+        if isinstance(e, ast.Compare):
+            parts = [plain(x, depth) for x in (e.left, *e.comparators)]
+            return None if None in parts else ast.Compare(parts[0], e.ops, parts[1:])
+        if isinstance(e, ast.BoolOp):
+            parts = [plain(x, depth) for x in e.values]
+            return None if None in parts else ast.BoolOp(e.op, parts)
+        return None
+
+    body = plain(test)
+    if body is None:  # unread: a schedule only where the counter is compared as a number (`self.pos + t > cap`)
+        return _scheduled(test, counter, refs, bound)
+    try:
+        code = compile(ast.fix_missing_locations(ast.Expression(body)), "<test>", "eval")
+        now = bool(eval(code, {"__builtins__": {}}, {"_c": last, **env}))
+        return any(bool(eval(code, {"__builtins__": {}}, {"_c": last + k * stride, **env})) != now for k in _AHEAD)
+    except Exception:  # noqa: BLE001 - a division by zero or an overflow ahead: not a settled test
+        return True
+
+
+def _scheduled(test, counter, refs, bound, depth=0) -> bool:
+    """Whether the counter (or a local bound from it) is an operand of an order or equality comparison or of
+    arithmetic inside the test; a membership or identity test on it (`self.n not in self.cache`) is not."""
+    def reads(e, depth):
+        return any(id(n) in refs and refs[id(n)] == counter or isinstance(n, ast.Name) and n.id in bound and
+                   depth < 4 and reads(bound[n.id], depth + 1) for n in ast.walk(e))
+    for n in ast.walk(test):
+        if isinstance(n, ast.Compare) and not isinstance(n.ops[0], (ast.In, ast.NotIn, ast.Is, ast.IsNot)) and \
+                any(reads(x, depth) for x in (n.left, *n.comparators)):
+            return True
+    return False
+
+
+def _ran(ctx) -> tuple[dict, list]:
+    """The target's own code objects the audited steps ran ops in, and per step the (file, line) pairs on
+    the way to an op."""
+    codes, lines = {}, []
+    for s in ctx.complete:
+        seen = set()
+        for r in ctx.steps[s]:
+            for code, line in r.stack:
+                if ctx.trace.is_own(code):
+                    codes[code] = None
+                seen.add((code.co_filename, line))
+        lines.append(seen)
+    return codes, lines
+
+
+def _sides(node, file: str, lines: list) -> set:
+    """Per audited step, which sides of the branch ran an op: one pattern where the steps agreed."""
+    def ran(body, seen):
+        return any((file, n) in seen for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1))
+    body = node.body if isinstance(node, ast.If) else [node.body]
+    orelse = node.orelse if isinstance(node, ast.If) else [node.orelse]
+    return {(ran(body, seen), ran(orelse, seen)) for seen in lines}
+
+
+def _branches(ctx):
+    """(file, code, func, node, counter, history) for every branch of the target's own functions that reads a
+    counter the step advances and would turn on a later step, where the audited steps all took one side."""
+    counters = _counters(ctx)
+    if not counters:
+        return
+    codes, lines = _ran(ctx)
+    for code in codes:
+        func = function_of(code)
+        refs = _refs(func, code, ctx, counters) if func is not None else {}
+        if not refs:
+            continue
+        bound = _bound(func, refs)
+        selves = [object_at(ctx, p) for p in _self_paths(ctx, code)]
+        for node in nodes_of(func, (ast.If, ast.IfExp)):
+            sides = _sides(node, code.co_filename, lines)
+            if len(sides) > 1:
+                continue  # the audited steps took different sides: op_sequence_divergence reports it
+            for counter in _reads(node.test, refs, bound):
+                before, after = counters[counter][-1]
+                if _turns(node.test, counter, refs, bound, after - before, after, selves):
+                    yield code, node, counter, counters[counter], next(iter(sides))
+                    break
+
+
+def _name(counter) -> str:
+    owner, attr = counter
+    return f"{owner}.{attr}" if owner and not owner.startswith("<") else attr
+
+
+@register("data-dependent-control")
+def branches_on_advanced_counters(ctx):
+    """A Python branch on a host counter the step advances: the side a graph captured replays on every step."""
+    out = []
+    for code, node, counter, history, sides in _branches(ctx):
+        took = {(True, False): "the `if` side", (False, True): "the `else` side"}.get(sides, "the same side")
+        seen = ", ".join(str(a) for _, a in history[:4])
+        other = [st for side, body in zip(sides, (node.body, node.orelse)) if not side for st in body] \
+            if isinstance(node, ast.If) else []
+        then = "the check that raises there never runs on a replay" if other and all(
+            isinstance(st, ast.Raise) for st in other) else "a graph replays only the captured side"
+        out.append(ctx.finding(
+            "data-dependent-control", (code.co_filename, node.lineno, code.co_name), "if", 0.0,
+            f"`{ast.unparse(node.test)}` reads `{_name(counter)}`, which the step advances ({seen}); the audited "
+            f"steps all took {took}, but on a later step the test turns and {then} (found by running the "
+            "test forward on the counter's stride, not traced)",
+            fix="Decide on the device (`torch.where` on a device counter), or run the rare side outside the "
+                "captured step, on the host's schedule."))
+    return out
+
+
+@register("host-sync")
+def syncs_behind_advanced_counters(ctx):
+    """The waits in the side of a counter branch that no audited step ran: a later step runs them."""
+    out = []
+    for code, node, counter, _, sides in _branches(ctx):
+        if not isinstance(node, ast.If):
+            continue
+        sts = [st for side, body in zip(sides, (node.body, node.orelse)) if not side for st in body]
+        file = code.co_filename
+        waits = [(file, c.lineno, code.co_name, w) for st in sts for c in ast.walk(st) if (w := _sync_call(c))]
+        for wfile, line, fname, what in [*waits, *_callees.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
+            out.append(ctx.finding(
+                "host-sync", (wfile, line, fname), what, 0.0,
+                f"`{what}()` runs on the steps where `{ast.unparse(node.test)}` (line {node.lineno}) turns, with "
+                f"`{_name(counter)}` advanced by the step; the audited steps did not take it, a later step does "
+                "and waits for the device inside the step (found in the source, not traced)",
+                fix="Move the read out of the captured step (read it after the step, on the host's schedule).",
+                caller=None if wfile == file else (file, node.lineno, code.co_name)))
+    return out

@@ -8,37 +8,13 @@ at which the two executions part ways. Parsing is cached per file.
 from __future__ import annotations
 
 import ast
-import functools
-import linecache
-import os
 
 from audit.detectors import _scopes
 from audit.scan.ast_nodes import calls_at, nodes_of
+from audit.scan.frame_source import tree
 
 _BRANCH = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
-def tree(filename: str) -> ast.Module | None:
-    """The parsed file; parsed again when it changed on disk (a long-lived process may rescan an edited file)."""
-    linecache.checkcache(filename)
-    try:
-        st = os.stat(filename)
-        stamp = (st.st_mtime_ns, st.st_size)
-    except OSError:
-        stamp = None
-    return _parse(filename, stamp)
-
-
-@functools.lru_cache(maxsize=512)
-def _parse(filename: str, stamp) -> ast.Module | None:
-    src = "".join(linecache.getlines(filename))
-    if not src:
-        return None
-    try:
-        return ast.parse(src, filename)
-    except SyntaxError:
-        return None
-
 
 def _span(node, line: int) -> bool:
     return node.lineno <= line <= (node.end_lineno or node.lineno)

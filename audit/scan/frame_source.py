@@ -1,10 +1,12 @@
-"""The def node of a running function, for scan-time readers of the step's source (pin_flags, branch_flags)."""
+"""The parsed source of a file and the def node of a running function, for everything that reads the step's
+source (pin_flags, branch_flags, the detectors through _source)."""
 
 from __future__ import annotations
 
 import ast
 import functools
 import linecache
+import os
 
 from audit.scan.ast_nodes import all_nodes
 
@@ -12,10 +14,24 @@ from audit.scan.ast_nodes import all_nodes
 __all__ = ["function_of", "tree"]
 
 
-@functools.lru_cache(maxsize=256)
-def tree(filename: str):
+def tree(filename: str) -> ast.Module | None:
+    """The parsed file; parsed again when it changed on disk (a long-lived process may rescan an edited file)."""
+    linecache.checkcache(filename)
     try:
-        return ast.parse("".join(linecache.getlines(filename)))
+        st = os.stat(filename)
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    return _parse(filename, stamp)
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(filename: str, stamp) -> ast.Module | None:
+    src = "".join(linecache.getlines(filename))
+    if not src:
+        return None
+    try:
+        return ast.parse(src, filename)
     except (SyntaxError, ValueError):
         return None
 

@@ -17,6 +17,7 @@ from difflib import SequenceMatcher
 from torch import nn
 
 from audit.detectors import _control_source, _other_instance, _source, register
+from audit.detectors._layout_picks import picked_by_layout
 from audit.detectors._element_guards import element_guard
 
 
@@ -263,7 +264,8 @@ def op_sequence_divergence(ctx):
         codes = [c for c in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes() if c[0] != "equal"]
         shifted = _shifted_regions(ta, tb, codes)
         for tag, i1, i2, j1, j2 in codes:
-            if _elided_slice(tag, ra, rb, i1, i2, j1, j2) or (i1, j1) in shifted:
+            if _elided_slice(tag, ra, rb, i1, i2, j1, j2) or picked_by_layout(tag, ra, rb, i1, i2, j1, j2) \
+                    or (i1, j1) in shifted:
                 continue
             a = ra[i1] if i1 < len(ra) and tag != "insert" else None  # an insert's ra[i1] is the op after it:
             b = rb[j1] if j1 < len(rb) and tag != "delete" else None  # not part of the difference

@@ -1,0 +1,28 @@
+"""Ops a torch composite picks by shape or layout, inside one statement: no branch of the step's code.
+
+`q @ k.transpose(-1, -2)` runs aten.matmul's Python-free decomposition, whose `reshape` is a `view` when the
+operand's strides allow it and a `clone` + `_unsafe_view` when they do not; `x.reshape(...)`, `x.contiguous()`
+and broadcasting ops choose the same way. When a dynamic shape flows into such a statement (a verify step fed
+1 to 3 pending tokens: `[2, 4, 1, 8]` is viewable, `[2, 4, 3, 8]` transposed is not) the two steps' op sequences
+fork at that statement although no Python branch decided anything: the varying shape is the hazard, reported
+as dynamic-shape (or baked-host-value) where it starts, and the fork it causes is no data-dependent-control.
+"""
+
+from __future__ import annotations
+
+__all__ = ["picked_by_layout"]
+
+
+def picked_by_layout(tag, ra, rb, i1, i2, j1, j2) -> bool:
+    """A replaced region whose ops, on both sides, were all issued by one statement (the same frames, which
+    the next op of each side still runs in: the statement goes on), and whose first ops read inputs of other
+    shapes in the two steps."""
+    if tag != "replace":
+        return False
+    ea, eb = ra[i1:i2], rb[j1:j2]
+    if not ea or not eb or i2 >= len(ra) or j2 >= len(rb):
+        return False
+    stack = ea[0].stack
+    if not stack or any(r.stack != stack for r in (*ea, *eb, ra[i2], rb[j2])):
+        return False
+    return [tuple(m.shape) for m in ea[0].inputs] != [tuple(m.shape) for m in eb[0].inputs]

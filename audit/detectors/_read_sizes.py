@@ -9,6 +9,10 @@ changes equals one dimension (the same one each step) of an earlier call's outpu
 varies too. Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
 reads no size, and stays a baked value where it enters. A value that comes in through a parameter is followed
 to the caller's statement that passed it (`gcn_norm(ei, w, x.size(0))` -> `torch.arange(0, N)` two calls down).
+A size read mixed with a host counter is no such read: `t = ids.shape[0]; end = self.length + t;
+torch.ones(t, end)` (a speculative decoder's causal mask over a cache filled up to a Python length) varies with
+`self.length`, an attribute the code rebinds outside `__init__` (or the step changed), and a fix of the earlier
+varying call (`self.k_cache[:end]`) leaves it varying: it is an origin of its own (`counter_attrs`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from audit.detectors._source import enclosing_function, tree
 from audit.scan.ast_nodes import all_nodes
 
 _SIZE_CALLS = ("size", "numel", "dim")
+_SETUP = ("__init__", "__post_init__", "__new__", "__setstate__")
+_META = {"device", "dtype", "layout", "is_cuda", "is_cpu", "ndim", "T", "mT", "data", "requires_grad"}  # a tensor's
 
 
 def _statement(filename: str, line: int):
@@ -76,6 +82,74 @@ def _params(func) -> set:
     return {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs)} if a is not None else set()
 
 
+def _is_size_read(n) -> bool:
+    return isinstance(n, ast.Attribute) and n.attr == "shape" or isinstance(n, ast.Call) and (
+        isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS
+        or isinstance(n.func, ast.Name) and n.func.id == "len")
+
+
+def _attrs_read(node) -> set:
+    """Attribute names the expression loads as values, outside its size reads (`self.length` in
+    `self.length + x.shape[0]`; not `cache` in `self.cache.size(0)`, nor a method called)."""
+    out, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if _is_size_read(n):
+            continue
+        if isinstance(n, ast.Call):
+            todo += list(n.args) + [k.value for k in n.keywords]
+            f = n.func
+            todo.append(f.value if isinstance(f, ast.Attribute) else f)
+            continue
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
+            out.add(n.attr)
+        todo += list(ast.iter_child_nodes(n))
+    return out
+
+
+def _written_attrs(filename: str) -> set:
+    """Attribute names a file's functions other than the constructors assign (`self.length += n`)."""
+    t = tree(filename)
+    out = set()
+    for f in all_nodes(t) if t is not None else ():
+        if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) or f.name in _SETUP:
+            continue
+        for n in ast.walk(f):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(
+                n, (ast.AugAssign, ast.AnnAssign)) else []
+            for tg in targets:
+                for x in ast.walk(tg):
+                    if isinstance(x, ast.Attribute) and isinstance(x.ctx, ast.Store):
+                        out.add(x.attr)
+    return out
+
+
+def counter_attrs(ctx) -> set:
+    """Attributes that act as host counters: rebound outside a constructor in the target's own files, or
+    changed by a step (the scan's state snapshots)."""
+    got = getattr(ctx, "_counter_attrs", None)
+    if got is None:
+        got = {c.attr for changes in ctx.trace.changes for c in changes}
+        for f in ctx.own_files():
+            got |= _written_attrs(f)
+        ctx._counter_attrs = got = got - _META
+    return got
+
+
+def reads_counter(frames, counters: set) -> bool:
+    """The innermost statement, or a local it reads that its function binds earlier, loads a host counter
+    attribute outside its size reads (`end = self.length + t`, then `torch.ones(t, end)`)."""
+    for filename, line in frames[:1]:
+        st = _statement(filename, line)
+        if st is None:
+            return False
+        parts = _parts(st)
+        names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
+        values = parts + _bound(enclosing_function(filename, line), names, st.lineno)
+        return any(_attrs_read(v) & counters for v in values)
+    return False
+
+
 def reads_size(frames) -> bool:
     """The statement running in the innermost frame ((file, line) pairs, innermost first) reads a tensor's size
     (`x.size(1)`, `x.shape[0]`, `x.numel()`, `len(x)`), itself or through a local its function binds from one
@@ -118,7 +192,8 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
     r0 = recs[0]
     if len({r.args for r in recs}) < 2:  # the size reaches the call as a Python value, or it is no read size
         return False
-    if not r0.stack or not reads_size([(code.co_filename, line) for code, line in reversed(r0.stack)]):
+    frames = [(code.co_filename, line) for code, line in reversed(r0.stack)] if r0.stack else []
+    if not frames or not reads_size(frames) or reads_counter(frames, counter_attrs(ctx)):
         return False
     dims = _varying_dims(recs)
     if not dims:

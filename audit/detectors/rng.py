@@ -12,7 +12,7 @@ import ast
 
 import torch
 
-from audit.detectors import register
+from audit.detectors import _registered_gens, register
 from audit.scan.ast_nodes import all_nodes
 from audit.scan.seed_hooks import BY_VALUE
 
@@ -60,7 +60,13 @@ def random_ops(ctx):
     out = []
     for (_, _, op), group in ctx.per_site(recs).items():
         gen = _generator(group[0])
-        if gen is not None and not gen[2]:
+        reg = _registered_gens.registered(ctx, group[0]) if gen is not None and not gen[2] else None
+        if reg is not None:
+            out.append(ctx.finding(
+                "rng", group[0], op, len(group) / ctx.n_steps,
+                f"`{op}` draws from an explicit generator (`{reg[0]}`) that the target registers with its graph "
+                f"({ctx.rel(reg[1])}:{reg[2]}, register_generator_state): captured, each replay advances its offset"))
+        elif gen is not None and not gen[2]:
             out.append(ctx.finding(
                 "rng", group[0], op, len(group) / ctx.n_steps,
                 f"`{op}` draws from an explicit generator ({gen[1]}): unless it is registered with the graph, "

@@ -48,6 +48,7 @@ TURNING = {
     "modulo-global": "if STEPS % {every} == 0:  # SITE\n            print(y.sum().item())  # WAIT",
     "bound-local": "if n % {every} == 1:  # SITE\n            print(y.tolist())  # WAIT",
     "limit-raise": "if self.n >= self.limit:  # SITE\n            raise RuntimeError('cache full')",
+    "conditional-expression": "y = y * 0.5 if (n - 1) % self.every == 0 else y  # SITE",
 }
 SETTLED = {
     "never-turns": "if self.n >= 0:  # SITE\n            y = y * 2",
@@ -71,7 +72,7 @@ def test_a_branch_the_counter_turns_later_is_reported(tmp_path, form):
     assert "advances" in hit.iloc[0].message
     if "raise" in TURNING[form]:
         assert "raises" in hit.iloc[0].message
-    else:  # the wait in the side no audited step took
+    elif "# WAIT" in TURNING[form]:  # the wait in the side no audited step took
         assert len(at(bad, "host-sync", marked_line(path, "# WAIT"))) == 1, table(bad)
 
 

@@ -169,27 +169,31 @@ def _scheduled(test, counter, refs, bound, depth=0) -> bool:
 
 
 def _ran(ctx) -> tuple[dict, list]:
-    """The target's own code objects the audited steps ran ops in, and per step the (file, line) pairs on
-    the way to an op."""
+    """The target's own code objects the audited steps ran ops in, and per step the ops dispatched on the way
+    through each (file, line)."""
     codes, lines = {}, []
     for s in ctx.complete:
-        seen = set()
+        seen: dict = {}
         for r in ctx.steps[s]:
             for code, line in r.stack:
                 if ctx.trace.is_own(code):
                     codes[code] = None
-                seen.add((code.co_filename, line))
+                seen.setdefault((code.co_filename, line), []).append(r.op)
         lines.append(seen)
     return codes, lines
 
 
 def _sides(node, file: str, lines: list) -> set:
-    """Per audited step, which sides of the branch ran an op: one pattern where the steps agreed."""
+    """Per audited step, which sides of the branch ran an op (for a conditional expression, whose sides share
+    their lines, the ops its lines ran): one pattern where the steps agreed."""
+    if isinstance(node, ast.IfExp):
+        span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        ops = {tuple(op for n in span for op in seen.get((file, n), ())) for seen in lines}
+        return {(False, False)} if len(ops) == 1 else ops
+
     def ran(body, seen):
         return any((file, n) in seen for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1))
-    body = node.body if isinstance(node, ast.If) else [node.body]
-    orelse = node.orelse if isinstance(node, ast.If) else [node.orelse]
-    return {(ran(body, seen), ran(orelse, seen)) for seen in lines}
+    return {(ran(node.body, seen), ran(node.orelse, seen)) for seen in lines}
 
 
 def _branches(ctx):

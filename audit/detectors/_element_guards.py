@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _source
+from audit.detectors import _key_tests, _source
 from audit.scan.ast_nodes import all_nodes
 
 
@@ -27,5 +27,6 @@ def element_guard(filename: str, loop_line: int, line: int) -> int | None:
     names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
     guards = [n for n in ast.walk(loop) if isinstance(n, ast.If) and not n.orelse
               and any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in n.body)
-              and names & {x.id for x in ast.walk(n.test) if isinstance(x, ast.Name)}]
+              and names & {x.id for x in ast.walk(n.test) if isinstance(x, ast.Name)}
+              and not _key_tests.fixed_key_test(_source.enclosing_function(filename, line), n)]
     return max((g.lineno for g in guards), default=None)  # the innermost such `if`

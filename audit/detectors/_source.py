@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _scopes
+from audit.detectors import _key_tests, _scopes
 from audit.scan.ast_nodes import calls_at, nodes_of
 from audit.scan.frame_source import tree
 
@@ -104,12 +104,15 @@ def chooser(filename: str, line: int) -> int | None:
     skips iterations before `line` with a guard (`if ...: continue/break`): the first such guard."""
     func = enclosing_function(filename, line)
     c = chain(func, line) if func is not None else []
+    # both steps ran `line`: an `if` holding it that tests the loop's key against fixed things took one arm in both
+    c = [(n, part) for n, part in c if not _key_tests.fixed_key_test(func, n)]
     if not c:
         return None
     node = c[-1][0]
     if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
         guards = [n.lineno for n in ast.walk(node) if isinstance(n, ast.If) and n.lineno < line
-                  and not _span(n, line) and any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n))]
+                  and not _span(n, line) and any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n))
+                  and not _key_tests.fixed_key_test(func, n)]
         if guards:
             return min(guards)
     return node.lineno
@@ -168,7 +171,8 @@ def body_guard(filename: str, line: int) -> int | None:
     if loop is None:
         return None
     cands = [n.lineno for n in ast.walk(loop) if isinstance(n, ast.If) and n.lineno < line
-             and (_span(n, line) or any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n)))]
+             and (_span(n, line) or any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n)))
+             and not _key_tests.fixed_key_test(func, n)]
     return min(cands, default=None)
 
 
@@ -240,7 +244,8 @@ def decider(filename: str, lo: int | None, line: int) -> int | None:
     if loop is None or not _span(loop, lo):
         return None
     cands = [n.lineno for n in ast.walk(loop) if n is not loop and isinstance(n, _BRANCH)
-             and any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n))]
+             and any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n))
+             and not _key_tests.fixed_key_test(func, n)]
     return min(cands, default=loop.lineno)
 
 

@@ -1,4 +1,4 @@
-"""A branch on a host counter the step advances turns on some later step: `if self.n % every == 0:` takes the
+"""A branch on a host counter the step advances (or prepare() sets) turns on some later step: `if self.n % every == 0:` takes the
 same side in the few audited steps, so the trace alone sees no divergence and no wait behind it. The scan runs
 the test forward on the counter's stride and reports the branch (and the waits of the side not yet taken);
 a test that never turns (`self.n >= 0` while n grows) and a branch on a flag the step leaves alone stay clean."""
@@ -19,6 +19,7 @@ STEPS = {start}
 class Logger:
     def __init__(self):
         self.n = {start}
+        self.t = {start}
         self.every = {every}
         self.limit = {limit}
         self.debug = False
@@ -28,6 +29,7 @@ class Logger:
 
     def prepare(self, i):
         self.x.copy_(torch.randn(1, {d}))
+        self.t = {start} + i
 
     def step(self):
         global STEPS
@@ -48,6 +50,7 @@ TURNING = {
     "modulo-global": "if STEPS % {every} == 0:  # SITE\n            print(y.sum().item())  # WAIT",
     "bound-local": "if n % {every} == 1:  # SITE\n            print(y.tolist())  # WAIT",
     "limit-raise": "if self.n >= self.limit:  # SITE\n            raise RuntimeError('cache full')",
+    "staged-index": "if self.t % self.every == 0:  # SITE\n            print(y.sum().item())  # WAIT",
     "conditional-expression": "y = y * 0.5 if (n - 1) % self.every == 0 else y  # SITE",
 }
 SETTLED = {
@@ -69,7 +72,7 @@ def test_a_branch_the_counter_turns_later_is_reported(tmp_path, form):
     bad = blocking(path)
     hit = at(bad, "data-dependent-control", site)
     assert len(hit) == 1, table(bad)
-    assert "advances" in hit.iloc[0].message
+    assert ("between the steps" if "self.t" in TURNING[form] else "advances") in hit.iloc[0].message
     if "raise" in TURNING[form]:
         assert "raises" in hit.iloc[0].message
     elif "# WAIT" in TURNING[form]:  # the wait in the side no audited step took

@@ -11,7 +11,7 @@ reads no size, and stays a baked value where it enters. A value that comes in th
 to the caller's statement that passed it (`gcn_norm(ei, w, x.size(0))` -> `torch.arange(0, N)` two calls down).
 A size read mixed with a host counter is no such read: `t = ids.shape[0]; end = self.length + t;
 torch.ones(t, end)` (a speculative decoder's causal mask over a cache filled up to a Python length) varies with
-`self.length`, an attribute the code rebinds outside `__init__` (or the step changed), and a fix of the earlier
+`self.length`, a plain number the step changed or prepare() set, and a fix of the earlier
 varying call (`self.k_cache[:end]`) leaves it varying: it is an origin of its own (`counter_attrs`).
 """
 
@@ -24,7 +24,6 @@ from audit.detectors._source import enclosing_function, tree
 from audit.scan.ast_nodes import all_nodes
 
 _SIZE_CALLS = ("size", "numel", "dim")
-_SETUP = ("__init__", "__post_init__", "__new__", "__setstate__")
 _META = {"device", "dtype", "layout", "is_cuda", "is_cpu", "ndim", "T", "mT", "data", "requires_grad"}  # a tensor's
 
 
@@ -107,33 +106,19 @@ def _attrs_read(node) -> set:
     return out
 
 
-def _written_attrs(filename: str) -> set:
-    """Attribute names a file's functions other than the constructors assign (`self.length += n`)."""
-    t = tree(filename)
-    out = set()
-    for f in all_nodes(t) if t is not None else ():
-        if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) or f.name in _SETUP:
-            continue
-        for n in ast.walk(f):
-            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(
-                n, (ast.AugAssign, ast.AnnAssign)) else []
-            for tg in targets:
-                for x in ast.walk(tg):
-                    if isinstance(x, ast.Attribute) and isinstance(x.ctx, ast.Store):
-                        out.add(x.attr)
-    return out
-
-
 def counter_attrs(ctx) -> set:
-    """Attributes that act as host counters: rebound outside a constructor in the target's own files, or
-    changed by a step (the scan's state snapshots)."""
+    """Attributes that act as host counters: plain numbers a step changed, or that changed between the steps
+    (prepare() setting a length), as the scan's state snapshots saw them."""
     got = getattr(ctx, "_counter_attrs", None)
     if got is None:
-        got = {c.attr for changes in ctx.trace.changes for c in changes}
-        for f in ctx.own_files():
-            got |= _written_attrs(f)
+        changes = [c for per_step in (*ctx.trace.changes, *getattr(ctx.trace, "staged", ())) for c in per_step]
+        got = {c.attr.rsplit(".", 1)[-1] for c in changes if _number(c.before) or _number(c.after)}
         ctx._counter_attrs = got = got - _META
     return got
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def reads_counter(frames, counters: set) -> bool:

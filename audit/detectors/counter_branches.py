@@ -1,13 +1,14 @@
-"""Branches on a host counter the step advances, seen from the source when the audited steps never turned them.
+"""Branches on a host counter, seen from the source when the audited steps never turned them.
 
 `self.n += 1; if self.n % 100 == 0: log(y.norm().item())` takes the same side in every audited step, so the
 op sequences agree and the trace shows neither the branch nor the wait it hides. Yet the counter keeps moving
 on the host (a replay does not move it at all, cpu-side-effect) and the step the branch turns on is one a
 graph cannot follow: the captured side replays forever. For every `if` (or conditional expression) of the
 target's own functions that ran, whose test reads a number the step changed (`self.n`, a module global, a
-local bound from one), we run the test forward on the counter's own stride (the observed change per step)
-over the next few thousand steps and far ahead, with the constants and plain number attributes it compares
-against; where it cannot be read that way it counts as turning. A test that never turns (`self.n > 0` while
+local bound from one) or one changed between the steps (a step index `prepare()` stages), we run the test
+forward on the counter's own stride (the observed change per step) over the next few thousand steps and far
+ahead, with the constants and plain number attributes it compares against; where it cannot be read that way
+it counts as turning where it compares the counter as a number. A test that never turns (`self.n > 0` while
 `n` grows) is left alone. A branch whose side differed between audited steps is op_sequence_divergence's.
 The synchronizing calls of a side no audited step ran are host-sync, found in the source.
 """
@@ -33,13 +34,16 @@ def _number(v) -> bool:
 
 
 def _counters(ctx) -> dict:
-    """(owner, attr) -> per-step (before, after) of the plain numbers the audited steps changed."""
+    """(owner, attr) -> per-step (before, after) of the plain numbers the audited steps changed, and of those
+    changed between them (prepare() staging a step index the step only reads), each tagged by which it was."""
     out: dict = {}
-    for s in ctx.complete:
-        for c in ctx.trace.changes[s] if s < len(ctx.trace.changes) else ():
-            if _number(c.before) and _number(c.after) and c.before != c.after:
-                out.setdefault((c.owner, c.attr), []).append((c.before, c.after))
-    return out
+    for kind, per_step in (("step", ctx.trace.changes), ("staged", getattr(ctx.trace, "staged", []))):
+        for s in ctx.complete:
+            for c in per_step[s] if s < len(per_step) else ():
+                if _number(c.before) and _number(c.after) and c.before != c.after and \
+                        out.setdefault((c.owner, c.attr), (kind, []))[0] == kind:
+                    out[(c.owner, c.attr)][1].append((c.before, c.after))
+    return {k: (kind, hist) for k, (kind, hist) in out.items() if hist}
 
 
 def _self_paths(ctx, code) -> list[str]:
@@ -215,9 +219,10 @@ def _branches(ctx):
             if len(sides) > 1:
                 continue  # the audited steps took different sides: op_sequence_divergence reports it
             for counter in _reads(node.test, refs, bound):
-                before, after = counters[counter][-1]
+                kind, history = counters[counter]
+                before, after = history[-1]
                 if _turns(node.test, counter, refs, bound, after - before, after, selves):
-                    yield code, node, counter, counters[counter], next(iter(sides))
+                    yield code, node, counter, kind, history, next(iter(sides))
                     break
 
 
@@ -226,11 +231,17 @@ def _name(counter) -> str:
     return f"{owner}.{attr}" if owner and not owner.startswith("<") else attr
 
 
+def _moved(kind: str, short: bool = False) -> str:
+    if kind == "staged":
+        return "set between the steps" if short else "which changes between the steps (set outside the step, read in it)"
+    return "advanced by the step" if short else "which the step advances"
+
+
 @register("data-dependent-control")
 def branches_on_advanced_counters(ctx):
     """A Python branch on a host counter the step advances: the side a graph captured replays on every step."""
     out = []
-    for code, node, counter, history, sides in _branches(ctx):
+    for code, node, counter, kind, history, sides in _branches(ctx):
         took = {(True, False): "the `if` side", (False, True): "the `else` side"}.get(sides, "the same side")
         seen = ", ".join(str(a) for _, a in history[:4])
         other = [st for side, body in zip(sides, (node.body, node.orelse)) if not side for st in body] \
@@ -239,7 +250,7 @@ def branches_on_advanced_counters(ctx):
             isinstance(st, ast.Raise) for st in other) else "a graph replays only the captured side"
         out.append(ctx.finding(
             "data-dependent-control", (code.co_filename, node.lineno, code.co_name), "if", 0.0,
-            f"`{ast.unparse(node.test)}` reads `{_name(counter)}`, which the step advances ({seen}); the audited "
+            f"`{ast.unparse(node.test)}` reads `{_name(counter)}`, {_moved(kind)} ({seen}); the audited "
             f"steps all took {took}, but on a later step the test turns and {then} (found by running the "
             "test forward on the counter's stride, not traced)",
             fix="Decide on the device (`torch.where` on a device counter), or run the rare side outside the "
@@ -251,7 +262,7 @@ def branches_on_advanced_counters(ctx):
 def syncs_behind_advanced_counters(ctx):
     """The waits in the side of a counter branch that no audited step ran: a later step runs them."""
     out = []
-    for code, node, counter, _, sides in _branches(ctx):
+    for code, node, counter, kind, _, sides in _branches(ctx):
         if not isinstance(node, ast.If):
             continue
         sts = [st for side, body in zip(sides, (node.body, node.orelse)) if not side for st in body]
@@ -261,7 +272,7 @@ def syncs_behind_advanced_counters(ctx):
             out.append(ctx.finding(
                 "host-sync", (wfile, line, fname), what, 0.0,
                 f"`{what}()` runs on the steps where `{ast.unparse(node.test)}` (line {node.lineno}) turns, with "
-                f"`{_name(counter)}` advanced by the step; the audited steps did not take it, a later step does "
+                f"`{_name(counter)}` {_moved(kind, short=True)}; the audited steps did not take it, a later step does "
                 "and waits for the device inside the step (found in the source, not traced)",
                 fix="Move the read out of the captured step (read it after the step, on the host's schedule).",
                 caller=None if wfile == file else (file, node.lineno, code.co_name)))

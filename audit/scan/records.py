@@ -61,6 +61,7 @@ class Trace:
     complete: list = field(default_factory=list)       # per audited step: finished without raising
     born: dict = field(default_factory=dict)           # sid -> (step, index) of the op that created it
     changes: list = field(default_factory=list)        # per audited step: list[state.StateChange]
+    staged: list = field(default_factory=list)         # per audited step: what changed since the last one ended
     objects: list = field(default_factory=list)        # state.reachable(target)
     held: list = field(default_factory=list)           # per audited step: sids held by reachable objects before it
     seconds: float = 0.0                               # wall time inside audited steps

@@ -65,13 +65,13 @@ class Tracer:
         self._names: dict = {}
         self._paths: dict = {}
         self._modules_state: list = []
+        self._after: dict | None = None  # the state the last audited step ended with
         self._thread: int | None = None  # the thread that runs the audited step
         # per-step
         self._records: list = []
         self._produced: set = set()
         self._modstack: list = []
-        self._step = -1
-        self.host_depth = 0
+        self._step, self.host_depth = -1, 0
         self.cpu_checks = 0  # inside a call whose value reads happen on a CPU only (one_hot's range check)
         self._wlog: list | None = None
         self._flags = branch_flags.BranchFlags(self.trace.flags, on=not self.cuda)  # untaken device branches
@@ -246,7 +246,6 @@ class Tracer:
             self._step, len(self._records), kind, op, (), inputs, (), (False,) * len(inputs), (),
             mods[-1] if mods else "", self.stack(sys._getframe(depth)), note=note))
 
-    # ------------------------------------------------------------ module attribution
     def _pre_hook(self, mod, args):
         self._modstack.append(self._names.get(id(mod)) or type(mod).__name__)
         if hs := module_hooks.hooks_of(mod, self):  # the hooks this call runs, and who called the module
@@ -263,6 +262,7 @@ class Tracer:
         if not self.trace.objects:
             self._discover()
         before = class_state.snapshot(self.trace.objects, self._modules_state)
+        self.trace.staged.append(state.diff(self._after, before) if self._after is not None else [])  # prepare()'s
         self.trace.held.append({self._meta(t).sid for _, t in state.tensor_attrs(self.trace.objects)})
         self._step, self._records, self._produced, self._modstack = k, [], set(), []
         self._thread = threading.get_ident()
@@ -295,9 +295,9 @@ class Tracer:
             if gc_was:
                 gc.enable()
             self.trace.seconds += time.perf_counter() - t0
-            self._step, self._thread = -1, None
-            self._wlog = None
-            self.trace.changes.append(state.diff(before, class_state.snapshot(self.trace.objects, self._modules_state)))
+            self._step, self._thread, self._wlog = -1, None, None
+            self._after = class_state.snapshot(self.trace.objects, self._modules_state)
+            self.trace.changes.append(state.diff(before, self._after))
             self._add_ran_library_modules()
 
     def _add_ran_library_modules(self) -> None:

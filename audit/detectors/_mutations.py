@@ -205,12 +205,23 @@ def subscript_key(filename: str, line: int, attr: str, global_name: bool = False
     -> "active"), else None: which element of a container that line changes."""
     t = tree(filename)
     for node in all_nodes(t) if t is not None else ():
-        if isinstance(node, ast.Subscript) and node.lineno == line and isinstance(node.slice, ast.Constant):
+        if isinstance(node, ast.Subscript) and node.lineno == line and const_key(node.slice) is not _NO_KEY:
             v = node.value
             if (isinstance(v, ast.Name) and v.id == attr) if global_name else \
                     (isinstance(v, ast.Attribute) and v.attr == attr):
-                return node.slice.value
+                return const_key(node.slice)
     return None
+
+
+_NO_KEY = object()
+
+
+def const_key(node):
+    """The value of a constant subscript (`["active"]`, `[0]`, `[-1]`: a negative index is a unary minus), else _NO_KEY."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and type(node.operand.value) is int:
+        return -node.operand.value
+    return node.value if isinstance(node, ast.Constant) else _NO_KEY
 
 
 def stores_element(filename: str, line: int, attr: str, key, global_name: bool = False) -> bool:
@@ -220,7 +231,7 @@ def stores_element(filename: str, line: int, attr: str, key, global_name: bool =
     for node in all_nodes(t) if t is not None else ():
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.lineno == line:
             for x in written(node):
-                if isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Constant) and x.slice.value == key and \
+                if isinstance(x, ast.Subscript) and const_key(x.slice) is not _NO_KEY and const_key(x.slice) == key and \
                         ((isinstance(x.value, ast.Name) and x.value.id == attr) if global_name else
                          (isinstance(x.value, ast.Attribute) and x.value.attr == attr)):
                     return True

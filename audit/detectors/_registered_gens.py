@@ -6,12 +6,18 @@ default generator's does. The registration is written where the target captures 
 a scan never runs), so it is read from the source: the `generator=` expression of the draw (`self.gen`, followed
 out through a parameter of the same name to the caller's keyword: a sampler helper taking `generator=`) names
 the generator by its last name, and a `register_generator_state(...)` call in the target's own files, or in a
-file on the draw's stack, whose argument ends in the same name (`self.sampler.gen`) registers it.
+file on the draw's stack, whose argument ends in the same name (`self.sampler.gen`) registers it. A generator
+handed to another object under another name (`DDPMStep(..., self.gen)` keeping it as `self.generator`) is matched
+by the object itself: both expressions, rooted at `self`, are followed on the traced objects whose class defines
+the function they are written in.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
+
+import torch
 
 from audit.detectors._source import enclosing_function, tree
 from audit.scan.ast_nodes import calls_at, nodes_of
@@ -48,8 +54,8 @@ def _params(func) -> set:
     return {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs)} if a is not None else set()
 
 
-def drawn_from(stack) -> str | None:
-    """The last name of the generator the innermost frame's draw passes (`generator=self.gen` -> "gen"),
+def _drawn_expr(stack):
+    """(code, line, expression) of the generator the innermost frame's draw passes (`generator=self.gen`),
     followed out through a parameter to the caller's keyword of that name; None when not written there."""
     key = "generator"
     for code, line in reversed(stack):
@@ -59,7 +65,63 @@ def drawn_from(stack) -> str | None:
         if isinstance(expr, ast.Name) and expr.id in _params(enclosing_function(code.co_filename, line)):
             key = expr.id
             continue
-        return _last(expr)
+        return code, line, expr
+    return None
+
+
+def drawn_from(stack) -> str | None:
+    """The last name of the generator the draw passes (`generator=self.gen` -> "gen"), or None."""
+    found = _drawn_expr(stack)
+    return None if found is None else _last(found[2])
+
+
+def _chain(expr) -> list[str] | None:
+    """`self.sampler.gen` -> ["self", "sampler", "gen"]; None for anything else."""
+    names = []
+    while isinstance(expr, ast.Attribute):
+        names.append(expr.attr)
+        expr = expr.value
+    return [expr.id, *reversed(names)] if isinstance(expr, ast.Name) else None
+
+
+def _generators(ctx, filename: str, line: int, expr) -> list:
+    """The generator objects `expr` (an attribute chain on the first parameter of the function holding `line`)
+    names on the traced objects whose class defines that function, read without running code."""
+    chain, func = _chain(expr), enclosing_function(filename, line)
+    args = getattr(getattr(func, "args", None), "args", None)
+    if not chain or len(chain) < 2 or not args or chain[0] != args[0].arg:
+        return []
+    first = min([func.lineno] + [d.lineno for d in func.decorator_list])
+    out = []
+    for _, obj in ctx.trace.objects:
+        for cls in type(obj).__mro__[:-1]:
+            fn = cls.__dict__.get(func.name)
+            fn = getattr(fn, "__func__", fn)
+            code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+            if code is not None and code.co_filename == filename and code.co_firstlineno == first:
+                v = obj
+                for name in chain[1:]:
+                    try:
+                        v = inspect.getattr_static(v, name)
+                    except AttributeError:
+                        v = None
+                        break
+                if isinstance(v, torch.Generator):
+                    out.append(v)
+                break
+    return out
+
+
+def _by_object(ctx, stack, files) -> tuple[str, str, int] | None:
+    """The registration whose argument is the very generator object the draw's `generator=` names."""
+    found = _drawn_expr(stack)
+    drawn = {id(g) for g in _generators(ctx, found[0].co_filename, found[1], found[2])} if found else set()
+    for f in sorted(set(files)) if drawn else ():
+        t = tree(f)
+        for c in nodes_of(t, ast.Call) if t is not None else ():
+            if isinstance(c.func, ast.Attribute) and c.func.attr == "register_generator_state" and c.args and \
+                    any(id(g) in drawn for g in _generators(ctx, f, c.lineno, c.args[0])):
+                return _last(c.args[0]) or "generator", f, c.lineno
     return None
 
 
@@ -68,8 +130,6 @@ def registered(ctx, rec) -> tuple[str, str, int] | None:
     if not rec.stack:
         return None
     name = drawn_from(rec.stack)
-    if name is None:
-        return None
     files = list(ctx.own_files()) + [code.co_filename for code, _ in rec.stack]
-    hit = registrations(files).get(name)
-    return None if hit is None else (name, *hit)
+    hit = registrations(files).get(name) if name is not None else None
+    return (name, *hit) if hit is not None else _by_object(ctx, rec.stack, files)

@@ -133,7 +133,10 @@ def tensor_slot_line(ctx, change, site, escaped) -> bool:
     key = _mutations.subscript_key(site[0], site[1], attr, global_name=glob)
     if key is None or not change.tensor_rebound(key):
         return False
-    return (ctx.rel(site[0]), site[1]) in escaped or not _mutations.stores_element(site[0], site[1], attr, key, glob)
+    if (ctx.rel(site[0]), site[1]) in escaped or not _mutations.stores_element(site[0], site[1], attr, key, glob):
+        return True
+    from audit.detectors.allocation import escaped_slot  # the allocation rule's escapes, computed once per scan
+    return escaped_slot(ctx, change, key)
 
 
 def unchanged_slot_line(change, site) -> bool:

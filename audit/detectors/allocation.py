@@ -67,11 +67,38 @@ def escaped_members(ctx, change) -> bool:
     """A container changed only in which tensors it holds, and every tensor it newly holds was allocated in
     the step and read by a later one (`t = torch.tanh(h); self.slots["h"] = t`): step-allocation reports the
     allocation, wherever the slot is rebound."""
-    if not change.tensor_members_only:
+    if not change.tensor_members_only or shifted_members(change):
         return False
     new = tensor_storages(change.after, set()) - tensor_storages(change.before, set())
     found, born = escapes(ctx), ctx.trace.born
     return bool(new) and all(born.get(sid) in found for sid in new)
+
+
+def escaped_slot(ctx, change, key) -> bool:
+    """The container's element at `key` took only tensors allocated in the step that a later step reads
+    (`outs[-1] = x0`): step-allocation reports that store, also when the container's other members shifted."""
+    new = tensor_storages(state._element(change.after, key), set()) - tensor_storages(change.before, set())
+    found, born = escapes(ctx), ctx.trace.born
+    return bool(new) and all(born.get(sid) in found for sid in new)
+
+
+def _keys_of(fp) -> dict:
+    """storage -> the keys of the container's elements that hold it (a list's positions, a dict's keys)."""
+    out: dict = {}
+    if state._is_container(fp):
+        for k, v in state._items(fp):
+            for sid in tensor_storages(v, set()):
+                out.setdefault(sid, set()).add(k)
+    return out
+
+
+def shifted_members(change) -> bool:
+    """A tensor the container held before the step sits under another key after it: a history rotated by
+    the host (`outs[i] = outs[i + 1]` before `outs[-1] = x0`, a full deque appended to). Replay rebinds no
+    slot, so the older tensors stay where the capture left them: Python state (cpu-side-effect), beside the
+    escape of the tensor the step added (step-allocation)."""
+    before, after = _keys_of(change.before), _keys_of(change.after)
+    return any(sid in after and after[sid] != keys for sid, keys in before.items())
 
 
 @register("step-allocation")

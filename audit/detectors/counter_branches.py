@@ -116,6 +116,31 @@ def _reads(test, refs, bound) -> list:
 def _turns(test, counter, refs, bound, stride, last, selves) -> bool:
     """Whether the test's value changes over the steps ahead, the counter moving by its stride; True where
     the test reads anything but the counter, constants and plain numbers of the object it runs on."""
+    found = _compiled(test, counter, refs, bound, selves)
+    if found is None:  # unread: a schedule only where the counter is compared as a number (`self.pos + t > cap`)
+        return _scheduled(test, counter, refs, bound)
+    return _differs(found, [last] + [last + k * stride for k in _AHEAD])
+
+
+def _differs(found, values) -> bool:
+    """Whether the compiled test takes more than one value over the counter's `values` (True when it raises)."""
+    code, env = found
+    try:
+        return len({bool(eval(code, {"__builtins__": {}}, {"_c": v, **env})) for v in values}) > 1
+    except Exception:  # noqa: BLE001 - a division by zero or an overflow ahead: not a settled test
+        return True
+
+
+def _took_both(test, counter, refs, bound, history, selves) -> bool:
+    """Whether the test already took both values in the audited steps (read before or after the counter moved):
+    a one-line conditional expression whose sides no line tells apart (`a if self.k % 2 else b`) forked then,
+    which op_sequence_divergence reports."""
+    found = _compiled(test, counter, refs, bound, selves)
+    return found is not None and _differs(found, [b for b, _ in history]) and _differs(found, [a for _, a in history])
+
+
+def _compiled(test, counter, refs, bound, selves):
+    """(code, env) of the test over `_c` (the counter) and the plain numbers it reads, else None."""
     env: dict = {}
 
     def plain(e, depth=0):  # a copy of `e` over `_c` (the counter) and `_aN` (the numbers read), else None
@@ -149,14 +174,7 @@ def _turns(test, counter, refs, bound, stride, last, selves) -> bool:
         return None
 
     body = plain(test)
-    if body is None:  # unread: a schedule only where the counter is compared as a number (`self.pos + t > cap`)
-        return _scheduled(test, counter, refs, bound)
-    try:
-        code = compile(ast.fix_missing_locations(ast.Expression(body)), "<test>", "eval")
-        now = bool(eval(code, {"__builtins__": {}}, {"_c": last, **env}))
-        return any(bool(eval(code, {"__builtins__": {}}, {"_c": last + k * stride, **env})) != now for k in _AHEAD)
-    except Exception:  # noqa: BLE001 - a division by zero or an overflow ahead: not a settled test
-        return True
+    return None if body is None else (compile(ast.fix_missing_locations(ast.Expression(body)), "<test>", "eval"), env)
 
 
 def _scheduled(test, counter, refs, bound, depth=0) -> bool:
@@ -221,6 +239,8 @@ def _branches(ctx):
             for counter in _reads(node.test, refs, bound):
                 kind, history = counters[counter]
                 before, after = history[-1]
+                if sides == {(True, True)} and _took_both(node.test, counter, refs, bound, history, selves):
+                    break  # both sides on the lines every step ran: the test itself says the steps forked
                 if _turns(node.test, counter, refs, bound, after - before, after, selves):
                     yield code, node, counter, kind, history, next(iter(sides))
                     break

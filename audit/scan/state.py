@@ -331,8 +331,12 @@ def _is_set(fp) -> bool:
 
 
 def _element(fp, key):
-    """The fingerprint of a container's element at `key`, else None."""
-    return next((v for k, v in _items(fp) if k in (key, repr(key))), None) if _is_container(fp) else None
+    """The fingerprint of a container's element at `key` (a negative index counts from a sequence's end), else None."""
+    if not _is_container(fp):
+        return None
+    if fp[0] != "dict" and type(key) is int and key < 0:
+        key += len(fp[2])
+    return next((v for k, v in _items(fp) if k in (key, repr(key))), None)
 
 
 def _items(fp):

@@ -63,11 +63,32 @@ def tensor_storages(fp, out: set) -> set:
     return out
 
 
+def _tensor_places(fp, path=(), out=None) -> dict:
+    """storage -> the container positions (paths of indices / keys) a state fingerprint holds it at."""
+    out = {} if out is None else out
+    if isinstance(fp, tuple):
+        if len(fp) == 2 and fp[0] == "tensor" and isinstance(fp[1], tuple) and len(fp[1]) == 5:
+            out.setdefault(fp[1][0], set()).add(path)
+        else:
+            for i, x in enumerate(fp):
+                _tensor_places(x, path + (i,), out)
+    return out
+
+
+def members_shifted(change) -> bool:
+    """A tensor the container held before the step and still holds sits at another position after it (a full
+    `deque(maxlen=W)` appended to, `hist = hist[1:] + [h]`): the window moved, Python state a replay leaves
+    where the capture put it. Not a slot rebound in place, whatever the new tensor's provenance."""
+    before, after = _tensor_places(change.before), _tensor_places(change.after)
+    return any(before[sid] != after[sid] for sid in before.keys() & after.keys())
+
+
 def escaped_members(ctx, change) -> bool:
     """A container changed only in which tensors it holds, and every tensor it newly holds was allocated in
     the step and read by a later one (`t = torch.tanh(h); self.slots["h"] = t`): step-allocation reports the
-    allocation, wherever the slot is rebound."""
-    if not change.tensor_members_only:
+    allocation, wherever the slot is rebound. A container whose kept members moved (a deque window) is not:
+    the shift is a cpu-side-effect of its own."""
+    if not change.tensor_members_only or members_shifted(change):
         return False
     new = tensor_storages(change.after, set()) - tensor_storages(change.before, set())
     found, born = escapes(ctx), ctx.trace.born

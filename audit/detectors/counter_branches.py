@@ -170,25 +170,35 @@ def _scheduled(test, counter, refs, bound, depth=0) -> bool:
 
 def _ran(ctx) -> tuple[dict, list]:
     """The target's own code objects the audited steps ran ops in, and per step the (file, line) pairs on
-    the way to an op."""
+    the way to an op, each with the ops issued under it in order."""
     codes, lines = {}, []
     for s in ctx.complete:
-        seen = set()
+        seen: dict = {}
         for r in ctx.steps[s]:
             for code, line in r.stack:
                 if ctx.trace.is_own(code):
                     codes[code] = None
-                seen.add((code.co_filename, line))
+                seen.setdefault((code.co_filename, line), []).append(r.op)
         lines.append(seen)
     return codes, lines
 
 
+def _span(nodes) -> set:
+    return {n for st in nodes for n in range(st.lineno, (st.end_lineno or st.lineno) + 1)}
+
+
 def _sides(node, file: str, lines: list) -> set:
-    """Per audited step, which sides of the branch ran an op: one pattern where the steps agreed."""
+    """Per audited step, which sides of the branch ran an op: one pattern where the steps agreed. A conditional
+    expression whose arms share a line (`y = a.clone() if self.k % 2 else a.view(-1)`) cannot be told apart by
+    line: there the ops the expression's lines issued stand for the side, so steps that ran other ops took
+    other sides."""
     def ran(body, seen):
-        return any((file, n) in seen for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1))
+        return any((file, n) in seen for n in _span(body))
     body = node.body if isinstance(node, ast.If) else [node.body]
     orelse = node.orelse if isinstance(node, ast.If) else [node.orelse]
+    if isinstance(node, ast.IfExp) and _span(body) & _span(orelse):
+        span = sorted(_span(body) | _span(orelse))
+        return {tuple(tuple(seen.get((file, n), ())) for n in span) for seen in lines}
     return {(ran(body, seen), ran(orelse, seen)) for seen in lines}
 
 

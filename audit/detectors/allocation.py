@@ -66,7 +66,8 @@ def tensor_storages(fp, out: set) -> set:
 def escaped_members(ctx, change) -> bool:
     """A container changed only in which tensors it holds, and every tensor it newly holds was allocated in
     the step and read by a later one (`t = torch.tanh(h); self.slots["h"] = t`): step-allocation reports the
-    allocation, wherever the slot is rebound."""
+    allocation, wherever the slot is rebound. A container whose kept members moved (a deque window) is not:
+    the shift is a cpu-side-effect of its own."""
     if not change.tensor_members_only or shifted_members(change):
         return False
     new = tensor_storages(change.after, set()) - tensor_storages(change.before, set())

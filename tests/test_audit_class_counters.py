@@ -45,3 +45,42 @@ def test_a_metaclass_counter_is_found_with_the_instantiating_line_as_caller(tmp_
                               seed=random.randrange(2**31), d=random.choice([4, 8]))
     bad = blocking(path, forget=mod)
     library_hit(bad, "cpu-side-effect", lib, path, site)
+
+
+SAME_NAME = """
+import torch
+
+
+class Sampler:
+    {attr} = 0
+
+    def __init__(self):
+        self.w = torch.randn({d}, {d})
+        self.x = torch.randn(1, {d})
+        self.out = torch.zeros(1, {d})
+
+    def prepare(self, i):
+        self.x.normal_()
+
+    def step(self):
+        Sampler.{attr} += 1  # SITE
+        self.out.copy_(torch.tanh(self.x @ self.w))
+        return self.out
+
+
+def make(device):
+    return Sampler()
+"""
+
+
+def test_a_class_counter_is_found_after_another_target_had_a_class_of_the_same_name(tmp_path):
+    """Two files each defining `Sampler` (or a rescan of an edited target in one process): the class of the
+    target's object is the one snapshotted, not the other module's class of the same qualified name."""
+    attr = random.choice(["calls", "hits", "served"])
+    for i in range(2):
+        (tmp_path / str(i)).mkdir()
+        path, site = write_target(tmp_path / str(i) / f"sampler_{random.randrange(10**9)}.py", SAME_NAME,
+                                  attr=attr, d=random.choice([4, 8]))
+        bad = blocking(path)
+        hit = bad[(bad.category == "cpu-side-effect") & (bad.line == site)]
+        assert len(hit) == 1, (i, bad[["category", "line", "message"]].to_string())

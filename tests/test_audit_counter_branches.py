@@ -17,6 +17,8 @@ import torch
 STEPS = {start}
 
 class Logger:
+    total = 0
+
     def __init__(self):
         self.n = {start}
         self.t = {start}
@@ -36,6 +38,7 @@ class Logger:
         y = torch.tanh(self.x @ self.w)
         self.n += 1
         STEPS += 1
+        Logger.total += 1
         n = self.n
         {branch}
         self.out.copy_(y)
@@ -50,6 +53,7 @@ TURNING = {
     "modulo-global": "if STEPS % {every} == 0:  # SITE\n            print(y.sum().item())  # WAIT",
     "bound-local": "if n % {every} == 1:  # SITE\n            print(y.tolist())  # WAIT",
     "limit-raise": "if self.n >= self.limit:  # SITE\n            raise RuntimeError('cache full')",
+    "class-counter": "if self.total % self.every == self.every - 1:  # SITE\n            print(y.tolist())  # WAIT",
     "staged-index": "if self.t % self.every == 0:  # SITE\n            print(y.sum().item())  # WAIT",
     "conditional-expression": "y = y * 0.5 if (n - 1) % self.every == 0 else y  # SITE",
 }
@@ -72,7 +76,7 @@ def test_a_branch_the_counter_turns_later_is_reported(tmp_path, form):
     bad = blocking(path)
     hit = at(bad, "data-dependent-control", site)
     assert len(hit) == 1, table(bad)
-    assert ("between the steps" if "self.t" in TURNING[form] else "advances") in hit.iloc[0].message
+    assert ("between the steps" if form == "staged-index" else "advances") in hit.iloc[0].message
     if "raise" in TURNING[form]:
         assert "raises" in hit.iloc[0].message
     elif "# WAIT" in TURNING[form]:  # the wait in the side no audited step took

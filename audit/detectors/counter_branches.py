@@ -22,7 +22,7 @@ import numbers
 from audit.detectors import _callees, register
 from audit.detectors._state_sites import object_at
 from audit.detectors.guarded_sync import _sync_call
-from audit.scan import loaded
+from audit.scan import class_state, loaded
 from audit.scan.ast_nodes import nodes_of
 from audit.scan.frame_source import function_of
 
@@ -77,8 +77,12 @@ def _refs(func, code, ctx, counters) -> dict:
     mods = {o[8:-1] for o, _ in counters if o.startswith("<module ")}
     globs = {a for o, a in counters if o.startswith("<module ") and "." not in a
              and getattr(loaded.module_named(o[8:-1]), "__file__", None) == code.co_filename} if mods else set()
+    classes = _classes(ctx, code, me, counters)
     out = {}
     for n in nodes_of(func, (ast.Attribute, ast.Name)):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and (n.value.id, n.attr) in classes:
+            out[id(n)] = classes[(n.value.id, n.attr)]
+            continue
         if isinstance(n, ast.Name):
             if n.id in globs and isinstance(n.ctx, ast.Load) and n.id not in code.co_varnames:
                 owner = next(o for o, a in counters if a == n.id and o.startswith("<module "))
@@ -91,6 +95,23 @@ def _refs(func, code, ctx, counters) -> dict:
             owner = ".".join(p for p in (base, *ch[1:-1]) if p)
             if (owner, ch[-1]) in counters:
                 out[id(n)] = (owner, ch[-1])
+    return out
+
+
+def _classes(ctx, code, me, counters) -> dict:
+    """(name, attr) -> (owner, attr) for a class-level counter (`Cache.evictions += 1`) read as `Cls.attr`, or as
+    `self.attr` / `cls.attr` in a method of the class or of a subclass."""
+    out = {}
+    for owner, attr in counters:
+        cls = class_state.CLASSES.get(owner) if owner.startswith("<class ") else None
+        if cls is None or "." in attr:
+            continue
+        out[(cls.__name__, attr)] = (owner, attr)
+        mine = code.co_qualname.rsplit(".", 1)[0] if "." in getattr(code, "co_qualname", "") else None
+        ours = any(isinstance(obj, cls) for obj in (object_at(ctx, p) for p in _self_paths(ctx, code))) or \
+            any(c.__qualname__ == mine for c in cls.__subclasses__() + [cls])
+        for name in (me, "cls") if ours and me else ():
+            out[(name, attr)] = (owner, attr)
     return out
 
 

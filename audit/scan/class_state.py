@@ -29,10 +29,13 @@ def user_classes(objects, modules=()) -> list[type]:
         for cls in type(obj).__mro__:
             if (getattr(cls, "__module__", "") or "").split(".")[0] not in state._FOREIGN:
                 seen.setdefault(id(cls), cls)
-    for name, mod in modules:
+    named = {c.__qualname__ for c in seen.values()}  # their labels: a module's class of the same name (another
+    for name, mod in modules:                        # file's `Cache`, a stale copy of the target's module) waits
         for v in list(vars(mod).values()):
-            if isinstance(v, type) and v.__module__ == name and not issubclass(v, BaseException):
+            if isinstance(v, type) and v.__module__ == name and not issubclass(v, BaseException) \
+                    and (id(v) in seen or v.__qualname__ not in named):
                 seen.setdefault(id(v), v)
+                named.add(v.__qualname__)
     return list(seen.values())
 
 

@@ -119,14 +119,24 @@ def _sent_members(ctx, known: dict) -> dict[int, str]:
     return out
 
 
+_GATHERS = ("aten.index", "aten.index_select", "aten.embedding", "aten.gather", "aten.take", "aten._embedding_bag",
+            "aten.embedding_bag")
+
+
 def _from_staged(recs, staged: dict, host: set = frozenset()) -> dict[int, str]:
     """`staged` and the storages of ops whose tensor inputs are all among them, or host data built in the step
     (`host`: a length mask `torch.arange(n)[None] < self.lens_cpu[:, None]`), op by op (not call by call:
     inside a torch helper such as pack_padded_sequence, `torch.sort(lengths)` computes on the host while
-    the helper's other ops touch device data): sid -> the attribute they come from."""
+    the helper's other ops touch device data): sid -> the attribute they come from. Rows gathered from a host
+    table (`self.cpu_table[idx]`, `index_select`, `F.embedding(idx, self.cpu_weight)`) are host memory too, whatever
+    the index: on a GPU it must be on the table's side for the op to run at all (`idx = self.ids.cpu()`, which a
+    CPU scan cannot tell from the device tensor it came from)."""
     out = dict(staged)
     for r in recs:
-        if r.kind == "aten" and r.inputs and all(m.sid in out or m.sid in host for m in r.inputs):
+        if r.kind == "aten" and r.op in _GATHERS and r.inputs and r.inputs[0].sid in out and len(r.inputs[0].shape):
+            for m in r.outputs:  # rows read from a host table stay in host memory, whatever indexed it (below)
+                out.setdefault(m.sid, out[r.inputs[0].sid])
+        elif r.kind == "aten" and r.inputs and all(m.sid in out or m.sid in host for m in r.inputs):
             src = next((out[m.sid] for m in r.inputs if m.sid in out), None)
             for m in r.outputs if src is not None else ():
                 out.setdefault(m.sid, src)

@@ -203,10 +203,10 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
     for other in aligned.values():
         if other is recs or len(other) < len(recs):
             continue
-        theirs = {u.step: u for u in other if u.step in mine}  # (the steps of `recs` that saw equal inputs)
+        theirs = {u.step: u for u in other if u.step in mine}  # (composites: the steps of `recs` with equal inputs)
         if theirs.keys() != mine.keys() or any(theirs[s].index >= _before(mine[s]) for s in mine):
             continue  # earlier in the step, and not inside this call's own traced body
-        for k, d in _varying_dims(other) if read else ():
+        for k, d in _varying_dims(other) if read and len(other) == len(recs) else ():
             if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
                 return True
         if not read and _composite_of(ctx, mine, theirs, dims):

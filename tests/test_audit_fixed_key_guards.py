@@ -153,3 +153,60 @@ def test_a_guard_on_state_the_step_changes_still_decides(tmp_path):
     bad = blocking(path)
     control = bad[bad.category == "data-dependent-control"]
     assert set(control.line) == {marked_line(path, "# GUARD")}, table(bad)
+
+
+LRU = """
+from collections import OrderedDict
+
+import torch
+
+D, SLOTS = {d}, {slots}
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.table = torch.randn(64, D)
+        self.cache = torch.zeros(SLOTS, D)
+        self.lru = OrderedDict()
+        self.ids = torch.zeros(4, dtype=torch.long)
+        self.out = torch.zeros(4, D)
+        self.fresh = {fresh}
+
+    def prepare(self, i):
+        hot = {hot}
+        self.ids.copy_(torch.tensor([hot, self.fresh[i], hot, self.fresh[i] + 1 if i % 2 else hot]))
+
+    @torch.no_grad()
+    def step(self):
+        slots = []
+        for k in self.ids.tolist():
+            if k in self.lru:  # GUARD
+                self.lru.{touch}(k)
+            else:
+                slot = len(self.lru) % SLOTS
+                self.cache[slot].copy_(self.table[k] * 2.0)
+                self.lru[k] = slot
+            slots.append(self.lru[k])
+        self.out.copy_(self.cache[slots])
+
+
+def make(device):
+    return Target()
+"""
+
+
+@pytest.mark.parametrize("touch", ["move_to_end", "pop"])
+def test_a_key_test_against_a_table_the_loop_changes_decides(tmp_path, touch):
+    """An LRU cache's `if k in self.lru:` whose loop also inserts into (and refreshes) `self.lru`: the answer for a
+    key depends on the earlier steps, so the `if` decided, not the loop over the ids."""
+    fresh = random.sample(range(10, 60, 2), 8)
+    path, guard = write_target(tmp_path / "lru_guard.py", LRU, marker="# GUARD", d=random.choice([4, 8]),
+                               slots=random.choice([16, 32]), seed=random.randrange(2**31), fresh=repr(fresh),
+                               hot=random.randrange(0, 10), touch=touch)
+    if touch == "pop":  # a refresh that takes the key out and puts it back
+        text = path.read_text().replace("self.lru.pop(k)", "self.lru[k] = self.lru.pop(k)")
+        path.write_text(text)
+    bad = blocking(path)
+    control = bad[bad.category == "data-dependent-control"]
+    assert set(control.line) == {guard}, table(bad)

@@ -178,19 +178,51 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
     if len({r.args for r in recs}) < 2:  # the size reaches the call as a Python value, or it is no read size
         return False
     frames = [(code.co_filename, line) for code, line in reversed(r0.stack)] if r0.stack else []
-    if not frames or not reads_size(frames) or reads_counter(frames, counter_attrs(ctx)):
+    if not frames or reads_counter(frames, counter_attrs(ctx)):
         return False
+    read = reads_size(frames)
     dims = _varying_dims(recs)
     if not dims:
         return False
     mine = {r.step: r for r in recs}
     for other in aligned.values():
-        if other is recs or len(other) != len(recs):
+        if other is recs or len(other) < len(recs):
             continue
-        theirs = {u.step: u for u in other}
+        theirs = {u.step: u for u in other if u.step in mine}  # (composites: the steps of `recs` with equal inputs)
         if theirs.keys() != mine.keys() or any(theirs[s].index >= _before(mine[s]) for s in mine):
             continue  # earlier in the step, and not inside this call's own traced body
-        for k, d in _varying_dims(other):
+        for k, d in _varying_dims(other) if read and len(other) == len(recs) else ():
             if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
                 return True
+        if not read and _composite_of(ctx, mine, theirs, dims):
+            return True
+    return False
+
+
+def _composite_of(ctx, mine: dict, theirs: dict, dims: list) -> bool:
+    """The call is a factory inside one torch call of the statement that takes the earlier call's outputs
+    (`pad_sequence(list(torch.split(v, lens)))` makes `full([B, max_len])`, then copies each piece in): in every
+    step each varying size equals one dimension (the same one each step) of one of those outputs (a different
+    piece's in another step: the longest), and an op the same call runs after it reads one of them. The size is
+    read inside torch, below any statement."""
+    for d in {d for _, d in _varying_dims(list(theirs.values()))}:
+        if all(any(len(o.shape) > d and mine[s].outputs[j].shape[e] == o.shape[d] for o in theirs[s].outputs)
+               for s in mine for j, e in dims) \
+                and all(_reads_later(ctx, r, {o.tid for o in theirs[s].outputs}) for s, r in mine.items()):
+            return True
+    return False
+
+
+def _reads_later(ctx, r, tids: set) -> bool:
+    """An op of the same call (the same frames) that runs after `r` in its step reads one of `tids`."""
+    recs = ctx.steps[r.step] if r.step < len(ctx.steps) else []
+    if r.index >= len(recs) or recs[r.index] is not r:
+        return False
+    for q in recs[r.index + 1:]:
+        if q.kind != "aten":
+            continue
+        if q.stack != r.stack:
+            return False
+        if any(m.tid in tids for m in q.inputs):
+            return True
     return False

@@ -48,15 +48,15 @@ _COPIES_INDEX = _INDEXING - {"aten.index_select"}
 
 
 def _host_indices(recs, born: set) -> list:
-    """(lift_fresh record, indexing op) of host data that a later op of the step uses as an index into a tensor not
-    born from host data (a device tensor on a GPU): `mask[allowed] = 0` with `allowed` a list."""
+    """(lift_fresh record, indexing record, op) of host data that a later op of the step uses as an index into a
+    tensor not born from host data (a device tensor on a GPU): `mask[allowed] = 0` with `allowed` a list."""
     lifted = {r.inputs[0].sid: r for r in recs if r.kind == "aten" and r.stack and r.inputs
               and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs[0].sid in born
               and len(r.inputs[0].shape) > 0}  # a 0-dim host tensor is a scalar operand: no copy
     out = []
     for r in recs:
         if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.inputs[0].sid not in born:
-            out += [(lifted.pop(t.sid), r.op) for t in index_tensors(r) if t.sid in lifted]
+            out += [(lifted.pop(t.sid), r, r.op) for t in index_tensors(r) if t.sid in lifted]
     return out
 
 
@@ -119,14 +119,24 @@ def _sent_members(ctx, known: dict) -> dict[int, str]:
     return out
 
 
+_GATHERS = ("aten.index", "aten.index_select", "aten.embedding", "aten.gather", "aten.take", "aten._embedding_bag",
+            "aten.embedding_bag")
+
+
 def _from_staged(recs, staged: dict, host: set = frozenset()) -> dict[int, str]:
     """`staged` and the storages of ops whose tensor inputs are all among them, or host data built in the step
     (`host`: a length mask `torch.arange(n)[None] < self.lens_cpu[:, None]`), op by op (not call by call:
     inside a torch helper such as pack_padded_sequence, `torch.sort(lengths)` computes on the host while
-    the helper's other ops touch device data): sid -> the attribute they come from."""
+    the helper's other ops touch device data): sid -> the attribute they come from. Rows gathered from a host
+    table (`self.cpu_table[idx]`, `index_select`, `F.embedding(idx, self.cpu_weight)`) are host memory too, whatever
+    the index: on a GPU it must be on the table's side for the op to run at all (`idx = self.ids.cpu()`, which a
+    CPU scan cannot tell from the device tensor it came from)."""
     out = dict(staged)
     for r in recs:
-        if r.kind == "aten" and r.inputs and all(m.sid in out or m.sid in host for m in r.inputs):
+        if r.kind == "aten" and r.op in _GATHERS and r.inputs and r.inputs[0].sid in out and len(r.inputs[0].shape):
+            for m in r.outputs:  # rows read from a host table stay in host memory, whatever indexed it (below)
+                out.setdefault(m.sid, out[r.inputs[0].sid])
+        elif r.kind == "aten" and r.inputs and all(m.sid in out or m.sid in host for m in r.inputs):
             src = next((out[m.sid] for m in r.inputs if m.sid in out), None)
             for m in r.outputs if src is not None else ():
                 out.setdefault(m.sid, src)
@@ -220,8 +230,14 @@ def host_data_to_device(ctx):
         if any(r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born for r in recs):
             pageable = _host_attrs(ctx) if pageable is None else pageable
             made = _device_made(recs, born | set(host) | set(pageable)) | _device_factories(recs)
-        hits += [(r, REFUSED if op == "aten.index_select" else INDEX) for r, op in _host_indices(recs, born)
-                 if not _source.builds_on_device(*_src(r))]
+        # advanced indexing copies the index inside the op, where a CUDA scan sees it (host_sync.host_index):
+        # reported there (`Z[:, li, lj]` after `li = torch.tensor([...])`); index_select refuses it where it is made
+        seen = set()
+        for lift, ix, op in _host_indices(recs, born):
+            at = lift if op == "aten.index_select" else ix
+            if not _source.builds_on_device(*_src(lift)) and id(at) not in seen and at.stack:
+                seen.add(id(at))
+                hits.append((at, REFUSED if op == "aten.index_select" else INDEX))
         fidx = _factory_indices(recs, born | set(host))
         if fidx:  # not into a tensor the target keeps in host memory (`self.bank = torch.randn(n, d)`)
             pageable = _host_attrs(ctx) if pageable is None else pageable

@@ -1,0 +1,80 @@
+"""dynamic-shape: a factory inside one torch call that sizes its output from the pieces the statement passed.
+
+Jagged features turned into a padded batch: `segs = torch.split(values, lengths.tolist())` (a varying shape, and a
+baked value, at that line), then `pad_sequence(list(segs), batch_first=True)`. torch's `pad_sequence` runs below
+any Python statement: it makes `full([B, max_len])` and copies each piece into a narrowed row. The factory takes no
+tensor and its size varies, yet it is downstream of the split (the longest piece's length, another piece in another
+step), and so are the narrows' bounds: no second dynamic-shape or baked-host-value at the pad_sequence line. A
+factory sized by a host counter in the same place still is one.
+"""
+
+from __future__ import annotations
+
+import random
+
+from site_util import blocking, marked_line, table, write_target
+
+TARGET = """
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+B, MAXL, D = {b}, {maxl}, {d}
+
+
+class Target:
+    def __init__(self, device):
+        torch.manual_seed({seed})
+        self.emb = torch.nn.Embedding(50, D).to(device)
+        self.values = torch.zeros(B * MAXL, dtype=torch.long, device=device)
+        self.lengths = torch.zeros(B, dtype=torch.long, device=device)
+        self.out = torch.zeros(B, D, device=device)
+        self.schedule = {schedule}
+        self.n = 1
+
+    def prepare(self, i):
+        self.values.copy_(torch.randint(0, 50, (B * MAXL,)))
+        self.lengths.copy_(torch.tensor(self.schedule[i % len(self.schedule)]))
+
+    @torch.no_grad()
+    def step(self):
+        lens = self.lengths.tolist()
+        segs = torch.split(self.values[: B * MAXL], [n for n in lens] + [B * MAXL - sum(lens)])  # SPLIT
+        padded = {pad}  # PAD
+        self.n += 1
+        self.out.copy_(self.emb(padded[:B]).mean(1))
+        return self.out
+
+
+def make(device):
+    return Target(device)
+"""
+
+
+def _schedule(b: int, maxl: int) -> list:
+    tops = random.sample(range(2, maxl + 1), 6)
+    out = []
+    for top in tops:
+        lens = [random.randint(1, top) for _ in range(b)]
+        lens[random.randrange(b)] = top
+        out.append(lens)
+    return out
+
+
+def _scan(tmp_path, pad: str):
+    b, maxl = random.choice([3, 4]), random.choice([8, 10])
+    path, split = write_target(tmp_path / "split_pad.py", TARGET, marker="# SPLIT", b=b, maxl=maxl,
+                               d=random.choice([4, 8]), seed=random.randrange(2**31), schedule=repr(_schedule(b, maxl)),
+                               pad=pad)
+    return blocking(path), split, marked_line(path, "# PAD")
+
+
+def test_pad_sequence_of_split_pieces_is_downstream_of_the_split(tmp_path):
+    bad, split, pad = _scan(tmp_path, "pad_sequence(list(segs[:-1]), batch_first=True)")
+    assert split in set(bad[bad.category == "dynamic-shape"].line), table(bad)
+    shaped = bad[bad.category.isin(["dynamic-shape", "baked-host-value"])]
+    assert pad not in set(shaped.line), table(bad)
+
+
+def test_a_factory_sized_by_a_host_counter_there_is_still_an_origin(tmp_path):
+    bad, split, pad = _scan(tmp_path, "torch.zeros(B, self.n, dtype=torch.long, device=self.values.device)")
+    assert pad in set(bad[bad.category == "dynamic-shape"].line), table(bad)

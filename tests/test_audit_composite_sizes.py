@@ -78,3 +78,51 @@ def test_pad_sequence_of_split_pieces_is_downstream_of_the_split(tmp_path):
 def test_a_factory_sized_by_a_host_counter_there_is_still_an_origin(tmp_path):
     bad, split, pad = _scan(tmp_path, "torch.zeros(B, self.n, dtype=torch.long, device=self.values.device)")
     assert pad in set(bad[bad.category == "dynamic-shape"].line), table(bad)
+
+
+
+TOP_P = """
+import torch
+
+B, V = 2, {v}
+
+
+def top_p_sample(logits, top_p):
+    probs = torch.softmax(logits, dim=-1)
+    sorted_probs, sorted_idx = torch.sort(probs, dim=-1, descending=True)
+    keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+    k = int(keep.sum(dim=-1).max())
+    nucleus = sorted_probs[:, :k] * keep[:, :k]  # FIRST
+    choice = torch.multinomial(nucleus / nucleus.sum(-1, keepdim=True), 1)
+    return sorted_idx[:, :k].gather(1, choice)  # SITE
+
+
+class Target:
+    def __init__(self, device):
+        torch.manual_seed({seed})
+        self.w = torch.randn(8, V, device=device)
+        self.h = torch.zeros(B, 8, device=device)
+        self.scale = torch.ones(B, 1, device=device)
+        self.tok = torch.zeros(B, 1, dtype=torch.long, device=device)
+
+    def prepare(self, i):
+        self.h.copy_(torch.randn(B, 8))
+        self.scale.fill_((0.25, 1.0, 4.0, 0.5, 2.0, 8.0)[i % 6])
+
+    @torch.no_grad()
+    def step(self):
+        self.tok.copy_(top_p_sample((self.h @ self.w) * self.scale, 0.9))
+        return self.tok
+
+
+def make(device):
+    return Target(device)
+"""
+
+
+def test_a_second_slice_by_the_host_length_is_an_origin_too(tmp_path):
+    """`k` read back once slices two tensors in two statements: the second slice (whose statement goes on with a
+    gather) is no factory inside a torch call, and stays a source of its own."""
+    path, site = write_target(tmp_path / "top_p.py", TOP_P, v=random.choice([128, 256]), seed=random.randrange(2**31))
+    bad = blocking(path)
+    assert {"dynamic-shape", "baked-host-value"} <= set(bad[bad.line == site].category), table(bad)

@@ -194,14 +194,15 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         for k, d in _varying_dims(other) if read and len(other) == len(recs) else ():
             if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
                 return True
-        if not read and _composite_of(ctx, mine, theirs, dims):
+        if not read and all(not r.inputs for r in mine.values()) and _composite_of(ctx, mine, theirs, dims):
             return True
     return False
 
 
 def _composite_of(ctx, mine: dict, theirs: dict, dims: list) -> bool:
-    """The call is a factory inside one torch call of the statement that takes the earlier call's outputs
-    (`pad_sequence(list(torch.split(v, lens)))` makes `full([B, max_len])`, then copies each piece in): in every
+    """The call, a factory (no tensor input), is inside one torch call of the statement that takes the earlier
+    call's outputs (`pad_sequence(list(torch.split(v, lens)))` makes `full([B, max_len])`, then copies each piece
+    in; a slice of another tensor by the same host length is no such factory, and stays a source): in every
     step each varying size equals one dimension (the same one each step) of one of those outputs (a different
     piece's in another step: the longest), and an op the same call runs after it reads one of them. The size is
     read inside torch, below any statement."""

@@ -20,7 +20,7 @@ import inspect
 import torch
 
 from audit.detectors._source import enclosing_function, tree
-from audit.scan.ast_nodes import calls_at, nodes_of
+from audit.scan.ast_nodes import attr_chain, calls_at, nodes_of
 
 
 def _last(expr) -> str | None:
@@ -75,19 +75,10 @@ def drawn_from(stack) -> str | None:
     return None if found is None else _last(found[2])
 
 
-def _chain(expr) -> list[str] | None:
-    """`self.sampler.gen` -> ["self", "sampler", "gen"]; None for anything else."""
-    names = []
-    while isinstance(expr, ast.Attribute):
-        names.append(expr.attr)
-        expr = expr.value
-    return [expr.id, *reversed(names)] if isinstance(expr, ast.Name) else None
-
-
 def _generators(ctx, filename: str, line: int, expr) -> list:
     """The generator objects `expr` (an attribute chain on the first parameter of the function holding `line`)
     names on the traced objects whose class defines that function, read without running code."""
-    chain, func = _chain(expr), enclosing_function(filename, line)
+    chain, func = attr_chain(expr), enclosing_function(filename, line)
     args = getattr(getattr(func, "args", None), "args", None)
     if not chain or len(chain) < 2 or not args or chain[0] != args[0].arg:
         return []

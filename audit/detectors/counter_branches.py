@@ -23,7 +23,7 @@ from audit.detectors import _callees, register
 from audit.detectors._state_sites import object_at
 from audit.detectors.guarded_sync import _sync_call
 from audit.scan import class_state, loaded
-from audit.scan.ast_nodes import nodes_of
+from audit.scan.ast_nodes import attr_chain, nodes_of
 from audit.scan.frame_source import function_of
 
 _AHEAD = (*range(1, 4097), *(10 ** p for p in range(4, 13)))  # steps ahead the test is run at
@@ -59,15 +59,6 @@ def _self_paths(ctx, code) -> list[str]:
     return out
 
 
-def _chain(e) -> list[str] | None:
-    """`self.meta.tokens` -> ["self", "meta", "tokens"]; None for anything else."""
-    names = []
-    while isinstance(e, ast.Attribute):
-        names.append(e.attr)
-        e = e.value
-    return [e.id, *reversed(names)] if isinstance(e, ast.Name) else None
-
-
 def _refs(func, code, ctx, counters) -> dict:
     """id(node) -> (owner, attr) for the reads of a changed counter in the function: `self.<path>.attr`
     (through the objects of the function's class) and a bare module global of the function's module."""
@@ -88,7 +79,7 @@ def _refs(func, code, ctx, counters) -> dict:
                 owner = next(o for o, a in counters if a == n.id and o.startswith("<module "))
                 out[id(n)] = (owner, n.id)
             continue
-        ch = _chain(n)
+        ch = attr_chain(n)
         if not ch or ch[0] != me or not isinstance(n.ctx, ast.Load):
             continue
         for base in selves:
@@ -170,7 +161,7 @@ def _compiled(test, counter, refs, bound, selves):
         if isinstance(e, ast.Name):
             return plain(bound[e.id], depth + 1) if e.id in bound and depth < 4 else None
         if isinstance(e, ast.Attribute):
-            ch = _chain(e)
+            ch = attr_chain(e)
             v = selves[0] if ch and len(selves) == 1 else None
             for a in ch[1:] if v is not None else ():
                 v = getattr(v, "__dict__", {}).get(a)

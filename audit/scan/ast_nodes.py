@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 
-__all__ = ["all_nodes", "calls_at", "nodes_of"]
+__all__ = ["all_nodes", "attr_chain", "calls_at", "nodes_of"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -39,3 +39,12 @@ def calls_at(t: ast.AST, line: int) -> list:
     """The calls under t whose source spans `line`, in walk order (outer calls before the calls in their
     arguments)."""
     return list(_calls_by_line(t).get(line, ()))
+
+
+def attr_chain(expr) -> list[str] | None:
+    """`self.sampler.gen` -> ["self", "sampler", "gen"]; None for anything but a name's attribute chain."""
+    names = []
+    while isinstance(expr, ast.Attribute):
+        names.append(expr.attr)
+        expr = expr.value
+    return [expr.id, *reversed(names)] if isinstance(expr, ast.Name) else None

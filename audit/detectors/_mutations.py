@@ -217,7 +217,8 @@ _NO_KEY = object()
 
 
 def const_key(node):
-    """The value of a constant subscript (`["active"]`, `[0]`, `[-1]`: a negative index is a unary minus), else _NO_KEY."""
+    """The value of a constant subscript (`["active"]`, `[0]`, `[-1]`: a negative index is a unary minus), else
+    _NO_KEY."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
             and type(node.operand.value) is int:
         return -node.operand.value
@@ -231,7 +232,7 @@ def stores_element(filename: str, line: int, attr: str, key, global_name: bool =
     for node in all_nodes(t) if t is not None else ():
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.lineno == line:
             for x in written(node):
-                if isinstance(x, ast.Subscript) and const_key(x.slice) is not _NO_KEY and const_key(x.slice) == key and \
+                if isinstance(x, ast.Subscript) and const_key(x.slice) == key and \
                         ((isinstance(x.value, ast.Name) and x.value.id == attr) if global_name else
                          (isinstance(x.value, ast.Attribute) and x.value.attr == attr)):
                     return True

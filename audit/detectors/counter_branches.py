@@ -59,16 +59,16 @@ def _self_paths(ctx, code) -> list[str]:
     return out
 
 
-def _refs(func, code, ctx, counters) -> dict:
+def _refs(func, code, ctx, counters, paths: list) -> dict:
     """id(node) -> (owner, attr) for the reads of a changed counter in the function: `self.<path>.attr`
     (through the objects of the function's class) and a bare module global of the function's module."""
     args = func.args.posonlyargs + func.args.args
     me = args[0].arg if args else None
-    selves = _self_paths(ctx, code) if me else []
+    selves = paths if me else []
     mods = {o[8:-1] for o, _ in counters if o.startswith("<module ")}
     globs = {a for o, a in counters if o.startswith("<module ") and "." not in a
              and getattr(loaded.module_named(o[8:-1]), "__file__", None) == code.co_filename} if mods else set()
-    classes = _classes(ctx, code, me, counters)
+    classes = _classes(ctx, code, me, counters, paths)
     out = {}
     for n in nodes_of(func, (ast.Attribute, ast.Name)):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and (n.value.id, n.attr) in classes:
@@ -89,7 +89,7 @@ def _refs(func, code, ctx, counters) -> dict:
     return out
 
 
-def _classes(ctx, code, me, counters) -> dict:
+def _classes(ctx, code, me, counters, paths: list) -> dict:
     """(name, attr) -> (owner, attr) for a class-level counter (`Cache.evictions += 1`) read as `Cls.attr`, or as
     `self.attr` / `cls.attr` in a method of the class or of a subclass."""
     out = {}
@@ -99,7 +99,7 @@ def _classes(ctx, code, me, counters) -> dict:
             continue
         out[(cls.__name__, attr)] = (owner, attr)
         mine = code.co_qualname.rsplit(".", 1)[0] if "." in getattr(code, "co_qualname", "") else None
-        ours = any(isinstance(obj, cls) for obj in (object_at(ctx, p) for p in _self_paths(ctx, code))) or \
+        ours = any(isinstance(obj, cls) for obj in (object_at(ctx, p) for p in paths)) or \
             any(c.__qualname__ == mine for c in cls.__subclasses__() + [cls])
         for name in (me, "cls") if ours and me else ():
             out[(name, attr)] = (owner, attr)
@@ -189,15 +189,15 @@ def _compiled(test, counter, refs, bound, selves):
     return None if body is None else (compile(ast.fix_missing_locations(ast.Expression(body)), "<test>", "eval"), env)
 
 
-def _scheduled(test, counter, refs, bound, depth=0) -> bool:
-    """Whether the counter (or a local bound from it) is an operand of an order or equality comparison or of
-    arithmetic inside the test; a membership or identity test on it (`self.n not in self.cache`) is not."""
+def _scheduled(test, counter, refs, bound) -> bool:
+    """Whether the counter (or a local bound from it) is in an operand of an order or equality comparison of the
+    test (`self.pos + t > cap`); a membership or identity test on it (`self.n not in self.cache`) is not."""
     def reads(e, depth):
         return any(id(n) in refs and refs[id(n)] == counter or isinstance(n, ast.Name) and n.id in bound and
                    depth < 4 and reads(bound[n.id], depth + 1) for n in ast.walk(e))
     for n in ast.walk(test):
         if isinstance(n, ast.Compare) and not isinstance(n.ops[0], (ast.In, ast.NotIn, ast.Is, ast.IsNot)) and \
-                any(reads(x, depth) for x in (n.left, *n.comparators)):
+                any(reads(x, 0) for x in (n.left, *n.comparators)):
             return True
     return False
 
@@ -239,11 +239,12 @@ def _branches(ctx):
     codes, lines = _ran(ctx)
     for code in codes:
         func = function_of(code)
-        refs = _refs(func, code, ctx, counters) if func is not None else {}
+        paths = _self_paths(ctx, code) if func is not None else []  # the objects the function runs on
+        refs = _refs(func, code, ctx, counters, paths) if func is not None else {}
         if not refs:
             continue
         bound = _bound(func, refs)
-        selves = [object_at(ctx, p) for p in _self_paths(ctx, code)]
+        selves = [object_at(ctx, p) for p in paths]
         for node in nodes_of(func, (ast.If, ast.IfExp)):
             sides = _sides(node, code.co_filename, lines)
             if len(sides) > 1:

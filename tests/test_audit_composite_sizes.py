@@ -126,3 +126,47 @@ def test_a_second_slice_by_the_host_length_is_an_origin_too(tmp_path):
     path, site = write_target(tmp_path / "top_p.py", TOP_P, v=random.choice([128, 256]), seed=random.randrange(2**31))
     bad = blocking(path)
     assert {"dynamic-shape", "baked-host-value"} <= set(bad[bad.line == site].category), table(bad)
+
+
+JAGGED = """
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+V, D, B, MAXL = 300, {d}, 4, {maxl}
+
+
+class Step:
+    def __init__(self, device):
+        torch.manual_seed({seed})
+        self.emb = torch.nn.Embedding(V, D, padding_idx=0).to(device)
+        self.values = torch.zeros(B * MAXL, dtype=torch.long, device=device)
+        self.lengths = torch.zeros(B, dtype=torch.long, device=device)
+        self.out = torch.zeros(B, D, device=device)
+
+    def prepare(self, i):
+        self.values.copy_(torch.randint(1, V, (B * MAXL,)))
+        self.lengths.copy_(torch.tensor([1 + i, {a}, {b}, MAXL - i]))
+
+    @torch.no_grad()
+    def step(self):
+        lens = self.lengths.tolist()
+        segs = torch.split(self.values[: sum(lens)], lens)  # SPLIT
+        padded = pad_sequence(list(segs), batch_first=True)  # PAD
+        self.out.copy_(self.emb(padded).sum(1))
+        return self.out
+
+
+def make(device):
+    return Step(device)
+"""
+
+
+def test_the_rows_pad_sequence_narrows_are_downstream_too(tmp_path):
+    """The narrowed rows of the buffer pad_sequence made (views of it, in the same call) follow the split."""
+    path, split = write_target(tmp_path / "jagged.py", JAGGED, marker="# SPLIT", d=random.choice([4, 8]),
+                               maxl=random.choice([10, 12]), seed=random.randrange(2**31), a=random.randint(2, 4),
+                               b=random.randint(1, 3))
+    bad = blocking(path)
+    assert split in set(bad[bad.category == "dynamic-shape"].line), table(bad)
+    pad = marked_line(path, "# PAD")
+    assert pad not in set(bad[bad.category.isin(["dynamic-shape", "baked-host-value"])].line), table(bad)

@@ -194,15 +194,16 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         for k, d in _varying_dims(other) if read and len(other) == len(recs) else ():
             if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
                 return True
-        if not read and all(not r.inputs for r in mine.values()) and _composite_of(ctx, mine, theirs, dims):
+        if not read and all(_in_call_buffer(ctx, r) for r in mine.values()) and _composite_of(ctx, mine, theirs, dims):
             return True
     return False
 
 
 def _composite_of(ctx, mine: dict, theirs: dict, dims: list) -> bool:
-    """The call, a factory (no tensor input), is inside one torch call of the statement that takes the earlier
-    call's outputs (`pad_sequence(list(torch.split(v, lens)))` makes `full([B, max_len])`, then copies each piece
-    in; a slice of another tensor by the same host length is no such factory, and stays a source): in every
+    """The call, a factory or a view of its buffer (_in_call_buffer), is inside one torch call of the statement that
+    takes the earlier call's outputs (`pad_sequence(list(torch.split(v, lens)))` makes `full([B, max_len])`, then
+    copies each piece into its narrowed rows; a slice of another tensor by the same host length is neither, and
+    stays a source): in every
     step each varying size equals one dimension (the same one each step) of one of those outputs (a different
     piece's in another step: the longest), and an op the same call runs after it reads one of them. The size is
     read inside torch, below any statement."""
@@ -212,6 +213,19 @@ def _composite_of(ctx, mine: dict, theirs: dict, dims: list) -> bool:
                 and all(_reads_later(ctx, r, {o.tid for o in theirs[s].outputs}) for s, r in mine.items()):
             return True
     return False
+
+
+def _in_call_buffer(ctx, r, depth: int = 4) -> bool:
+    """A factory (no tensor input), or a view of the buffer one made earlier in the same call, through views made
+    there too (`pad_sequence` copies each piece into `out.select(0, i).narrow(0, 0, len)`): not a slice of a tensor
+    the statement had before it."""
+    if not r.inputs:
+        return True
+    recs = ctx.steps[r.step] if r.step < len(ctx.steps) else []
+    tid = r.inputs[0].tid
+    made = next((q for q in reversed(recs[:r.index]) if q.kind == "aten" and any(o.tid == tid for o in q.outputs)),
+                None)
+    return made is not None and made.stack == r.stack and depth > 0 and _in_call_buffer(ctx, made, depth - 1)
 
 
 def _reads_later(ctx, r, tids: set) -> bool:

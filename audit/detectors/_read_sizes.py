@@ -185,6 +185,7 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
     if not dims:
         return False
     mine = {r.step: r for r in recs}
+    buffered = None
     for other in aligned.values():
         if other is recs or len(other) < len(recs):
             continue
@@ -194,8 +195,11 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         for k, d in _varying_dims(other) if read and len(other) == len(recs) else ():
             if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
                 return True
-        if not read and all(_in_call_buffer(ctx, r) for r in mine.values()) and _composite_of(ctx, mine, theirs, dims):
-            return True
+        if not read and _composite_of(ctx, mine, theirs, dims):
+            if buffered is None:  # once per call: it walks the step's records back
+                buffered = all(_in_call_buffer(ctx, r) for r in mine.values())
+            if buffered:
+                return True
     return False
 
 

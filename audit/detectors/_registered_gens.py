@@ -20,6 +20,7 @@ import inspect
 import torch
 
 from audit.detectors._source import enclosing_function, tree
+from audit.detectors._state_sites import objects_defining
 from audit.scan.ast_nodes import attr_chain, calls_at, nodes_of
 
 
@@ -84,22 +85,16 @@ def _generators(ctx, filename: str, line: int, expr) -> list:
         return []
     first = min([func.lineno] + [d.lineno for d in func.decorator_list])
     out = []
-    for _, obj in ctx.trace.objects:
-        for cls in type(obj).__mro__[:-1]:
-            fn = cls.__dict__.get(func.name)
-            fn = getattr(fn, "__func__", fn)
-            code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
-            if code is not None and code.co_filename == filename and code.co_firstlineno == first:
-                v = obj
-                for name in chain[1:]:
-                    try:
-                        v = inspect.getattr_static(v, name)
-                    except AttributeError:
-                        v = None
-                        break
-                if isinstance(v, torch.Generator):
-                    out.append(v)
+    for _, obj in objects_defining(ctx, filename, first, func.name):
+        v = obj
+        for name in chain[1:]:
+            try:
+                v = inspect.getattr_static(v, name)
+            except AttributeError:
+                v = None
                 break
+        if isinstance(v, torch.Generator):
+            out.append(v)
     return out
 
 

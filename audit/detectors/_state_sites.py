@@ -32,6 +32,21 @@ def object_at(ctx, path: str):
     return None
 
 
+def objects_defining(ctx, filename: str, first: int, name: str) -> list[tuple[str, object]]:
+    """(path, object) of the traced objects whose class (or a base) defines the function `name` whose code starts
+    at `filename:first` (its first decorator's line): the objects a method of the step runs on."""
+    out = []
+    for path, obj in ctx.trace.objects:
+        for cls in type(obj).__mro__[:-1]:
+            fn = cls.__dict__.get(name)
+            fn = getattr(fn, "__func__", fn)
+            code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+            if code is not None and code.co_filename == filename and code.co_firstlineno == first:
+                out.append((path, obj))
+                break
+    return out
+
+
 _GEN_LOCAL = re.compile(r"(\w+)[=@]([^,>]*)")
 
 

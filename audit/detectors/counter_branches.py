@@ -16,11 +16,10 @@ The synchronizing calls of a side no audited step ran are host-sync, found in th
 from __future__ import annotations
 
 import ast
-import inspect
 import numbers
 
 from audit.detectors import _callees, register
-from audit.detectors._state_sites import object_at
+from audit.detectors._state_sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
 from audit.scan import class_state, loaded
 from audit.scan.ast_nodes import attr_chain, nodes_of
@@ -48,15 +47,7 @@ def _counters(ctx) -> dict:
 
 def _self_paths(ctx, code) -> list[str]:
     """Paths of the traced objects whose class (or a base) defines the function `code` belongs to."""
-    out = []
-    for path, obj in ctx.trace.objects:
-        for cls in type(obj).__mro__[:-1]:
-            fn = cls.__dict__.get(code.co_name)
-            fn = getattr(fn, "__func__", fn)
-            if getattr(inspect.unwrap(fn) if callable(fn) else None, "__code__", None) is code:
-                out.append(path)
-                break
-    return out
+    return [p for p, _ in objects_defining(ctx, code.co_filename, code.co_firstlineno, code.co_name)]
 
 
 def _refs(func, code, ctx, counters, paths: list) -> dict:

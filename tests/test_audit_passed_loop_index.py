@@ -89,3 +89,51 @@ def test_a_changing_position_passed_to_a_helper_stays_baked(tmp_path):
                                body=BODIES["direct"], d=4, seed=random.randrange(2**31))
     bad = blocking(path)
     assert len(at(bad, "baked-host-value", marked_line(path, "# HELPER"))) == 1, table(bad)
+
+
+SLOTS = """
+import torch
+
+V, D, S = 64, {d}, 6
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.table = torch.randn(V, D)
+        self.cache = torch.zeros(S, D)
+        self.where = {{}}
+        self.free = list(range(S))
+        self.ids = torch.zeros(4, dtype=torch.long)
+        self.out = torch.zeros(4, D)
+
+    def prepare(self, i):
+        self.ids.copy_(torch.tensor({ids}))
+
+    @torch.no_grad()
+    def step(self):
+        for k in self.ids.tolist():
+            if k in self.where:
+                continue
+            slot = self.free.pop() if self.free else self.where.pop(next(iter(self.where)))
+            self.cache[{index}].copy_(self.table[k])  # FILL
+            self.where[k] = slot
+        self.out.copy_(self.cache[:4])
+
+
+def make(device):
+    return Target()
+"""
+
+
+@pytest.mark.parametrize("index", ["slot", "k % S"])
+def test_a_host_slot_beside_the_skipped_index_is_baked(tmp_path, index):
+    """`cache[slot].copy_(table[k])` in a loop over ids that skips known ids: the line reads the loop's `k`, but
+    the index the device op takes is `slot`, a host value of its own: baked whatever the skip. Indexing the cache
+    with the loop's value itself is the skip's (data-dependent-control) alone."""
+    base = random.randrange(V := 64)
+    ids = f"[{base}, (7 * i + {base}) % V, {base}, (3 * i + 11) % V]"
+    path, fill = write_target(tmp_path / "slots.py", SLOTS, marker="# FILL", index=index, ids=ids,
+                              d=random.choice([4, 8]), seed=random.randrange(2**31))
+    bad = blocking(path)
+    assert len(at(bad, "baked-host-value", fill)) == (index == "slot"), table(bad)

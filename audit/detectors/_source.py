@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _key_tests, _scopes
-from audit.scan.ast_nodes import calls_at, nodes_of
+from audit.scan.ast_nodes import attr_chain, calls_at, nodes_of
 from audit.scan.frame_source import tree
 
 _BRANCH = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
@@ -199,16 +199,24 @@ def _loop_of(func, line: int):
     return loops[-1] if loops else None
 
 
-def skipped_loop_index(filename: str, line: int) -> bool:
+def skipped_loop_index(filename: str, line: int, indexed: str | None = None) -> bool:
     """Whether `line` reads the index of the innermost loop holding it (`for e in range(E)`) and a
     conditional in that loop, before `line`, can skip it in an iteration (an `if` holding `line`, or
-    `if ...: continue / break`): which iteration reaches `line` first then depends on that conditional."""
+    `if ...: continue / break`): which iteration reaches `line` first then depends on that conditional.
+    `indexed`: the attribute the varying op indexes (`dev_cache`); where the line subscripts it, the
+    index must be read there: `self.dev_cache[slot].copy_(self.table[k])` bakes `slot`, a host value of
+    its own, however the loop over `k` skips."""
     func = enclosing_function(filename, line)
     loop = _loop_of(func, line) if func is not None and not isinstance(func, ast.Module) else None
     if not isinstance(loop, (ast.For, ast.AsyncFor)):
         return False
     index = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
     read = {n.id for n in ast.walk(loop) if isinstance(n, ast.Name) and n.lineno == line}
+    if indexed is not None:
+        subs = [n.slice for n in ast.walk(loop) if isinstance(n, ast.Subscript) and n.lineno == line
+                and (attr_chain(n.value) or [None])[-1] == indexed]
+        if subs:
+            read = {n.id for s in subs for n in ast.walk(s) if isinstance(n, ast.Name)}
     return bool(index & read) and any(
         isinstance(n, ast.If) and n.lineno < line
         and (_span(n, line) or any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n)))

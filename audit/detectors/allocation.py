@@ -25,9 +25,11 @@ def allocations(ctx):
     return out
 
 
-def _attribute_sids(ctx) -> dict[int, str]:
-    """storage id -> 'owner.attr' for tensors held by reachable objects now (after the scan)."""
-    return {state.storage_id(t): name for name, t in state.tensor_attrs(ctx.trace.objects)}
+def attribute_sids(ctx) -> dict[int, str]:
+    """storage id -> 'owner.attr' for tensors held by reachable objects now (after the scan); computed once."""
+    if (cached := getattr(ctx, "_attribute_sids", None)) is None:
+        cached = ctx._attribute_sids = {state.storage_id(t): name for name, t in state.tensor_attrs(ctx.trace.objects)}
+    return cached
 
 
 def escapes(ctx) -> dict:
@@ -108,7 +110,7 @@ def escaped_into_state(ctx):
     found = escapes(ctx)
     if not found:
         return []
-    holders = _attribute_sids(ctx)
+    holders = attribute_sids(ctx)
     born = ctx.trace.born
     by_site: dict = {}
     for (s, i), reader in found.items():

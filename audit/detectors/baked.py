@@ -20,6 +20,7 @@ from collections import defaultdict
 
 from audit.detectors import _host_only, _read_sizes, _read_values, _source, register
 from audit.detectors._forwarded import forwarded
+from audit.detectors.allocation import attribute_sids
 from audit.detectors._passed_index import passed_skipped_index
 from audit.detectors._host import advanced, host_tensors
 
@@ -123,8 +124,11 @@ def _skipped_iteration(ctx, recs) -> bool:
     code_line = recs[0].stack[-1] if recs[0].stack else None
     if code_line is None:
         return False
+    held = attribute_sids(ctx).get(recs[0].inputs[0].sid) if recs[0].inputs else None
+    indexed = held.rsplit(".", 1)[-1] if held and "[" not in held else None
     # the index may also reach the line as a helper's parameter (`forward_one(e, x)` reading `w1[e]`)
-    return _source.skipped_loop_index(code_line[0].co_filename, code_line[1]) or passed_skipped_index(recs[0].stack)
+    return _source.skipped_loop_index(code_line[0].co_filename, code_line[1], indexed) or \
+        passed_skipped_index(recs[0].stack)
 
 
 def _body_of(r) -> list:

@@ -1,7 +1,9 @@
 """A branch on a host counter the step advances (or prepare() sets) turns on some later step: `if self.n % every == 0:` takes the
 same side in the few audited steps, so the trace alone sees no divergence and no wait behind it. The scan runs
 the test forward on the counter's stride and reports the branch (and the waits of the side not yet taken);
-a test that never turns (`self.n >= 0` while n grows) and a branch on a flag the step leaves alone stay clean."""
+the length of a list the step grows (`len(self.hist)`) is such a counter. A test that never turns (`self.n >= 0`
+while n grows), one on a list prepare() empties and the step refills to the same length, and a branch on a flag the step leaves
+alone stay clean."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ class Logger:
         self.every = {every}
         self.limit = {limit}
         self.debug = False
+        self.hist = []
+        self.seen = []
         self.w = torch.randn({d}, {d}) * 0.1
         self.x = torch.zeros(1, {d})
         self.out = torch.zeros(1, {d})
@@ -32,6 +36,7 @@ class Logger:
     def prepare(self, i):
         self.x.copy_(torch.randn(1, {d}))
         self.t = {start} + i
+        self.seen = []
 
     def step(self):
         global STEPS
@@ -40,6 +45,8 @@ class Logger:
         STEPS += 1
         Logger.total += 1
         n = self.n
+        self.hist.append(n)
+        self.seen.extend([n] * 3)
         {branch}
         self.out.copy_(y)
         return self.out
@@ -56,10 +63,13 @@ TURNING = {
     "class-counter": "if self.total % self.every == self.every - 1:  # SITE\n            print(y.tolist())  # WAIT",
     "staged-index": "if self.t % self.every == 0:  # SITE\n            print(y.sum().item())  # WAIT",
     "conditional-expression": "y = y * 0.5 if (n - 1) % self.every == 0 else y  # SITE",
+    "list-length": "if len(self.hist) >= self.limit // 100:  # SITE\n            print(y.sum().item())  # WAIT",
 }
 SETTLED = {
     "never-turns": "if self.n >= 0:  # SITE\n            y = y * 2",
     "unchanged-flag": "if self.debug:  # SITE\n            print(y.sum().item())",
+    "length-never-turns": "if len(self.hist) > 0:  # SITE\n            y = y * 2",
+    "refilled-length": "if len(self.seen) >= {every}:  # SITE\n            print(y.sum().item())",
 }
 
 

@@ -32,17 +32,31 @@ def _number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+_SIZED = ("list", "tuple", "deque", "dict", "set", "frozenset")  # fingerprints that carry a length
+
+
+def _length(v):
+    """The length a container's fingerprint carries (`("list", 3, ...)`), else None."""
+    return v[1] if isinstance(v, tuple) and len(v) > 1 and v[0] in _SIZED and isinstance(v[1], int) else None
+
+
 def _counters(ctx) -> dict:
     """(owner, attr) -> per-step (before, after) of the plain numbers the audited steps changed, and of those
-    changed between them (prepare() staging a step index the step only reads), each tagged by which it was."""
+    changed between them (prepare() staging a step index the step only reads), each tagged by which it was.
+    A container whose length moves step after step (`self.hist.append(x)`) counts too, as `len:<attr>`: its
+    length is the counter `len(self.hist)` reads; one refilled from the same length every step is not."""
     out: dict = {}
     for kind, per_step in (("step", ctx.trace.changes), ("staged", getattr(ctx.trace, "staged", []))):
         for s in ctx.complete:
             for c in per_step[s] if s < len(per_step) else ():
-                if _number(c.before) and _number(c.after) and c.before != c.after and \
-                        out.setdefault((c.owner, c.attr), (kind, []))[0] == kind:
-                    out[(c.owner, c.attr)][1].append((c.before, c.after))
-    return {k: (kind, hist) for k, (kind, hist) in out.items() if hist}
+                key, before, after = (c.owner, c.attr), c.before, c.after
+                if (n := _length(before)) is not None and (m := _length(after)) is not None:
+                    key, before, after = (c.owner, f"len:{c.attr}"), n, m
+                if _number(before) and _number(after) and before != after and \
+                        out.setdefault(key, (kind, []))[0] == kind:
+                    out[key][1].append((before, after))
+    return {k: (kind, hist) for k, (kind, hist) in out.items() if hist and not (
+        k[1].startswith("len:") and (len(hist) < 2 or len({b for b, _ in hist}) < 2))}
 
 
 def _self_paths(ctx, code) -> list[str]:
@@ -61,6 +75,13 @@ def _refs(func, code, ctx, counters, paths: list) -> dict:
              and getattr(loaded.module_named(o[8:-1]), "__file__", None) == code.co_filename} if mods else set()
     classes = _classes(ctx, code, me, counters, paths)
     out = {}
+    for n in nodes_of(func, ast.Call):  # `len(self.hist)`: the length of a container the step grows
+        if isinstance(n.func, ast.Name) and n.func.id == "len" and len(n.args) == 1 and not n.keywords and \
+                (ch := attr_chain(n.args[0])) and ch[0] == me and len(ch) > 1:
+            for base in selves:
+                owner = ".".join(p for p in (base, *ch[1:-1]) if p)
+                if (owner, f"len:{ch[-1]}") in counters:
+                    out[id(n)] = (owner, f"len:{ch[-1]}")
     for n in nodes_of(func, (ast.Attribute, ast.Name)):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and (n.value.id, n.attr) in classes:
             out[id(n)] = classes[(n.value.id, n.attr)]
@@ -86,7 +107,7 @@ def _classes(ctx, code, me, counters, paths: list) -> dict:
     out = {}
     for owner, attr in counters:
         cls = class_state.CLASSES.get(owner) if owner.startswith("<class ") else None
-        if cls is None or "." in attr:
+        if cls is None or "." in attr or attr.startswith("len:"):
             continue
         out[(cls.__name__, attr)] = (owner, attr)
         mine = code.co_qualname.rsplit(".", 1)[0] if "." in getattr(code, "co_qualname", "") else None
@@ -252,7 +273,10 @@ def _branches(ctx):
 
 def _name(counter) -> str:
     owner, attr = counter
-    return f"{owner}.{attr}" if owner and not owner.startswith("<") else attr
+    size = attr.startswith("len:")
+    attr = attr[4:] if size else attr
+    name = f"{owner}.{attr}" if owner and not owner.startswith("<") else attr
+    return f"len({name})" if size else name
 
 
 def _moved(kind: str, short: bool = False) -> str:

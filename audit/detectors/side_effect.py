@@ -15,30 +15,18 @@ import contextlib
 import functools
 import inspect
 import re
-import sys
 from collections import defaultdict
 
-from audit.detectors import (_between_steps, _capture_guards, _constructors, _descriptors, _drawn, _elements,
+from audit.detectors import (_between_steps, _library_callers, _capture_guards, _constructors, _descriptors, _drawn, _elements,
                              _foreign_threads, _fresh_slots, _handoff, _held_objects, _implicit, _module_refs,
-                             _mutations, _ran_hooks, _co_holders, _rebinds, _source, register)
+                             _mutations, _ran_hooks, _co_holders, _rebinds, register)
 from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines, escaped_members
-from audit.scan.ast_nodes import nodes_of
-from audit.scan import class_state, global_rng, loaded, script_state, staging_bytes, state
+from audit.scan import class_state, global_rng, loaded, script_state, staging_bytes
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
-
-
-def _executed(ctx, step: int, own_only: bool = False) -> set:
-    """(file, function) pairs that ran in the step (from the op stacks): library code included, unless own_only."""
-    out = set()
-    for r in ctx.steps[step]:
-        for code, _ in r.stack:
-            if not own_only or ctx.trace.is_own(code):
-                out.add((code.co_filename, code.co_name))
-    return out
 
 
 def _source_sites(ctx, change, step: int) -> tuple[list, str]:
@@ -49,12 +37,12 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     if gen := generator_sites(ctx, change):
         return gen, ""
     if change.owner.startswith("<globals "):  # a function exec'd into a plain namespace
-        own = {f for f, _ in _executed(ctx, step, own_only=True)}
-        return generated_sites(ctx, change, own, _executed(ctx, step)), ""
+        own = {f for f, _ in _library_callers.executed(ctx, step, own_only=True)}
+        return generated_sites(ctx, change, own, _library_callers.executed(ctx, step)), ""
     files, foreign = _owner_files(ctx, change, step)
-    ran = _executed(ctx, step)
+    ran = _library_callers.executed(ctx, step)
     if not change.owner.startswith(("<module ", "<closure ")):  # `self.meta.tokens += 1` lives in the caller's code
-        files += [(f, None, False) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
+        files += [(f, None, False) for f in sorted({f for f, _ in _library_callers.executed(ctx, step, own_only=True)})]
     if drawn := _drawn.sites(ctx, change, step, files):  # a host generator: the call on it that ran drew
         return drawn, ""
     cands = []
@@ -118,10 +106,11 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
     if change.owner.startswith("<module "):
         mod = loaded.module_named(change.owner[8:-1])
         obj = _global_object(mod, change.attr) if mod is not None and "." in change.attr else None
-        refs = _module_refs.referring_files(mod, _head(change.attr), _executed(ctx, step))  # `ps.STATS[k] += 1`
-        return [(getattr(mod, "__file__", None), None, True), *refs], _foreign_class(ctx, obj)
+        refs = _module_refs.referring_files(mod, _library_callers.head(change.attr), _library_callers.executed(ctx, step))  # `ps.STATS[k] += 1`
+        inner = _class_files(type(held).__mro__[:-1]) if (held := _held_by_global(obj, change.attr)) is not None else []
+        return [(getattr(mod, "__file__", None), None, True), *refs, *inner], _foreign_class(ctx, obj)
     if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran,
-        files = [(f, None, True) for f in sorted({f for f, _ in _executed(ctx, step, own_only=True)})]
+        files = [(f, None, True) for f in sorted({f for f, _ in _library_callers.executed(ctx, step, own_only=True)})]
         for fn in closure_functions(ctx, change.owner):  # or in the closure's own function (a library hook's)
             files.append((fn.__code__.co_filename, code_span(fn.__code__), True))
         return list(dict.fromkeys(files)), ""
@@ -153,21 +142,28 @@ def _class_files(classes) -> list:
     return files
 
 
-def _head(attr: str) -> str:
-    """The global's own name in a state key: `_REGISTRY` of `_REGISTRY['decode'].count`."""
-    return re.match(r"[^.\[]*", attr).group(0)
-
-
 def _global_object(mod, attr: str):
     """The object whose attribute changed under a module global: the global itself (`METRICS.steps`)
     or the member of a global list or dict (`_REGISTRY['decode'].count`), else None."""
-    obj = vars(mod).get(_head(attr))
+    obj = vars(mod).get(_library_callers.head(attr))
     key = re.match(r"[^.\[]*\[(.*)\]\.[^.]*$", attr)
     if key is not None and isinstance(obj, (dict, list, tuple)):
         with contextlib.suppress(Exception):
             k = ast.literal_eval(key.group(1))
             return obj[k]
         return None
+    return obj
+
+
+def _held_by_global(obj, attr: str):
+    """The object a global holds whose attribute changed (`MAXL._sum` of `MAXL._sum._value`: a metric's value
+    object), where the change is below the global's own attributes; else None."""
+    parts = attr.split(".")
+    if obj is None or len(parts) < 3 or "[" in attr:
+        return None
+    for name in parts[1:-1]:  # attributes, and the positions of the lists they hold (`_buckets.1`)
+        obj = obj[int(name)] if name.isdigit() and isinstance(obj, (list, tuple)) and int(name) < len(obj) \
+            else getattr(obj, "__dict__", {}).get(name)
     return obj
 
 
@@ -189,8 +185,8 @@ def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str, set]:
     the files of the step's own code and of the object that holds it, from the attribute holding it.
     Calls in functions that ran come first. Also the names of the methods called."""
     module = change.owner.startswith("<module ")
-    holder, files = (_head(change.attr), [getattr(loaded.module_named(change.owner[8:-1]), "__file__", None)]) \
-        if module else _holder(ctx, change.owner)
+    holder, files = (_library_callers.head(change.attr), [getattr(loaded.module_named(change.owner[8:-1]), "__file__", None)]) \
+        if module else _library_callers.holder(ctx, change.owner)
     if not holder:
         return [], "", set()
     files = sorted({f for f in files if f} | {f for f, _ in ran if is_user_file(f, ctx.trace.roots)})
@@ -200,29 +196,6 @@ def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str, set]:
     methods = ", ".join(dict.fromkeys(f"`.{m}()`" for *_, m in best[:3]))
     return ([(f, line, fn) for _, f, line, fn, _ in best[:3]], f"inside a `{cls}`, through {methods}",
             {m for *_, m in best})
-
-
-_STDLIB = frozenset(sys.stdlib_module_names) | {"torch"}
-
-
-def _holder(ctx, owner: str) -> tuple[str | None, list[str]]:
-    """The attribute that holds the object at `owner` (`callbacks.0.__self__.out` -> `out`) and the
-    source files of the object that holds it (the user's or a library's, not the standard library's)."""
-    parts = owner.split(".")
-    for i in range(len(parts) - 1, -1, -1):
-        parent = object_at(ctx, ".".join(parts[:i]))
-        if parent is not None and parts[i] in dict(state._instance_items(parent)):
-            files = []
-            for cls in type(parent).__mro__[:-1]:
-                if (cls.__module__ or "").split(".")[0] in _STDLIB:  # queue.Queue's own deque: not a site
-                    continue
-                try:
-                    files.append(inspect.getsourcefile(cls))
-                except TypeError:
-                    continue
-            # the holder's class may be library code (a serving library's streamer): its line is the site
-            return parts[i], [f for f in files if f]
-    return None, []
 
 
 @register("cpu-side-effect")
@@ -252,7 +225,7 @@ def python_state_changes(ctx):
         if escaped_members(ctx, c) or _fresh_slots.rewritten_each_step(ctx, hits):  # the tensor detectors' own
             continue
         sites, note = _source_sites(ctx, c, s)
-        if _foreign_threads.other_threads_only(sites, _executed(ctx, s)):  # an actor thread's own counters
+        if _foreign_threads.other_threads_only(sites, _library_callers.executed(ctx, s)):  # an actor thread's own counters
             continue
         if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:
             sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it
@@ -261,7 +234,7 @@ def python_state_changes(ctx):
         sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]
         sites = [x for x in sites if not unchanged_slot_line(c, x) and not _between_steps.lazy_init_line(c, x)] or sites
         sites = _descriptors.ran_accessors(ctx, owner, sites, s)
-        handed = _handoff.handed_over(ctx, c, _executed(ctx, s, own_only=True)) \
+        handed = _handoff.handed_over(ctx, c, _library_callers.executed(ctx, s, own_only=True)) \
             if _rebinds.handed_back_only(sites, c.attr) and not owner.startswith("<") else []
         sites = [] if handed else sites  # `self.kw = lib.update(self.kw)`: the library changed it, the store puts it back
         for file, line, fn, call in handed:  # handed to a library that changes it under its own name
@@ -280,13 +253,13 @@ def python_state_changes(ctx):
                 caller = (_descriptors.accessor_call(ctx, owner, site, s)
                           or hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s)
                           or _constructors.constructor_call(ctx, site, s) or _implicit.class_call(
-                    class_state.CLASSES.get(c.owner), site, own_files, _executed(ctx, s, own_only=True))
-                          or _user_call_into(ctx, c, s, own_files, _implicit.syntax_of(site))
-                          or _elements.container_call(ctx, c.owner, own_files, _executed(ctx, s, True), site[2], c.attr)
-                          or _user_call_of(ctx, site, s, own_files)
-                          or _implicit.inline_uses(own_files, site, _executed(ctx, s, own_only=True))
+                    class_state.CLASSES.get(c.owner), site, own_files, _library_callers.executed(ctx, s, own_only=True))
+                          or _library_callers.user_call_into(ctx, c, s, own_files, _implicit.syntax_of(site))
+                          or _elements.container_call(ctx, c.owner, own_files, _library_callers.executed(ctx, s, True), site[2], c.attr)
+                          or _library_callers.user_call_of(ctx, site, s, own_files)
+                          or _implicit.inline_uses(own_files, site, _library_callers.executed(ctx, s, own_only=True))
                           or called_by_name(ctx, site, s, _elements.held_names(ctx, c.owner))
-                          or _elements.handed_call(ctx, c.owner, own_files, _executed(ctx, s, True)))
+                          or _elements.handed_call(ctx, c.owner, own_files, _library_callers.executed(ctx, s, True)))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
     for c, count, msg, owner in unsited:  # one object reached two ways (an attribute and a closure cell): once
@@ -315,58 +288,6 @@ def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
     if guard:
         return f"{msg}; skipped while a graph is captured (`{guard}`): it counts eager steps only", "info"
     return msg, None
-
-
-def _user_call_into(ctx, change, step: int, own_files: set, site_fn: str = ""):
-    """For a site in library code that ran no torch op (a streamer's `self._q.put(ids)`): the target's
-    own call of a method of the library object (`self.streamer.put(ids)`), found in the target's source
-    from the attribute that holds the object; for a site in a dunder or a property the syntax runs (a proxy's
-    `__getattr__`: `self.mlp.scale`), the target's line with that syntax on the object; None when there is none."""
-    if change.owner.startswith("<"):
-        return None
-    holder, files = _holder(ctx, change.owner.split(".")[0])  # the target's attribute and its class's files
-    ran = _executed(ctx, step)
-    files = [f for f in files if f in own_files] if holder else []
-    calls = [((f, fn) not in ran, False, line, f, fn) for f in files
-             for line, fn in _implicit.implicit_uses(f, holder, site_fn) if fn not in ("__init__", "prepare")]
-    calls = calls or [((f, fn) not in ran, m != site_fn, line, f, fn) for f in files  # the site's method's call first
-                      for line, fn, m in _mutations.method_calls(f, holder) if fn not in ("__init__", "prepare")]
-    if not calls:
-        return None
-    _, _, line, f, fn = min(calls)
-    return (f, line, fn)
-
-
-def _resolves_to(filename: str, func: ast.expr, file: str, fn: str) -> bool:
-    """Whether the callee `region` or `profile.region`, read in the globals of the module loaded from
-    `filename`, is (a wrapper of) function `fn` of `file` (`region` a @contextmanager)."""
-    obj = _handoff.resolve(filename, func)
-    with contextlib.suppress(Exception):
-        code = inspect.unwrap(obj).__code__
-        return code.co_filename == file and code.co_name == fn
-    return False
-
-
-def _user_call_of(ctx, site, step: int, own_files: set):
-    """For a site in a library function that ran no torch op and holds no object of the target (a
-    @contextmanager's `REGION_COUNTS[name] += 1`, run by `with region("mlp"):` before the body's ops):
-    the target's own call of that function, by name (`region(...)`, `profile.region(...)`), in a
-    function of the target that ran in the step; None when there is none."""
-    file, _, fn = site
-    ran = _executed(ctx, step, own_only=True)
-    hits = []
-    for f in own_files:
-        t = _source.tree(f)
-        for func in nodes_of(t, (ast.FunctionDef, ast.AsyncFunctionDef)) if t else ():
-            for n in ast.walk(func):
-                if not isinstance(n, ast.Call):
-                    continue
-                if getattr(n.func, "id", getattr(n.func, "attr", None)) == fn and _resolves_to(f, n.func, file, fn):
-                    hits.append(((f, func.name) not in ran, n.lineno, f, func.name))
-    if not hits:
-        return None
-    _, line, f, name = min(hits)
-    return (f, line, name)
 
 
 @register("cpu-side-effect")

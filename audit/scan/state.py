@@ -256,8 +256,12 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
                 snap.update(((f"<module {name}>", f"{k}{sub}"), fp) for sub, fp in _member_objects(v))
             elif isinstance(v, contextvars.ContextVar):  # a request-scoped counter: its value in this context
                 snap[(f"<module {name}>", k)] = fingerprint(v.get("<unset>"))
-            elif _is_user_object(v):  # a global metrics / config object: its attributes
+            elif _is_user_object(v):  # a global metrics / config object: its attributes, and those of the objects it
+                # holds (a prometheus `Counter` keeps its count in a value object: `TOKENS._value._value`), keyed by
+                # the held object too: one the step rebinds is the holder's change, not each of its attributes'
                 snap.update(((f"<module {name}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
+                for sub, x in [] if isinstance(v, nn.Module) else reachable(v, max_depth=2, limit=64)[1:]:
+                    snap.update(((f"<module {name}>", f"{k}.{sub}.{a}", id(x)), fp) for a, fp in _attrs(x))
             else:  # another object (an async collective's Work handle kept for the next step): rebinding it is state
                 snap[(f"<module {name}>", k)] = fingerprint(v)
     return snap

@@ -112,6 +112,10 @@ def _hidden_dirs() -> list[str]:
         spec = importlib.util.find_spec("typing_extensions")
         if spec and spec.origin:
             files.add(os.path.realpath(spec.origin))
+    # the auditor's own command line (`cli.py` beside the audit package): its progress display is no target state
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(audit.__file__))), "cli.py")
+    if os.path.isfile(cli):
+        files.add(cli)
     return sorted({norm_dir(d) for d in dirs} | files)
 
 

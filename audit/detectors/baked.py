@@ -3,7 +3,8 @@
 A graph stores each kernel's scalar arguments and launch geometry. We align calls across the
 complete steady-state steps (module path, source line, op, occurrence) and diff them:
 - output shape differs: dynamic-shape, reported where the variation starts (no input shape
-  varied, or a varying input came from outside this step), not on every op downstream of it;
+  varied, a varying input came from outside this step, or steps with equal input shapes got other host
+  values and other output shapes: the call's own bound moves), not on every op downstream of it;
 - input shapes equal but non-tensor arguments differ (a Python position, a slice bound, a scalar
   operand, a view / arange / zeros size, `torch.tensor(pos)` data): baked-host-value, wherever the
   value enters. When it also sets the output's shape (`buf[:n]`, `arange(n)`), both findings stand,
@@ -84,7 +85,8 @@ def varying_shapes(ctx):
         ins = [_shapes(r.inputs) for r in recs]
         varying = [j for j in range(len(recs[0].inputs))
                    if len({s[j] if j < len(s) else None for s in ins}) > 1]
-        origin = not varying or any(not r.in_step[j] for r in recs for j in varying if j < len(r.in_step))
+        origin = not varying or any(not r.in_step[j] for r in recs for j in varying if j < len(r.in_step)) \
+            or _host_sized(recs)
         if origin and recs[0].op in _LIFTS and _host_only.stays_on_host(ctx, recs):
             continue  # host data of a changing length, read back on the host alone: no kernel's shape
         if origin and _host_only.host_work_stays(ctx, recs):
@@ -100,6 +102,18 @@ def varying_shapes(ctx):
         msg = f"output shape changes between steps: {_show(shown)}"
         out.append(ctx.finding("dynamic-shape", recs[0], op, len(items), msg))
     return out
+
+
+def _host_sized(recs) -> bool:
+    """Whether steps that saw the same input shapes got other host values and other output shapes: the call sizes
+    its output from a host value of its own (`keys = pool[bt].reshape(-1, H, D)[: pos + 1]` on a table that grows
+    every few steps, `pos` a Python counter), not only from the varying input it slices. The variation starts here
+    too: a static table would still leave this bound moving, so it is an origin beside the input's."""
+    by_shape = defaultdict(list)
+    for r in recs:
+        by_shape[_shapes(r.inputs)].append(r)
+    return any(len(g) > 1 and len({r.args for r in g}) > 1 and len({_shapes(r.outputs) for r in g}) > 1
+               for g in by_shape.values())
 
 
 _LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")

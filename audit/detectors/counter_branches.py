@@ -19,6 +19,7 @@ import ast
 import numbers
 
 from audit.detectors import _callees, register
+from audit.detectors._module_numbers import module_numbers
 from audit.detectors._state_sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
 from audit.scan import class_state, loaded
@@ -137,10 +138,10 @@ def _reads(test, refs, bound) -> list:
     return list(dict.fromkeys(out))
 
 
-def _turns(test, counter, refs, bound, stride, last, selves) -> bool:
+def _turns(test, counter, refs, bound, stride, last, selves, consts=None) -> bool:
     """Whether the test's value changes over the steps ahead, the counter moving by its stride; True where
     the test reads anything but the counter, constants and plain numbers of the object it runs on."""
-    found = _compiled(test, counter, refs, bound, selves)
+    found = _compiled(test, counter, refs, bound, selves, consts)
     if found is None:  # unread: a schedule only where the counter is compared as a number (`self.pos + t > cap`)
         return _scheduled(test, counter, refs, bound)
     return _differs(found, [last] + [last + k * stride for k in _AHEAD])
@@ -155,23 +156,29 @@ def _differs(found, values) -> bool:
         return True
 
 
-def _took_both(test, counter, refs, bound, history, selves) -> bool:
+def _took_both(test, counter, refs, bound, history, selves, consts=None) -> bool:
     """Whether the test already took both values in the audited steps (read before or after the counter moved):
     a one-line conditional expression whose sides no line tells apart (`a if self.k % 2 else b`) forked then,
     which op_sequence_divergence reports."""
-    found = _compiled(test, counter, refs, bound, selves)
+    found = _compiled(test, counter, refs, bound, selves, consts)
     return found is not None and _differs(found, [b for b, _ in history]) and _differs(found, [a for _, a in history])
 
 
-def _compiled(test, counter, refs, bound, selves):
-    """(code, env) of the test over `_c` (the counter) and the plain numbers it reads, else None."""
+def _compiled(test, counter, refs, bound, selves, consts=None):
+    """(code, env) of the test over `_c` (the counter) and the plain numbers it reads (attributes of the object,
+    and `consts`: the module's number constants the function does not shadow), else None."""
     env: dict = {}
 
     def plain(e, depth=0):  # a copy of `e` over `_c` (the counter) and `_aN` (the numbers read), else None
         if id(e) in refs:
             return ast.Name(id="_c", ctx=ast.Load()) if refs[id(e)] == counter else None
         if isinstance(e, ast.Name):
-            return plain(bound[e.id], depth + 1) if e.id in bound and depth < 4 else None
+            if e.id in bound:
+                return plain(bound[e.id], depth + 1) if depth < 4 else None
+            if consts and e.id in consts:
+                env[f"_a{len(env)}"] = consts[e.id]
+                return ast.Name(id=f"_a{len(env) - 1}", ctx=ast.Load())
+            return None
         if isinstance(e, ast.Attribute):
             ch = attr_chain(e)
             v = selves[0] if ch and len(selves) == 1 else None
@@ -257,6 +264,8 @@ def _branches(ctx):
             continue
         bound = _bound(func, refs)
         selves = [object_at(ctx, p) for p in paths]
+        local = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
+        consts = {k: v for k, v in module_numbers(code).items() if k not in local}
         for node in nodes_of(func, (ast.If, ast.IfExp)):
             sides = _sides(node, code.co_filename, lines)
             if len(sides) > 1:
@@ -264,9 +273,13 @@ def _branches(ctx):
             for counter in _reads(node.test, refs, bound):
                 kind, history = counters[counter]
                 before, after = history[-1]
-                if sides == {(True, True)} and _took_both(node.test, counter, refs, bound, history, selves):
-                    break  # both sides on the lines every step ran: the test itself says the steps forked
-                if _turns(node.test, counter, refs, bound, after - before, after, selves):
+                if sides <= {(True, True), (False, False)} and \
+                        _took_both(node.test, counter, refs, bound, history, selves, consts):
+                    # (True, True): both sides on the lines every step ran: the test itself says the steps forked;
+                    # (False, False): the audited steps walked both sides and neither ran an op (a host free
+                    # list popped every few positions): no kernel hangs on the test, the Python work is state
+                    break
+                if _turns(node.test, counter, refs, bound, after - before, after, selves, consts):
                     yield code, node, counter, kind, history, next(iter(sides))
                     break
 

@@ -3,7 +3,8 @@
 `self.n += 1; if self.n % 100 == 0: log(y.norm().item())` takes the same side in every audited step, so the
 op sequences agree and the trace shows neither the branch nor the wait it hides. Yet the counter keeps moving
 on the host (a replay does not move it at all, cpu-side-effect) and the step the branch turns on is one a
-graph cannot follow: the captured side replays forever. For every `if` (or conditional expression) of the
+graph cannot follow: the captured side replays forever. For every `if` (or conditional expression, or a check
+that raises: `assert`, `torch._check`, read as `if` by `_raising_checks`) of the
 target's own functions that ran, whose test reads a number the step changed (`self.n`, a module global, a
 local bound from one, a parameter the caller passed one in: `_passed_counters`) or one changed between the steps
 (a step index `prepare()` stages), we run the test
@@ -21,6 +22,7 @@ import numbers
 
 from audit.detectors import _callees, register
 from audit.detectors._passed_counters import callers, passed
+from audit.detectors._raising_checks import as_ifs
 from audit.detectors._state_sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
 from audit.scan import class_state, loaded
@@ -242,7 +244,7 @@ def _branches(ctx):
             continue
         bound = {**_bound(func, refs), **args}
         selves = [object_at(ctx, p) for p in paths]
-        for node in nodes_of(func, (ast.If, ast.IfExp)):
+        for node in [*nodes_of(func, (ast.If, ast.IfExp)), *as_ifs(func)]:  # `assert`, `torch._check` as ifs
             sides = _sides(node, code.co_filename, lines)
             if len(sides) > 1:
                 continue  # the audited steps took different sides: op_sequence_divergence reports it

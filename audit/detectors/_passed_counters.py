@@ -94,9 +94,9 @@ def passed(above: dict, code, func, refs_of) -> tuple[dict, dict]:
     read a counter to it, bound a parameter's name to the argument expression. `above` is callers(ctx);
     `refs_of(code, func)` reads the counter refs of a function the way counter_branches does."""
     args = func.args.posonlyargs + func.args.args + func.args.kwonlyargs
-    rebound = {t.id for n in nodes_of(func, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-               for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for t in ast.walk(t)
-               if isinstance(t, ast.Name)}
+    rebound = {m.id for n in nodes_of(func, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+               for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) for m in ast.walk(t)
+               if isinstance(m, ast.Name)}
     params = [a.arg for a in args if a.arg not in rebound and a.arg not in ("self", "cls")]
     if not params:
         return {}, {}

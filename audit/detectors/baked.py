@@ -98,7 +98,7 @@ def varying_shapes(ctx):
         recs, outs = items[0]
         if any(r.note.startswith("body:") for rs, _ in items for r in rs):
             reshaped = _changed(ctx, shapes_only=True) if reshaped is None else reshaped
-            if any(j in reshaped for rs, _ in items for r in rs for j in _body_of(r)):
+            if any(_returns_body_shape(ctx, r, reshaped) for rs, _ in items for r in rs):
                 continue  # a custom op whose traced body makes the varying shape: reported there, this call as caller
         shown = [list(s[0]) if len(s) == 1 else [list(x) for x in s] for s in outs]
         msg = f"output shape changes between steps: {_show(shown)}"
@@ -137,6 +137,18 @@ def _body_of(r) -> list:
     if not r.note.startswith("body:"):
         return []
     return [(r.step, j) for j in range(int(r.note[5:]), r.index)]
+
+
+def _returns_body_shape(ctx, r, reshaped: set) -> bool:
+    """The call returns the very tensor an op of its traced body made with a varying shape (a custom op's
+    `torch.nonzero`): not a wrapper a subclass's dispatch builds around its data (`Edges(out)`), whose shape is
+    the wrapper call's own."""
+    mine = {m.sid for m in r.outputs}
+    for s, j in _body_of(r):
+        b = ctx.steps[s][j] if (s, j) in reshaped and j < len(ctx.steps[s]) else None
+        if b is not None and b.index == j and mine & {m.sid for m in b.outputs}:
+            return True
+    return False
 
 
 def _changed(ctx, shapes_only: bool = False) -> set:

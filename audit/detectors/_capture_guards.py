@@ -7,7 +7,8 @@ or is_cuda_stream_capturing()`, the last one calling torch's test), and place th
 (`if is_tracing(mask): return False`, then `fast_all(mask)`). A call counts as the capture test when it is
 torch's, or a function it resolves to (in the calling file's module) whose every return outside an `except`
 is true whenever a capture is: the test itself, an `or` holding one, or a local first bound from one
-(`_is_tracing = a() or capturing(); _is_tracing |= b(); return _is_tracing`), followed a few helpers down.
+(`_is_tracing = a() or capturing(); _is_tracing |= b(); return _is_tracing`), followed a few helpers down;
+a constant true return beside them (`if torch.compiler.is_compiling(): return True`) is true then as well.
 """
 
 from __future__ import annotations
@@ -60,7 +61,14 @@ def _predicate(file: str, first: int, name: str, depth: int) -> bool:
         if isinstance(e, ast.Name) and e.id in bound and e.id not in seen:
             return holds(bound[e.id], seen + (e.id,))
         return capturing(e, file, depth)
-    return bool(returns) and all(r.value is not None and holds(r.value) for r in returns)
+    # an early `return True` (`if torch.compiler.is_compiling(): return True`) is true while capturing too; the
+    # function still needs one return that is the capture test itself
+    tested = [r for r in returns if not _constant_true(r.value)]
+    return bool(tested) and all(r.value is not None and holds(r.value) for r in tested)
+
+
+def _constant_true(e) -> bool:
+    return isinstance(e, ast.Constant) and bool(e.value)
 
 
 def _negated(n, file) -> bool:

@@ -95,9 +95,14 @@ def varying_shapes(ctx):
             continue  # `torch.ones(e.size(1))` after `e = e[:, mask]`: the shape varied upstream
         if origin:
             groups[(ctx.where(recs[0]), recs[0].op)].append((recs, outs))
+    reshaped = None
     out = []
     for ((file, line, fn), op), items in groups.items():
         recs, outs = items[0]
+        if any(r.note.startswith("body:") for rs, _ in items for r in rs):
+            reshaped = _changed(ctx, shapes_only=True) if reshaped is None else reshaped
+            if any(_returns_body_shape(ctx, r, reshaped) for rs, _ in items for r in rs):
+                continue  # a custom op whose traced body makes the varying shape: reported there, this call as caller
         shown = [list(s[0]) if len(s) == 1 else [list(x) for x in s] for s in outs]
         msg = f"output shape changes between steps: {_show(shown)}"
         out.append(ctx.finding("dynamic-shape", recs[0], op, len(items), msg))
@@ -152,10 +157,24 @@ def _body_of(r) -> list:
     return [(r.step, j) for j in range(int(r.note[5:]), r.index)]
 
 
-def _changed(ctx) -> set:
-    """(step, index) of the calls whose arguments or output shapes differ between the complete steps."""
+def _returns_body_shape(ctx, r, reshaped: set) -> bool:
+    """The call returns the very tensor an op of its traced body made with a varying shape (a custom op's
+    `torch.nonzero`): not a wrapper a subclass's dispatch builds around its data (`Edges(out)`), whose shape is
+    the wrapper call's own."""
+    mine = {m.sid for m in r.outputs}
+    for s, j in _body_of(r):
+        b = ctx.steps[s][j] if (s, j) in reshaped and j < len(ctx.steps[s]) else None
+        if b is not None and b.index == j and mine & {m.sid for m in b.outputs}:
+            return True
+    return False
+
+
+def _changed(ctx, shapes_only: bool = False) -> set:
+    """(step, index) of the calls whose arguments (unless `shapes_only`) or output shapes differ between the
+    complete steps."""
     return {(r.step, r.index) for recs in _aligned(ctx).values()
-            if len({r.args for r in recs}) > 1 or len({_shapes(r.outputs) for r in recs}) > 1 for r in recs}
+            if (not shapes_only and len({r.args for r in recs}) > 1) or len({_shapes(r.outputs) for r in recs}) > 1
+            for r in recs}
 
 
 @register("baked-host-value")

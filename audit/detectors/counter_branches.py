@@ -3,9 +3,11 @@
 `self.n += 1; if self.n % 100 == 0: log(y.norm().item())` takes the same side in every audited step, so the
 op sequences agree and the trace shows neither the branch nor the wait it hides. Yet the counter keeps moving
 on the host (a replay does not move it at all, cpu-side-effect) and the step the branch turns on is one a
-graph cannot follow: the captured side replays forever. For every `if` (or conditional expression) of the
+graph cannot follow: the captured side replays forever. For every `if` (or conditional expression, or a check
+that raises: `assert`, `torch._check`, read as `if` by `_raising_checks`) of the
 target's own functions that ran, whose test reads a number the step changed (`self.n`, a module global, a
-local bound from one) or one changed between the steps (a step index `prepare()` stages), we run the test
+local bound from one, a parameter the caller passed one in: `_passed_counters`) or one changed between the steps
+(a step index `prepare()` stages), we run the test
 forward on the counter's own stride (the observed change per step) over the next few thousand steps and far
 ahead, with the constants and plain number attributes it compares against; where it cannot be read that way
 it counts as turning where it compares the counter as a number. A test that never turns (`self.n > 0` while
@@ -20,6 +22,8 @@ import numbers
 
 from audit.detectors import _callees, register
 from audit.detectors._module_numbers import module_numbers
+from audit.detectors._passed_counters import callers, passed
+from audit.detectors._raising_checks import as_ifs
 from audit.detectors._state_sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
 from audit.scan import class_state, loaded
@@ -256,17 +260,21 @@ def _branches(ctx):
     if not counters:
         return
     codes, lines = _ran(ctx)
+    above = callers(ctx)
     for code in codes:
         func = function_of(code)
         paths = _self_paths(ctx, code) if func is not None else []  # the objects the function runs on
         refs = _refs(func, code, ctx, counters, paths) if func is not None else {}
+        given, args = passed(above, code, func, lambda c, f: _refs(f, c, ctx, counters, _self_paths(ctx, c))) \
+            if func is not None else ({}, {})
+        refs.update(given)  # a parameter the caller passed a counter in (`self.rope(h, self.seq_len)`)
         if not refs:
             continue
-        bound = _bound(func, refs)
+        bound = {**_bound(func, refs), **args}
         selves = [object_at(ctx, p) for p in paths]
         local = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
         consts = {k: v for k, v in module_numbers(code).items() if k not in local}
-        for node in nodes_of(func, (ast.If, ast.IfExp)):
+        for node in [*nodes_of(func, (ast.If, ast.IfExp)), *as_ifs(func)]:  # `assert`, `torch._check` as ifs
             sides = _sides(node, code.co_filename, lines)
             if len(sides) > 1:
                 continue  # the audited steps took different sides: op_sequence_divergence reports it

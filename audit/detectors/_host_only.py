@@ -78,3 +78,37 @@ def _factories(ctx, step: int) -> set:
     if step not in cache:
         cache[step] = factory_born(ctx.steps[step])
     return cache[step]
+
+
+def shape_stays_on_host(ctx, recs) -> bool:
+    """For the records of one call site (one per step) whose output shape varies: each made host memory, and in
+    every step what it made, and what host ops computed from that, reaches the device (sent with `.to(D)`, an
+    operand of an op with a device tensor, copied into a device buffer) at the same places with the same shapes.
+    A per-request logit bias densified on the host (`torch.sparse_coo_tensor(torch.tensor([keys]),
+    torch.tensor(vals), (V,)).to_dense().to(D)`) lifts lists of another length each step, but only the [V] row
+    meets the device: the varying shapes are CPU work no graph records, and the row it sends is the
+    pageable-copy (and baked-host-value) at the sending line."""
+    exits = []
+    for r in recs:
+        steps = ctx.steps[r.step]
+        host = host_data(ctx, r.step) | from_kept(ctx, r.step)
+
+        def on_host(m) -> bool:
+            return m.device.type == "cpu" if ctx.cuda else m.sid in host
+        if not r.outputs or not all(on_host(m) for m in r.outputs):
+            return False
+        mine, seen = {m.sid for m in r.outputs}, []
+        for q in steps[r.index + 1:] if steps[r.index] is r else steps:
+            hit = [m for m in q.inputs if m.sid in mine]
+            if not hit or not q.stack:
+                continue
+            shapes = (q.stack[-1][1], q.op, tuple(tuple(m.shape) for m in hit))
+            if q.kind == "host" and q.note == "cpu?" and not _source.names_cpu(q.stack[-1][0].co_filename,
+                                                                                 q.stack[-1][1]):
+                seen.append(shapes)  # sent to the device
+            elif q.kind == "aten" and any(m.sid not in mine and not on_host(m) for m in q.inputs):
+                seen.append(shapes)  # meets a device tensor (or is copied into one)
+            elif q.kind == "aten":
+                mine |= {m.sid for m in q.outputs}
+        exits.append(seen)
+    return all(e == exits[0] for e in exits)

@@ -91,6 +91,8 @@ def varying_shapes(ctx):
             continue  # host data of a changing length, read back on the host alone: no kernel's shape
         if origin and _host_only.host_work_stays(ctx, recs):
             continue  # CPU work on host data (a host factory's grid) that never reaches the device
+        if origin and _host_only.shape_stays_on_host(ctx, recs):
+            continue  # host data of a changing length that meets the device only in a fixed shape (a densified row)
         if origin and _read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # `torch.ones(e.size(1))` after `e = e[:, mask]`: the shape varied upstream
         if origin:

@@ -16,7 +16,7 @@ from difflib import SequenceMatcher
 
 from torch import nn
 
-from audit.detectors import _control_source, _other_instance, _source, register
+from audit.detectors import _call_arms, _control_source, _host_regions, _other_instance, _source, register
 from audit.detectors._layout_picks import picked_by_layout
 from audit.detectors._element_guards import element_guard
 
@@ -191,6 +191,8 @@ def locate(ctx, p, a, b, q=None, nxt=None):
     differ (None: nothing more ran); nxt: where one side went on when the other ran extra ops."""
     if (found := _parted_before(p, q)):
         return found
+    if (a is None) != (b is None) and (found := _call_arms.entered_callee(a or b, nxt)):
+        return _at(*found)  # both steps made the call (an `if` calling it either way): its own branch decided
     if (a is None) != (b is None) and (found := _skipped_in_loop(a or b, nxt, p)):
         return found
     if (a is None) != (b is None) and (found := _next_instance(ctx, p, a or b)):
@@ -265,8 +267,8 @@ def op_sequence_divergence(ctx):
         shifted = _shifted_regions(ta, tb, codes)
         for tag, i1, i2, j1, j2 in codes:
             if _elided_slice(tag, ra, rb, i1, i2, j1, j2) or picked_by_layout(tag, ra, rb, i1, i2, j1, j2) \
-                    or (i1, j1) in shifted:
-                continue
+                    or (i1, j1) in shifted or _host_regions.host_work_only(ctx, ra[i1:i2], rb[j1:j2]):
+                continue  # (the last: CPU work on host memory alone, which no graph records)
             a = ra[i1] if i1 < len(ra) and tag != "insert" else None  # an insert's ra[i1] is the op after it:
             b = rb[j1] if j1 < len(rb) and tag != "delete" else None  # not part of the difference
             p = ra[i1 - 1] if i1 > 0 else None

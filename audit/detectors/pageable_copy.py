@@ -78,6 +78,8 @@ def scalar_value_puts(ctx):
     for r in ctx.all_records(("aten",)):
         if r.op not in INDEX_PUT or r.nested or not r.frame or r.inputs[0].sid in host_made(ctx, r.step):
             continue
+        if not ctx.cuda and r.inputs[0].sid in host_data(ctx, r.step) | from_kept(ctx, r.step):
+            continue  # a host row filled on the host (`row = torch.zeros(V); row[idx] = 1.0`): nothing goes to a device
         here = lifted_here(ctx, r)
         if not masked_fill_dispatch(r, here, ctx.cuda) and host_scalar_put(r, here, ctx.cuda):
             hits.append(r)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _source, register
+from audit.detectors import _source, _staging_params, register
 from audit.detectors._host import cpu_attrs, in_place_updates
 from audit.detectors._state_sites import caller_of
 from audit.scan.ast_nodes import all_nodes
@@ -20,8 +20,9 @@ from audit.scan import staging_bytes
 _VIEWS = ("numpy", "asarray", "frombuffer")
 
 
-def _view_of(expr, attr: str, aliases: set) -> bool:
-    """Is `expr` a numpy view of `<x>.attr` (`x.attr.numpy()`, `np.asarray(x.attr)`), a slice of one, or an alias?"""
+def _view_of(expr, attr: str, aliases: set, bare: bool = False) -> bool:
+    """Is `expr` a numpy view of `<x>.attr` (`x.attr.numpy()`, `np.asarray(x.attr)`; bare: of the name `attr`, a
+    parameter the buffer was handed in), a slice of one, or an alias?"""
     while isinstance(expr, ast.Subscript):
         expr = expr.value
     if isinstance(expr, ast.Name):
@@ -31,27 +32,28 @@ def _view_of(expr, attr: str, aliases: set) -> bool:
     base = expr.func.value if expr.func.attr == "numpy" else (expr.args[0] if expr.args else None)
     while isinstance(base, ast.Subscript):
         base = base.value
-    return isinstance(base, ast.Attribute) and base.attr == attr
+    return (isinstance(base, ast.Attribute) and base.attr == attr) or (bare and isinstance(base, ast.Name)
+                                                                       and base.id == attr)
 
 
-def _writes(func, attr: str) -> list[int]:
-    """Lines of `func` that write through a numpy view of `<x>.attr`."""
+def _writes(func, attr: str, bare: bool = False) -> list[int]:
+    """Lines of `func` that write through a numpy view of `<x>.attr` (bare: of the name `attr`)."""
     aliases, out = set(), []
     for node in sorted((n for n in ast.walk(func) if isinstance(n, ast.stmt)), key=lambda n: n.lineno):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and _view_of(node.value, attr, aliases):
+                and _view_of(node.value, attr, aliases, bare):
             aliases.add(node.targets[0].id)  # `v = self.cpu.numpy()`
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
             if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
-        if any(isinstance(t, ast.Subscript) and _view_of(t, attr, aliases) for t in targets):
+        if any(isinstance(t, ast.Subscript) and _view_of(t, attr, aliases, bare) for t in targets):
             out.append(node.lineno)
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             call = node.value
             name = getattr(call.func, "attr", getattr(call.func, "id", None))
-            if (name == "copyto" and call.args and _view_of(call.args[0], attr, aliases)) or (
+            if (name == "copyto" and call.args and _view_of(call.args[0], attr, aliases, bare)) or (
                     name in ("fill", "put", "sort") and isinstance(call.func, ast.Attribute)
-                    and _view_of(call.func.value, attr, aliases)):
+                    and _view_of(call.func.value, attr, aliases, bare)):
                 out.append(node.lineno)
     return out
 
@@ -80,6 +82,10 @@ def staging_refilled_through_numpy(ctx):
                     ent = found.setdefault(site[:2], [0, code.co_name, label, None])
                     ent[0] += 1
                     ent[3] = ent[3] or caller_of(ctx, site, s)
+            if not any(ent[2] == label for ent in found.values()):  # handed to a helper that fills it (_staging_params)
+                for file, line, fn, caller in _staging_params.handed_writes(ctx, codes, label.split(".")[-1], _writes):
+                    ent = found.setdefault((file, line), [0, fn, label, caller])
+                    ent[0] += 1
     return [ctx.finding("cpu-side-effect", (file, line, fn), "numpy write", n / ctx.n_steps,
                         f"the step refills the pinned staging buffer `{label}` through a numpy view: host work a "
                         "replay skips, so every replay uploads the bytes written at capture",

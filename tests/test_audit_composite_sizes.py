@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from site_util import blocking, marked_line, table, write_target
 
 TARGET = """
@@ -145,7 +147,7 @@ class Step:
 
     def prepare(self, i):
         self.values.copy_(torch.randint(1, V, (B * MAXL,)))
-        self.lengths.copy_(torch.tensor([1 + i, {a}, {b}, MAXL - i]))
+        self.lengths.copy_(torch.tensor({lengths}))
 
     @torch.no_grad()
     def step(self):
@@ -161,11 +163,14 @@ def make(device):
 """
 
 
-def test_the_rows_pad_sequence_narrows_are_downstream_too(tmp_path):
-    """The narrowed rows of the buffer pad_sequence made (views of it, in the same call) follow the split."""
+@pytest.mark.parametrize("longest", ["moving", "fixed"])
+def test_the_rows_pad_sequence_narrows_are_downstream_too(tmp_path, longest):
+    """The narrowed rows of the buffer pad_sequence made (views of it, in the same call) follow the split: also when
+    the longest piece keeps its length, so the buffer keeps its shape and only the rows' bounds move."""
+    a, b = random.randint(2, 4), random.randint(1, 3)
+    lengths = f"[1 + i, {a}, {b}, MAXL - i]" if longest == "moving" else f"[1 + i % 3, {a}, MAXL, {b} + i % 2]"
     path, split = write_target(tmp_path / "jagged.py", JAGGED, marker="# SPLIT", d=random.choice([4, 8]),
-                               maxl=random.choice([10, 12]), seed=random.randrange(2**31), a=random.randint(2, 4),
-                               b=random.randint(1, 3))
+                               maxl=random.choice([10, 12]), seed=random.randrange(2**31), lengths=lengths)
     bad = blocking(path)
     assert split in set(bad[bad.category == "dynamic-shape"].line), table(bad)
     pad = marked_line(path, "# PAD")

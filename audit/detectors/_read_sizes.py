@@ -76,6 +76,36 @@ def _bound(func, names: set, before: int) -> list:
     return out
 
 
+def _size_value(node) -> bool:
+    """A local's value is a size read off a tensor (`n = x.size(1)`, `n = max(x.shape[0], 4) * k`), not a tensor a
+    call made with one among its arguments (`padded = torch.zeros(w * n, x.shape[1])`, then passed on to the
+    statement as an operand): the size is read only on a path through arithmetic, subscripts, conditional
+    expressions and plain-name calls (`max`, `int`, a helper, `math.ceil`); a method or module call in between (`torch.zeros`,
+    `x.new_empty`) turns it into that call's argument."""
+    if _is_size_read(node):
+        return True
+    if isinstance(node, ast.Call):
+        f = node.func
+        plain = isinstance(f, ast.Name) or isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+            and f.value.id in _ARITH_MODULES
+        return plain and any(_size_value(a) for a in (*node.args, *(k.value for k in
+                                                                                           node.keywords)))
+    if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Subscript, ast.IfExp, ast.Tuple, ast.List, ast.BoolOp,
+                         ast.Compare, ast.Starred)):
+        return any(_size_value(c) for c in ast.iter_child_nodes(node))
+    return False
+
+
+_ARITH_MODULES = ("math", "operator")  # their functions compute on numbers, as the builtins do
+
+
+def _tensor_made(node) -> bool:
+    """The value is a method or module call (`torch.zeros(...)`, `x.new_empty(...)`): a tensor, whose names are
+    not sizes handed on to the statement that reads the local."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not _is_size_read(node) \
+        and not (isinstance(node.func.value, ast.Name) and node.func.value.id in _ARITH_MODULES)
+
+
 def _params(func) -> set:
     a = getattr(func, "args", None)
     return {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs)} if a is not None else set()
@@ -150,9 +180,9 @@ def reads_size(frames) -> bool:
         func = enclosing_function(filename, line)
         names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
         bound = _bound(func, names, st.lineno)
-        if any(_reads(v) for v in bound):
+        if any(_size_value(v) for v in bound):
             return True
-        names |= {n.id for v in bound for n in ast.walk(v) if isinstance(n, ast.Name)}
+        names |= {n.id for v in bound if not _tensor_made(v) for n in ast.walk(v) if isinstance(n, ast.Name)}
         if not names & _params(func):
             return False
     return False

@@ -29,7 +29,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from audit.scan import (branch_flags, class_state, compiled_frames, composites, cpu_cuda, hooks, hops, layouts,
-                        loaded, module_hooks, state, threads, wrappers)
+                        loaded, module_hooks, script_args, state, threads, wrappers)
 from audit.scan.custom_ops import python_body
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -397,4 +397,4 @@ def _walk(a, tensors: list):
         return a
     if isinstance(a, torch.Generator):
         return ("generator", str(a.device), hooks.is_default_generator(a))
-    return type(a).__name__
+    return script_args.value(a)

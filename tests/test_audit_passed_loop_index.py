@@ -132,8 +132,10 @@ def test_a_host_slot_beside_the_skipped_index_is_baked(tmp_path, index):
     the index the device op takes is `slot`, a host value of its own: baked whatever the skip. Indexing the cache
     with the loop's value itself is the skip's (data-dependent-control) alone."""
     base = random.randrange(V := 64)
-    ids = f"[{base}, (7 * i + {base}) % V, {base}, (3 * i + 11) % V]"
+    # one unseen id on even steps, two on odd ones: the steps run the fill line a different number of times
+    ids = f"[{base}, ({base} + 1 + 2 * i) % V, {base}, ({base} + 2 + 2 * i) % V if i % 2 else {base}]"
     path, fill = write_target(tmp_path / "slots.py", SLOTS, marker="# FILL", index=index, ids=ids,
                               d=random.choice([4, 8]), seed=random.randrange(2**31))
     bad = blocking(path)
+    assert len(bad[bad.category == "data-dependent-control"]), table(bad)  # the skip is seen
     assert len(at(bad, "baked-host-value", fill)) == (index == "slot"), table(bad)

@@ -23,6 +23,7 @@ from audit.scan.fingerprint import fp as fingerprint
 from audit.scan.user_code import LIBRARY, frame_kind
 
 _SETUP = ("prepare", "__init__")
+_SIZED = ("list", "deque", "dict", "set", "frozenset")  # fingerprints (kind, size, members)
 
 
 def _defs(filename: str) -> dict:
@@ -64,19 +65,23 @@ def step_sites(ctx, step: int, sites: list, change=None) -> list:
     sites = fitting(sites, change) if change is not None else sites
     if len(sites) < 2:
         return sites
+    in_step = step_names(ctx, step, {f for f, _, _ in sites})
+    kept = [s for s in sites if s[2] in in_step or s[2].startswith("__")]
+    return kept or sites
+
+
+def step_names(ctx, step: int, files: set) -> set:
+    """Names of the functions the code the step ran reaches by name, followed through its files and `files`."""
     codes = {code for r in ctx.steps[step] for code, _ in r.stack}
-    files = {f for f, _, _ in sites} | {c.co_filename for c in codes}
     defs: dict = {}
-    for f in files:
+    for f in set(files) | {c.co_filename for c in codes}:
         for k, v in _defs(f).items():
             defs.setdefault(k, []).extend(v)
     ran = set()
     for code in codes:
         ran |= {code.co_name} | set().union(*(_named(d) for d in _defs(code.co_filename).get(code.co_name, ())
                                              if _source.def_first_line(d) <= code.co_firstlineno <= d.body[0].lineno))
-    in_step = _closure(ran, {k: v for k, v in defs.items() if k not in _SETUP})
-    kept = [s for s in sites if s[2] in in_step or s[2].startswith("__")]
-    return kept or sites
+    return _closure(ran, {k: v for k, v in defs.items() if k not in _SETUP})
 
 
 def fitting(sites: list, change) -> list:
@@ -84,10 +89,19 @@ def fitting(sites: list, change) -> list:
     return [s for s in sites if not _stores_other_literal(s, change.after)] or sites
 
 
+def empties(file: str, line: int, fn: str, change) -> bool:
+    """Whether the candidate at `line` (in `fn`) stores a literal or empties a container the change did not end with."""
+    return _stores_other_literal((file, line, fn), change.after)
+
+
 def _stores_other_literal(site, after) -> bool:
-    """The statement at `site` assigns a literal (`[]`, `0`, `None`, `{}`) whose fingerprint is not `after`."""
+    """The statement at `site` assigns a literal (`[]`, `0`, `None`, `{}`) whose fingerprint is not `after`, or
+    empties a container (`self._progress.clear()`) that ended with members."""
     t = tree(site[0])
     for n in all_nodes(t) if t is not None else ():
+        if isinstance(n, ast.Expr) and n.lineno == site[1] and isinstance(n.value, ast.Call) \
+                and isinstance(n.value.func, ast.Attribute) and n.value.func.attr == "clear" and not n.value.args:
+            return isinstance(after, tuple) and len(after) == 3 and after[0] in _SIZED and (after[1] or 0) > 0
         if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.lineno == site[1] and n.value is not None:
             try:
                 value = ast.literal_eval(n.value)

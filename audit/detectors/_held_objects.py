@@ -72,7 +72,8 @@ def _through(file: str, line: int, chain: list, attr: str, keys: set = frozenset
     """Whether the statement on `line` reaches `attr` through the holding names (`self.info.tokens`; `chain`
     ["meta", "stats"] for `self.meta.stats.tokens`; a position in `keys` is a container member, reached by a
     subscript: `self.reqs[rid].decoded`), or through a local the function bound from the last of them
-    (`info = self.info; info.tokens += 1`, `req = self.reqs[rid]; req.decoded += 1`)."""
+    (`info = self.info; info.tokens += 1`, `req = self.reqs[rid]; req.decoded += 1`), or through a local bound
+    from the attribute itself (`samples = task._progress; samples.append(s)`, rich's `Progress.update`)."""
     held = chain[-1]
     t = _mutations.tree(file)
     if t is None:
@@ -84,10 +85,15 @@ def _through(file: str, line: int, chain: list, attr: str, keys: set = frozenset
     local = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) and (
         (isinstance(n.value, ast.Attribute) and n.value.attr == held) or (keys and _names_chain(n.value, chain, keys)))
         for x in n.targets if isinstance(x, ast.Name)}
+    def held_attr(n) -> bool:
+        return isinstance(n, ast.Attribute) and n.attr == attr and (
+            (isinstance(n.value, ast.Name) and n.value.id in local) or _names_chain(n.value, chain, keys))
+
+    bound = {x.id for n in ast.walk(func) if isinstance(n, ast.Assign) and held_attr(n.value)  # `q = task._progress`
+             for x in n.targets if isinstance(x, ast.Name)}
     for n in ast.walk(func):
-        if isinstance(n, ast.Attribute) and n.attr == attr and getattr(n, "lineno", 0) == line:
-            if (isinstance(n.value, ast.Name) and n.value.id in local) or _names_chain(n.value, chain, keys):
-                return True
+        if getattr(n, "lineno", 0) == line and (held_attr(n) or (isinstance(n, ast.Name) and n.id in bound)):
+            return True
     return False
 
 

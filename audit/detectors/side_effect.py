@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import functools
 import inspect
 import re
@@ -25,7 +26,8 @@ from audit.detectors._state_sites import (called_by_name, caller_of, closure_fun
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines, escaped_members
-from audit.scan import class_state, global_rng, loaded, script_state, staging_bytes
+from audit.scan import class_state, global_rng, loaded, mp_queues, script_state, staging_bytes, state
+from audit.detectors import _methods, _queue_puts
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
@@ -45,6 +47,8 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         files += [(f, None, False) for f in sorted({f for f, _ in _library_callers.executed(ctx, step, own_only=True)})]
     if drawn := _drawn.sites(ctx, change, step, files):  # a host generator: the call on it that ran drew
         return drawn, ""
+    if mp_queues.is_queue_fp(change.after):  # a multiprocessing queue, compared by its puts
+        return _queue_puts.sites(ctx, change, step, files), ""
     cands = []
     attr = change.attr
     if "." in attr:  # `METRICS.steps += 1` on a global object, `self.cache.filled += 1` on a tensor
@@ -73,11 +77,12 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
                             if not _constructors.skipped(change, fn)]  # the owner's own statements beat a computed setattr
     if best:
         return _between_steps.fitting(best, change)[:3], ""
-    calls, note, methods = _calls_into(ctx, change, foreign, ran) if cands or foreign else ([], "", set())
+    emptying = {fn for _, f, line, fn in cands if _between_steps.empties(f, line, fn, change)}  # `_reset()`: `.clear()`
+    calls, note, methods = _calls_into(ctx, change, foreign, ran, emptying, step) if cands or foreign else ([], "", set())
     # a method the step called on the object that ran no torch op (`self.lru.touch(ids)`): its own
     # statement (`self.order.move_to_end(b)`) is the site, not the class's other mutating methods
     inside = _implicit.accessor_sites(ctx, [(f, line, fn) for _, f, line, fn in cands if fn in methods
-                                            and frame_kind(f, ctx.trace.roots) != HIDDEN])
+                                            and fn not in emptying and frame_kind(f, ctx.trace.roots) != HIDDEN])
     if inside:
         return inside[:3], note if foreign else ""
     if foreign and calls:  # the object's own methods write nothing there: a co-holder's call (`sched.step()`)
@@ -180,10 +185,11 @@ def _foreign_class(ctx, obj) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str, set]:
+def _calls_into(ctx, change, cls: str, ran: set, emptying: set, step: int) -> tuple[list, str, set]:
     """The user's lines that call a method of the changed object (`self.out.put_nowait(t)`): found in
     the files of the step's own code and of the object that holds it, from the attribute holding it.
-    Calls in functions that ran come first. Also the names of the methods called."""
+    Calls in functions that ran come first, then those in functions the step reaches by name (`Gauge.set`, not
+    `Counter.reset`). Also the names of the methods called."""
     module = change.owner.startswith("<module ")
     holder, files = (_library_callers.head(change.attr), [getattr(loaded.module_named(change.owner[8:-1]), "__file__", None)]) \
         if module else _library_callers.holder(ctx, change.owner)
@@ -192,10 +198,27 @@ def _calls_into(ctx, change, cls: str, ran: set) -> tuple[list, str, set]:
     files = sorted({f for f in files if f} | {f for f, _ in ran if is_user_file(f, ctx.trace.roots)})
     hits = [((f, fn) in ran, f, line, fn, m) for f in files
             for line, fn, m in _mutations.method_calls(f, holder, global_name=module) if fn not in ("__init__", "prepare")]
+    if not module and (fields := _other_fields(ctx, change)):  # `task.start_time = t` leaves `completed` alone
+        hits = [h for h in hits if h[4] not in fields]
+    if not module:  # `task._reset()`, whose source never writes `completed` (or only empties `_progress`)
+        hits = [h for h in hits if h[4] not in emptying and
+                not _methods.writes_nothing(object_at(ctx, change.owner), h[4], change.attr.split(".")[0])]
+    reached = _between_steps.step_names(ctx, step, {h[1] for h in hits}) if len(hits) > 1 else set()
+    hits = [h for h in hits if h[0] or h[3] in reached] or hits  # `Gauge.set` the step called, not `Counter.reset`
     best = [h for h in hits if h[0]] or hits
     methods = ", ".join(dict.fromkeys(f"`.{m}()`" for *_, m in best[:3]))
     return ([(f, line, fn) for _, f, line, fn, _ in best[:3]], f"inside a `{cls}`, through {methods}",
             {m for *_, m in best})
+
+
+def _other_fields(ctx, change) -> set:
+    """The changed object's own attributes other than the one that changed: a store to one of them through the
+    holding name (`task = self._tasks[i]; task.start_time = t`) changes that attribute only."""
+    obj = object_at(ctx, change.owner)
+    names = {k for k, _ in state._instance_items(obj)} if obj is not None else set()
+    if obj is not None and dataclasses.is_dataclass(obj):  # a field with a class default (`stop_time = None`)
+        names |= {f.name for f in dataclasses.fields(obj)}
+    return names - {change.attr.split(".")[0]}
 
 
 @register("cpu-side-effect")
@@ -225,7 +248,8 @@ def python_state_changes(ctx):
         if escaped_members(ctx, c) or _fresh_slots.rewritten_each_step(ctx, hits):  # the tensor detectors' own
             continue
         sites, note = _source_sites(ctx, c, s)
-        if _foreign_threads.other_threads_only(sites, _library_callers.executed(ctx, s)):  # an actor thread's own counters
+        if _foreign_threads.other_threads_only(sites, _library_callers.executed(ctx, s)) or \
+                _foreign_threads.thread_work_only(ctx, s, sites, _library_callers.executed(ctx, s)):  # a thread's own
             continue
         if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:
             sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it

@@ -19,6 +19,7 @@ from collections import OrderedDict, deque
 
 import torch
 
+from audit.scan import mp_queues
 from audit.scan.key_text import key_text
 
 __all__ = ["PLAIN", "PRIMS", "fp", "members"]
@@ -101,6 +102,8 @@ def _fp(v, depth: int = 0):
         except (TypeError, ValueError):
             return ("obj", type(v).__name__, id(v))
         return ("ctypes", type(v).__name__, len(raw), hash(raw) if len(raw) <= _MAX_ARRAY_BYTES else len(raw))
+    if mp_queues.is_mp_queue(v):  # its items go to a pipe at once: the puts the step made
+        return mp_queues.fingerprint(v)
     if isinstance(v, queue.SimpleQueue):  # a C queue (a token streamer's): put() changes only its size
         return ("SimpleQueue", v.qsize())
     if isinstance(v, itertools.count):  # next() on it is a step counter; its repr shows the state

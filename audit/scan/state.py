@@ -21,7 +21,7 @@ from torch import nn
 
 from audit.scan.fingerprint import PLAIN, members
 from audit.scan.fingerprint import fp as fingerprint
-from audit.scan import script_state, subclass_state, threads, torch_state, user_code, value_objects
+from audit.scan import mp_queues, script_state, subclass_state, threads, torch_state, user_code, value_objects
 from audit.scan.held_tensors import storage_id, tensor_attrs
 from audit.scan.observer_caches import is_observer_cache
 from audit.scan.loaded import loaded_modules
@@ -39,6 +39,8 @@ def _is_user_object(v) -> bool:
         return True
     t = type(v)
     mod = getattr(t, "__module__", "") or ""
+    if mp_queues.is_mp_queue(v):  # compared by the items put (audit/scan/mp_queues.py), not its feeder's buffer
+        return False
     if torch_state.is_training_state(v):  # an optimizer, an LR scheduler: its Python attributes are step state
         return True
     return (hasattr(v, "__dict__") or bool(_slot_names(t))) and not isinstance(
@@ -378,6 +380,8 @@ def _show(fp) -> str:
         return f"<{fp[0]} of {fp[1]} bytes, contents #{fp[2] & 0xFFFF:04x}>"  # a hash of the bytes: it changed
     if isinstance(fp, tuple) and fp and fp[0] == "keys":
         return "{" + ", ".join(fp[1]) + "}"
+    if mp_queues.is_queue_fp(fp):
+        return mp_queues.shown(fp)
     if isinstance(fp, tuple) and len(fp) == 2 and fp[0] == "SimpleQueue":
         return f"SimpleQueue of {fp[1]}"
     if isinstance(fp, tuple) and len(fp) == 4 and fp[0] == "ctypes":

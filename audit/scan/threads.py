@@ -13,6 +13,8 @@ import contextlib
 import functools
 import threading
 
+from audit.scan import mp_queues
+
 __all__ = ["scheduling_state", "traced_threads"]
 
 
@@ -38,7 +40,8 @@ def traced_threads(enter):
     concurrent.futures.ThreadPoolExecutor.submit = submit_traced
     threading.Thread.start = start_traced
     try:
-        yield
+        with mp_queues.counting_puts():  # items handed to a feeder thread: counted, not read back
+            yield
     finally:
         concurrent.futures.ThreadPoolExecutor.submit = submit
         threading.Thread.start = start

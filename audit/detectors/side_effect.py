@@ -200,9 +200,11 @@ def _calls_into(ctx, change, cls: str, ran: set, emptying: set, step: int) -> tu
             for line, fn, m in _mutations.method_calls(f, holder, global_name=module) if fn not in ("__init__", "prepare")]
     if not module and (fields := _other_fields(ctx, change)):  # `task.start_time = t` leaves `completed` alone
         hits = [h for h in hits if h[4] not in fields]
-    if not module:  # `task._reset()`, whose source never writes `completed` (or only empties `_progress`)
+    if not module:  # `task._reset()`, whose source never writes `completed` (or only empties `_progress`); unless
+        # none is left: then a co-holder's call is the site (`sched.step()` writing the optimizer's `lr`)
+        attr = _library_callers.head(change.attr)
         hits = [h for h in hits if h[4] not in emptying and
-                not _methods.writes_nothing(object_at(ctx, change.owner), h[4], change.attr.split(".")[0])]
+                not _methods.writes_nothing(object_at(ctx, change.owner), h[4], attr)] or hits
     reached = _between_steps.step_names(ctx, step, {h[1] for h in hits}) if len(hits) > 1 else set()
     hits = [h for h in hits if h[0] or h[3] in reached] or hits  # `Gauge.set` the step called, not `Counter.reset`
     best = [h for h in hits if h[0]] or hits

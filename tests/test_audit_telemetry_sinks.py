@@ -4,7 +4,9 @@
   put is the one finding (the queue is compared by the items put), not the thread's `self.outstanding += 1`,
   not `flush()` zeroing it or `close()` closing the queue, neither of which ran.
 - A metric whose value object has `inc` and `set`: the one the step's call reaches is the site (`Gauge.set`
-  runs `self._value.set(v)`; a Counter's `reset` also calls `set`, and is no site of an `inc`).
+  runs `self._value.set(v)`; a Counter's `reset` also calls `set`, and is no site of an `inc`). A metric kept as a
+  module global changes two objects down from it (`TOKENS._value._value`, a histogram's buckets): still the
+  library's statement, with the target's call as caller.
 - A tracker's task kept in a dict and changed through a local (`task = self._tasks[tid]`): stores to its other
   fields (`task.started = t` in `start()`) and a method that only empties its samples are no sites; the
   samples appended through a local bound from the attribute (`samples = task.samples; samples.append(s)`) are.
@@ -14,7 +16,10 @@ from __future__ import annotations
 
 import random
 
-from site_util import blocking, install_library, library_target, marked_line, matmul_target, table, write_target
+import pytest
+
+from site_util import (blocking, install_library, library_hit, library_target, marked_line, matmul_target, table,
+                       write_target)
 
 QUEUE_LIB = """
 import multiprocessing
@@ -147,6 +152,15 @@ class Gauge:
 
     def set(self, value):
         self._value.set(float(value))
+
+
+class Histogram:
+    def __init__(self, name, buckets):
+        self.name = name
+        self._buckets = [_Value() for _ in range(buckets)]
+
+    def observe(self, v):
+        self._buckets[min(int(v), len(self._buckets) - 1)].inc(1)
 """
 
 
@@ -223,3 +237,50 @@ def test_a_held_tasks_fields_are_found_through_locals_only(tmp_path, monkeypatch
     cse = bad[bad.category == "cpu-side-effect"]
     assert sorted(cse.line) == sorted([marked_line(lib, "# DONESITE"), marked_line(lib, "# SAMPLESITE")]), table(bad)
     assert set(cse.caller_line.astype(int)) == {site}, table(cse)
+
+
+GLOBAL_TARGET = """
+import torch
+from {lib} import Counter, Histogram
+
+TOKENS = Counter("tokens")
+LATENCY = Histogram("latency", {buckets})
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.w = torch.randn({d}, {d}) * 0.1
+        self.x = torch.zeros(1, {d})
+        self.out = torch.zeros(1, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+
+    def step(self):
+        self.out.copy_(torch.tanh(self.x @ self.w))
+        {call}
+        return self.out
+
+
+def make(device):
+    return Target()
+"""
+
+
+@pytest.mark.parametrize("kind", ["inc", "observe", "clean"])
+def test_a_global_metric_changed_through_its_value_object(tmp_path, monkeypatch, kind):
+    """A module-level metric keeps its count in an object it holds (`TOKENS._value._value`, a histogram's buckets):
+    the change is two objects down from the global, in library code that runs no torch op. It is reported at the
+    library's statement with the target's call as caller; a metric the step leaves alone stays clean."""
+    mod, lib = install_library(tmp_path, monkeypatch, METRIC_LIB, "metrics")
+    call = {"inc": f"TOKENS.inc({random.randint(1, 4)})", "observe": f"LATENCY.observe({random.uniform(0, 9):.2f})",
+            "clean": "TOKENS.name"}[kind] + "  # CALL"
+    path, _ = write_target(tmp_path / "target" / "metric_target.py", GLOBAL_TARGET, marker="# CALL", lib=mod, call=call,
+                           buckets=random.randint(2, 6), seed=random.randrange(2**31), d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    if kind == "clean":
+        assert not len(bad[bad.category == "cpu-side-effect"]), table(bad)
+        return
+    hit = library_hit(bad, "cpu-side-effect", lib, path, marked_line(path, "# CALL"), marker="# INCSITE")
+    assert ("TOKENS._value._value" if kind == "inc" else "LATENCY._buckets.") in hit.iloc[0].message

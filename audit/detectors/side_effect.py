@@ -89,6 +89,10 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         return _co_holders.instead(ctx, change, calls, note, methods, ran)
     shown = _implicit.accessor_sites(ctx, _between_steps.step_sites(
         ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN], change))
+    if not shown and foreign:  # no statement of its own: a co-holder's call whose method writes elsewhere
+        calls, note, methods = _calls_into(ctx, change, foreign, ran, emptying, step, strict=False)  # (`sched.step()`)
+        if calls:
+            return _co_holders.instead(ctx, change, calls, note, methods, ran)
     return shown[:3], ""
 
 
@@ -185,11 +189,12 @@ def _foreign_class(ctx, obj) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _calls_into(ctx, change, cls: str, ran: set, emptying: set, step: int) -> tuple[list, str, set]:
+def _calls_into(ctx, change, cls: str, ran: set, emptying: set, step: int, strict: bool = True) -> tuple[list, str, set]:
     """The user's lines that call a method of the changed object (`self.out.put_nowait(t)`): found in
     the files of the step's own code and of the object that holds it, from the attribute holding it.
     Calls in functions that ran come first, then those in functions the step reaches by name (`Gauge.set`, not
-    `Counter.reset`). Also the names of the methods called."""
+    `Counter.reset`); `strict`: without the methods that never write the attribute. Also the names of the methods
+    called."""
     module = change.owner.startswith("<module ")
     holder, files = (_library_callers.head(change.attr), [getattr(loaded.module_named(change.owner[8:-1]), "__file__", None)]) \
         if module else _library_callers.holder(ctx, change.owner)
@@ -200,11 +205,10 @@ def _calls_into(ctx, change, cls: str, ran: set, emptying: set, step: int) -> tu
             for line, fn, m in _mutations.method_calls(f, holder, global_name=module) if fn not in ("__init__", "prepare")]
     if not module and (fields := _other_fields(ctx, change)):  # `task.start_time = t` leaves `completed` alone
         hits = [h for h in hits if h[4] not in fields]
-    if not module:  # `task._reset()`, whose source never writes `completed` (or only empties `_progress`); unless
-        # none is left: then a co-holder's call is the site (`sched.step()` writing the optimizer's `lr`)
+    if not module and strict:  # `task._reset()`, whose source never writes `completed` (or only empties `_progress`)
         attr = _library_callers.head(change.attr)
         hits = [h for h in hits if h[4] not in emptying and
-                not _methods.writes_nothing(object_at(ctx, change.owner), h[4], attr)] or hits
+                not _methods.writes_nothing(object_at(ctx, change.owner), h[4], attr)]
     reached = _between_steps.step_names(ctx, step, {h[1] for h in hits}) if len(hits) > 1 else set()
     hits = [h for h in hits if h[0] or h[3] in reached] or hits  # `Gauge.set` the step called, not `Counter.reset`
     best = [h for h in hits if h[0]] or hits

@@ -12,6 +12,7 @@ import contextvars
 import functools
 import inspect
 import os
+import sys
 import types
 from collections import deque
 from dataclasses import dataclass
@@ -262,11 +263,20 @@ def snapshot(objects: list[tuple[str, object]], modules: list[tuple[str, types.M
                 # holds (a prometheus `Counter` keeps its count in a value object: `TOKENS._value._value`), keyed by
                 # the held object too: one the step rebinds is the holder's change, not each of its attributes'
                 snap.update(((f"<module {name}>", f"{k}.{a}"), fp) for a, fp in _attrs(v))
-                for sub, x in [] if isinstance(v, nn.Module) else reachable(v, max_depth=2, limit=64)[1:]:
+                for sub, x in _held(v):
                     snap.update(((f"<module {name}>", f"{k}.{sub}.{a}", id(x)), fp) for a, fp in _attrs(x))
             else:  # another object (an async collective's Work handle kept for the next step): rebinding it is state
                 snap[(f"<module {name}>", k)] = fingerprint(v)
     return snap
+
+
+def _held(v) -> list[tuple[str, object]]:
+    """(path, object) of the objects a global object holds, two hops down, that are neither modules nor of the
+    standard library (a library's `logger` holds its manager's table of every logger: not metrics state)."""
+    def std(x):
+        return (type(x).__module__ or "").split(".")[0] in sys.stdlib_module_names
+    return [] if isinstance(v, nn.Module) or std(v) else \
+        [(p, x) for p, x in reachable(v, max_depth=2, limit=64)[1:] if not std(x)]
 
 
 def _member_objects(v) -> list[tuple[str, object]]:

@@ -243,3 +243,19 @@ class QWeight(torch.Tensor):
 
 def qweight_head(mark: str = "") -> str:
     return _QWEIGHT_HEAD.replace("MARK", mark)
+
+
+# The tail of a target whose step turns `self.x @ self.w` into logits, runs `{body}` on them and copies them
+# into a fixed output buffer: the head (imports, __init__, prepare) is the test's own.
+LOGITS_STEP = """
+    @torch.no_grad()
+    def step(self):
+        logits = self.x @ self.w
+{body}
+        self.out.copy_(logits)
+        return self.out
+
+
+def make(device):
+    return Target(device)
+"""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from site_util import blocking, table, write_target
+from site_util import LOGITS_STEP, blocking, table, write_target
 
 TARGET = """
 import torch
@@ -32,17 +32,7 @@ class Target:
         t = (i * {stride}) % {v}
         self.counts[t] = self.counts.get(t, 0) + 1
 
-    @torch.no_grad()
-    def step(self):
-        logits = self.x @ self.w
-{body}
-        self.out.copy_(logits)
-        return self.out
-
-
-def make(device):
-    return Target(device)
-"""
+""" + LOGITS_STEP
 
 HOST = """        pen = torch.zeros({v})
         for t, c in self.counts.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from site_util import blocking, table, write_target
+from site_util import LOGITS_STEP, blocking, table, write_target
 
 TARGET = """
 import torch
@@ -35,17 +35,7 @@ class Target:
         self.x.copy_(torch.randn(1, {d}))
         self.bias = REQS[i % len(REQS)]
 
-    @torch.no_grad()
-    def step(self):
-        logits = self.x @ self.w
-{body}
-        self.out.copy_(logits)
-        return self.out
-
-
-def make(device):
-    return Target(device)
-"""
+""" + LOGITS_STEP
 
 BODIES = {
     "sparse": """        idx = torch.tensor([list(self.bias)])  # LIFT

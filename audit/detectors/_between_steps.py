@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import _source
+from audit.detectors._name_reach import defs_by_name, names_used, reached_names
 from audit.detectors._source import tree
 from audit.scan.ast_nodes import all_nodes
 from audit.scan.fingerprint import fp as fingerprint
@@ -24,38 +25,6 @@ from audit.scan.user_code import LIBRARY, frame_kind
 
 _SETUP = ("prepare", "__init__")
 _SIZED = ("list", "deque", "dict", "set", "frozenset")  # fingerprints (kind, size, members)
-
-
-def _defs(filename: str) -> dict:
-    t = tree(filename)
-    out: dict = {}
-    for n in all_nodes(t) if t is not None else ():
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out.setdefault(n.name, []).append(n)
-    return out
-
-
-def _named(node) -> set:
-    """Names a function's body calls or reads as an attribute (`self._advance()`, `self.current_sigma`)."""
-    out = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-            out.add(n.func.id)
-        elif isinstance(n, ast.Attribute):
-            out.add(n.attr)
-    return out
-
-
-def _closure(start: set, defs: dict) -> set:
-    names, todo = set(), list(start)
-    while todo:
-        n = todo.pop()
-        if n in names:
-            continue
-        names.add(n)
-        for d in defs.get(n, ()):
-            todo.extend(_named(d))
-    return names
 
 
 def step_sites(ctx, step: int, sites: list, change=None) -> list:
@@ -75,13 +44,13 @@ def step_names(ctx, step: int, files: set) -> set:
     codes = {code for r in ctx.steps[step] for code, _ in r.stack}
     defs: dict = {}
     for f in set(files) | {c.co_filename for c in codes}:
-        for k, v in _defs(f).items():
+        for k, v in defs_by_name(f).items():
             defs.setdefault(k, []).extend(v)
     ran = set()
     for code in codes:
-        ran |= {code.co_name} | set().union(*(_named(d) for d in _defs(code.co_filename).get(code.co_name, ())
+        ran |= {code.co_name} | set().union(*(names_used(d) for d in defs_by_name(code.co_filename).get(code.co_name, ())
                                              if _source.def_first_line(d) <= code.co_firstlineno <= d.body[0].lineno))
-    return _closure(ran, {k: v for k, v in defs.items() if k not in _SETUP})
+    return reached_names(ran, {k: v for k, v in defs.items() if k not in _SETUP})
 
 
 def fitting(sites: list, change) -> list:
@@ -121,12 +90,12 @@ def reached_spans(ctx, step: int) -> list:
              if not ctx.trace.is_own(c) and frame_kind(c.co_filename, ctx.trace.roots) == LIBRARY}
     defs: dict = {}
     for f in sorted(files):
-        for k, v in _defs(f).items():
+        for k, v in defs_by_name(f).items():
             defs.setdefault(k, []).extend((f, d) for d in v)
     ran = {(c.co_filename, c.co_firstlineno) for c in codes}
-    start = set().union(*(_named(d) for c in codes for f, d in defs.get(c.co_name, ())
+    start = set().union(*(names_used(d) for c in codes for f, d in defs.get(c.co_name, ())
                           if f == c.co_filename and _source.def_first_line(d) <= c.co_firstlineno <= d.body[0].lineno))
-    names = _closure(start, {k: [d for _, d in v] for k, v in defs.items()})
+    names = reached_names(start, {k: [d for _, d in v] for k, v in defs.items()})
     out = [(f, (d.lineno, d.end_lineno), False) for k, v in sorted(defs.items()) for f, d in v
            if (k in names or k.startswith("__") and k != "__init__") and (f, _source.def_first_line(d)) not in ran]
     return sorted(set(out))

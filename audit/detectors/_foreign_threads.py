@@ -22,6 +22,7 @@ import sys
 import threading
 
 from audit.detectors import _between_steps, _source
+from audit.detectors._name_reach import defs_by_name, names_used, reached_names
 
 
 def _started_in_step(t: threading.Thread) -> bool:
@@ -54,15 +55,15 @@ def reached_elsewhere(files: set) -> set[str]:
     codes = _codes_elsewhere()
     defs: dict = {}
     for f in set(files) | {c.co_filename for c in codes}:
-        for k, v in _between_steps._defs(f).items():
+        for k, v in defs_by_name(f).items():
             defs.setdefault(k, []).extend(v)
     start = set()
     for c in codes:
         start.add(c.co_name)
-        for d in _between_steps._defs(c.co_filename).get(c.co_name, ()):
+        for d in defs_by_name(c.co_filename).get(c.co_name, ()):
             if _source.def_first_line(d) <= c.co_firstlineno <= d.body[0].lineno:
-                start |= _between_steps._named(d)
-    return _between_steps._closure(start, defs)
+                start |= names_used(d)
+    return reached_names(start, defs)
 
 
 def thread_work_only(ctx, step: int, sites: list, ran: set) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from site_util import blocking, library_target, marked_line, table
+from site_util import blocking, library_target, table
 
 LIB = """
 import numpy as np

@@ -56,7 +56,7 @@ def test_guard_testing_the_loop_element_is_named_when_the_last_item_is_skipped(t
     n = random.choice([2, 3])
     toggle = "skip" if flag == "skip" else flag
     value = "i % 2 == 1" if flag == "skip" else "i % 2 == 0"
-    call = f"run_all(self.fs, self.x)" if shape == "guard" else f"run_first(self.fs, self.n, self.x)"
+    call = "run_all(self.fs, self.x)" if shape == "guard" else "run_first(self.fs, self.n, self.x)"
     prep = f"        self.fs[-1].{toggle} = {value}" if shape == "guard" else f"        self.n = {n} - i % 2"
     tpl = module_target(imports=f"from {mod} import Filt, Shift, run_all, run_first",
                         init=f"        self.fs = [Filt(1.0 + 0.5 * j) for j in range({n} - 1)] + [Shift(0.5)]\n        self.n = {n}",

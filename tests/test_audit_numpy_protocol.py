@@ -25,7 +25,7 @@ def offsets(h, n):
 @pytest.mark.parametrize("kind", ["hit", "clean"])
 def test_numpy_function_on_a_tensor_is_reported_at_the_caller_of_numpy(tmp_path, monkeypatch, kind):
     fn = random.choice(["cumsum", "sort", "argmax", "round"])
-    arg = "counts" if kind == "hit" else f"[1.0] * n"
+    arg = "counts" if kind == "hit" else "[1.0] * n"
     src = LIB.replace("{fn}", fn).replace("{arg}", arg).replace("{scale}", str(random.uniform(0.5, 2.0)))
     mod, lib, path, site = library_target(tmp_path, monkeypatch, src, "npwrap", "offsets",
                                           f"offsets(self.x @ self.w, {random.choice([3, 4, 6])})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from site_util import blocking, install_library, marked_line, module_target, table, write_target
+from site_util import install_library, marked_line, module_target, table, write_target
 
 LIB = """
 import torch

@@ -8,7 +8,6 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch.distributed as dist
 
 from site_util import blocking, library_hit, library_target, table
 

@@ -14,7 +14,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 
 import audit
 

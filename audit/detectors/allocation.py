@@ -85,13 +85,15 @@ def escaped_slot(ctx, change, key) -> bool:
     return bool(new) and all(born.get(sid) in found for sid in new)
 
 
-def _keys_of(fp) -> dict:
-    """storage -> the keys of the container's elements that hold it (a list's positions, a dict's keys)."""
+def _keys_of(fp, prefix: tuple = ()) -> dict:
+    """storage -> the key paths of the container's elements that hold it (a list's positions, a dict's keys,
+    followed into nested containers: a per-request dict of history lists, `reqs["r0"]["hist"][1]`)."""
     out: dict = {}
     if state._is_container(fp):
         for k, v in state._items(fp):
-            for sid in tensor_storages(v, set()):
-                out.setdefault(sid, set()).add(k)
+            for sid, paths in (_keys_of(v, prefix + (k,)) if state._is_container(v) else
+                               {sid: {prefix + (k,)} for sid in tensor_storages(v, set())}).items():
+                out.setdefault(sid, set()).update(paths)
     return out
 
 

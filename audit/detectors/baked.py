@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from audit.detectors import _host_only, _read_sizes, _read_values, _source, register
+from audit.detectors import _carried_shapes, _host_only, _read_sizes, _read_values, _source, register
 from audit.detectors._forwarded import forwarded
 from audit.detectors.allocation import attribute_sids
 from audit.detectors._passed_index import passed_skipped_index
@@ -76,7 +76,7 @@ def _arg_diff(recs) -> str:
 @register("dynamic-shape")
 def varying_shapes(ctx):
     """A call's output shape changes between steps: replay would compute on the captured shape."""
-    groups = defaultdict(list)
+    groups, plan = defaultdict(list), []
     aligned, inner = _aligned(ctx), forwarded(ctx)
     for recs in aligned.values():
         outs = [_shapes(r.outputs) for r in recs]
@@ -85,8 +85,12 @@ def varying_shapes(ctx):
         ins = [_shapes(r.inputs) for r in recs]
         varying = [j for j in range(len(recs[0].inputs))
                    if len({s[j] if j < len(s) else None for s in ins}) > 1]
-        origin = not varying or any(not r.in_step[j] for r in recs for j in varying if j < len(r.in_step)) \
-            or _host_sized(recs)
+        outside = any(not r.in_step[j] for r in recs for j in varying if j < len(r.in_step))
+        plan.append((recs, outs, varying, outside))
+    makers, memo = _carried_shapes.makers(plan), {}
+    for gid, (recs, outs, varying, outside) in enumerate(plan):
+        origin = not varying or _host_sized(recs) or \
+            (outside and not _carried_shapes.carried_from_earlier_step(ctx, recs, varying, makers, gid, memo))
         if origin and recs[0].op in _LIFTS and _host_only.stays_on_host(ctx, recs):
             continue  # host data of a changing length, read back on the host alone: no kernel's shape
         if origin and _host_only.host_work_stays(ctx, recs):

@@ -368,7 +368,7 @@ def diff(before: dict, after: dict) -> list[StateChange]:
             continue  # a function made or dropped by the step: its cells did not change (the container did)
         a, b = before.get(key, "<unset>"), after.get(key, "<unset>")
         if a != b and not value_objects.same_value(a, b):
-            out.append(StateChange(key[0], key[1], value_objects.plain(a), value_objects.plain(b)))
+            out.append(StateChange(key[0], key[1], *value_objects.plain_pair(a, b)))
     return sorted(out, key=lambda c: (c.owner, c.attr))
 
 

@@ -1,0 +1,63 @@
+"""A varying input that an earlier audited step made at another origin of a shape: downstream, not an origin.
+
+dynamic-shape is reported where a variation starts, and an input from outside the step whose shape varies is
+such a start: `prepare()` rebinding the input to a longer tensor. A cache that the step itself grows at its end
+(`self.cache = tree_map(lambda old, new: torch.cat([old, new], 1), self.cache, new)`) is read at the start of
+the next step by the attention that consumes it; that read takes a tensor from outside the step too, yet its
+shape only follows the `cat` of the step before, which is the origin (reported there, with the escape). So an
+input counts as carried when every audited step after the first read it from storage that an earlier audited
+step created at a shape-varying call whose shape did not come from this call: following that maker's inputs
+back through the shape-varying calls of its own step never reaches this call. The `cat` growing the cache, read
+back by itself (directly, or through `torch.cat(...) * 1.0` stored back), is on that loop and stays the origin;
+the attention reading the cache is off it. The first audited step's predecessor ran untraced: its provenance is
+unknown and does not count against the rule.
+"""
+
+from __future__ import annotations
+
+
+def makers(plan) -> dict:
+    """(step, index) -> group, for every record of the shape-varying calls in `plan` ([(records, ...)])."""
+    return {(r.step, r.index): gid for gid, item in enumerate(plan) for r in item[0]}
+
+
+def _producers(ctx, step: int, memo: dict) -> dict:
+    """tensor id -> index of the op of `step` that output it (the last one)."""
+    if step not in memo:
+        memo[step] = {m.tid: r.index for r in ctx.steps[step] for m in r.outputs}
+    return memo[step]
+
+
+def _shape_sources(ctx, made, made_by: dict, memo: dict) -> set:
+    """The groups of the shape-varying calls that `made` ((step, index)) follows within its step, itself included."""
+    step, seen, todo, groups = made[0], {made}, [made], set()
+    by_tid = _producers(ctx, step, memo)
+    while todo:
+        key = todo.pop()
+        groups.add(made_by[key])
+        rec = ctx.steps[step][key[1]]
+        for m, inside in zip(rec.inputs, rec.in_step):
+            src = (step, by_tid.get(m.tid, -1))
+            if inside and src in made_by and src not in seen:
+                seen.add(src)
+                todo.append(src)
+    return groups
+
+
+def carried_from_earlier_step(ctx, recs, varying, made_by: dict, gid: int, memo: dict) -> bool:
+    """Whether each varying input of `recs` (one aligned call per step, group `gid`) that came from outside its
+    step was made in an earlier audited step by a shape-varying call whose shape does not follow this call, in
+    every step but the first."""
+    born, first, checked = ctx.trace.born, min(r.step for r in recs), False
+    for r in recs:
+        for j in varying:
+            if j >= len(r.in_step) or r.in_step[j]:
+                continue
+            made = born.get(r.inputs[j].sid)
+            if made is None and r.step == first:
+                continue
+            if made is None or made not in made_by or made[0] >= r.step or \
+                    gid in _shape_sources(ctx, made, made_by, memo):
+                return False
+            checked = True
+    return checked

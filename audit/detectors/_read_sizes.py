@@ -6,7 +6,8 @@ output shape varied with no varying input, and it read as a second origin: a dyn
 baked-host-value at a line whose only fix is the first one. A call is downstream when its statement reads a
 size (`t.size(d)`, `t.shape`, `t.numel()`, `len(t)`) and, in every audited step, each output size that
 changes equals one dimension (the same one each step) of an earlier call's output in that step whose shape
-varies too. Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
+varies too; each size on its own (a position table interpolated to `(H, W)` read off an image's patch grid
+follows two dimensions, the height's and the width's). Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
 reads no size, and stays a baked value where it enters. A value that comes in through a parameter is followed
 to the caller's statement that passed it (`gcn_norm(ei, w, x.size(0))` -> `torch.arange(0, N)` two calls down).
 A size read mixed with a host counter is no such read: `t = ids.shape[0]; end = self.length + t;
@@ -216,6 +217,7 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         return False
     mine = {r.step: r for r in recs}
     buffered = None
+    unmatched = set(dims)  # each varying size on its own: an image's height and width follow two dimensions
     for other in aligned.values():
         if other is recs or len(other) < len(recs):
             continue
@@ -223,7 +225,9 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         if theirs.keys() != mine.keys() or any(theirs[s].index >= _before(mine[s]) for s in mine):
             continue  # earlier in the step, and not inside this call's own traced body
         for k, d in _varying_dims(other) if read and len(other) == len(recs) else ():
-            if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
+            unmatched -= {(j, e) for j, e in unmatched
+                          if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine)}
+            if not unmatched:
                 return True
         if not read and _composite_of(ctx, mine, theirs, dims):
             if buffered is None:  # once per call: it walks the step's records back

@@ -19,6 +19,7 @@ varying call (`self.k_cache[:end]`) leaves it varying: it is an origin of its ow
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 
 from audit.detectors import _targets
 from audit.detectors._source import enclosing_function, tree
@@ -234,7 +235,43 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
                 buffered = all(_in_call_buffer(ctx, r) for r in mine.values())
             if buffered:
                 return True
-    return False
+    return bool(read and unmatched and _from_arms(ctx, recs, mine, unmatched))
+
+
+def _from_arms(ctx, recs, mine: dict, dims) -> bool:
+    """Steps that parted upstream read the size off a tensor one arm made in some steps and the other arm in the
+    rest (timm's NaFlex position table: `pos_embed.reshape(1, h * w, -1)` when the grid is the table's own, an
+    interpolation otherwise; then `x[:, :min(x.shape[1], pos.shape[1])]`): no one call ran in every step, but in
+    each step the size equals the same dimension of an earlier output of a call that ran in only some of the steps
+    or whose shape varies, and at least one such call ran in only some (else the aligned calls matched)."""
+    sites = {s: ctx.sites(s) for s in mine}
+    seen = defaultdict(set)
+    shapes = defaultdict(set)
+    for s, table in sites.items():
+        for key, u in table.items():
+            seen[key].add(s)
+            shapes[key].add(tuple(tuple(o.shape) for o in u.outputs))
+    if all(v == set(mine) for v in seen.values()):
+        return False  # the steps never parted
+    mine_ids = {id(r) for r in recs}
+    partial = False
+    for j, e in dims:
+        for d in range(max((len(o.shape) for r in recs for o in r.outputs), default=0)):
+            hit = set()
+            for s, table in sites.items():
+                want = mine[s].outputs[j].shape[e]
+                for key, u in table.items():
+                    some = seen[key] != set(mine)
+                    if id(u) in mine_ids or u.index >= _before(mine[s]) or not (some or len(shapes[key]) > 1):
+                        continue
+                    if any(len(o.shape) > d and o.shape[d] == want for o in u.outputs):
+                        hit.add(s)
+                        partial |= some
+            if hit == set(mine):
+                break
+        else:
+            return False
+    return partial
 
 
 def _composite_of(ctx, mine: dict, theirs: dict, dims: list) -> bool:

@@ -6,7 +6,8 @@ output shape varied with no varying input, and it read as a second origin: a dyn
 baked-host-value at a line whose only fix is the first one. A call is downstream when its statement reads a
 size (`t.size(d)`, `t.shape`, `t.numel()`, `len(t)`) and, in every audited step, each output size that
 changes equals one dimension (the same one each step) of an earlier call's output in that step whose shape
-varies too. Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
+varies too; each size on its own (a position table interpolated to `(H, W)` read off an image's patch grid
+follows two dimensions, the height's and the width's). Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
 reads no size, and stays a baked value where it enters. A value that comes in through a parameter is followed
 to the caller's statement that passed it (`gcn_norm(ei, w, x.size(0))` -> `torch.arange(0, N)` two calls down).
 A size read mixed with a host counter is no such read: `t = ids.shape[0]; end = self.length + t;
@@ -18,6 +19,7 @@ varying call (`self.k_cache[:end]`) leaves it varying: it is an origin of its ow
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 
 from audit.detectors import _targets
 from audit.detectors._source import enclosing_function, tree
@@ -216,6 +218,7 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         return False
     mine = {r.step: r for r in recs}
     buffered = None
+    unmatched = set(dims)  # each varying size on its own: an image's height and width follow two dimensions
     for other in aligned.values():
         if other is recs or len(other) < len(recs):
             continue
@@ -223,14 +226,52 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         if theirs.keys() != mine.keys() or any(theirs[s].index >= _before(mine[s]) for s in mine):
             continue  # earlier in the step, and not inside this call's own traced body
         for k, d in _varying_dims(other) if read and len(other) == len(recs) else ():
-            if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine for j, e in dims):
+            unmatched -= {(j, e) for j, e in unmatched
+                          if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine)}
+            if not unmatched:
                 return True
         if not read and _composite_of(ctx, mine, theirs, dims):
             if buffered is None:  # once per call: it walks the step's records back
                 buffered = all(_in_call_buffer(ctx, r) for r in mine.values())
             if buffered:
                 return True
-    return False
+    return bool(read and unmatched and _from_arms(ctx, recs, mine, unmatched))
+
+
+def _from_arms(ctx, recs, mine: dict, dims) -> bool:
+    """Steps that parted upstream read the size off a tensor one arm made in some steps and the other arm in the
+    rest (timm's NaFlex position table: `pos_embed.reshape(1, h * w, -1)` when the grid is the table's own, an
+    interpolation otherwise; then `x[:, :min(x.shape[1], pos.shape[1])]`): no one call ran in every step, but in
+    each step the size equals the same dimension of an earlier output of a call that ran in only some of the steps
+    or whose shape varies, and at least one such call ran in only some (else the aligned calls matched)."""
+    sites = {s: ctx.sites(s) for s in mine}
+    seen = defaultdict(set)
+    shapes = defaultdict(set)
+    for s, table in sites.items():
+        for key, u in table.items():
+            seen[key].add(s)
+            shapes[key].add(tuple(tuple(o.shape) for o in u.outputs))
+    if all(v == set(mine) for v in seen.values()):
+        return False  # the steps never parted
+    mine_ids = {id(r) for r in recs}
+    partial = False
+    for j, e in dims:
+        for d in range(max((len(o.shape) for r in recs for o in r.outputs), default=0)):
+            hit = set()
+            for s, table in sites.items():
+                want = mine[s].outputs[j].shape[e]
+                for key, u in table.items():
+                    some = seen[key] != set(mine)
+                    if id(u) in mine_ids or u.index >= _before(mine[s]) or not (some or len(shapes[key]) > 1):
+                        continue
+                    if any(len(o.shape) > d and o.shape[d] == want for o in u.outputs):
+                        hit.add(s)
+                        partial |= some
+            if hit == set(mine):
+                break
+        else:
+            return False
+    return partial
 
 
 def _composite_of(ctx, mine: dict, theirs: dict, dims: list) -> bool:

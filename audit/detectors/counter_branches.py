@@ -106,6 +106,20 @@ def _refs(func, code, ctx, counters, paths: list) -> dict:
     return out
 
 
+def _through(ctx, counters, above, code, func, depth=0) -> dict:
+    """A caller's counter refs (`_refs`), with the reads of a parameter its own caller passed a counter in
+    straight (`self.attn(x, self.kv_len)` into `forward(self, x, kv_len)`, then `self.rotary(x, seq_len=kv_len)`):
+    the counter reaches the test through more than one call."""
+    refs = _refs(func, code, ctx, counters, _self_paths(ctx, code))
+    if depth < 3:
+        given, args = passed(above, code, func, lambda c, f: _through(ctx, counters, above, c, f, depth + 1))
+        refs.update(given)
+        for n in nodes_of(func, ast.Name):
+            if isinstance(n.ctx, ast.Load) and id(args.get(n.id)) in given:
+                refs[id(n)] = given[id(args[n.id])]
+    return refs
+
+
 def _classes(ctx, code, me, counters, paths: list) -> dict:
     """(name, attr) -> (owner, attr) for a class-level counter (`Cache.evictions += 1`) read as `Cls.attr`, or as
     `self.attr` / `cls.attr` in a method of the class or of a subclass."""
@@ -142,20 +156,27 @@ def _reads(test, refs, bound) -> list:
     return list(dict.fromkeys(out))
 
 
-def _turns(test, counter, refs, bound, stride, last, selves, consts=None) -> bool:
+def _turns(test, counter, refs, bound, stride, last, selves, consts=None, moving=None) -> bool:
     """Whether the test's value changes over the steps ahead, the counter moving by its stride; True where
-    the test reads anything but the counter, constants and plain numbers of the object it runs on."""
-    found = _compiled(test, counter, refs, bound, selves, consts)
+    the test reads anything but the counter, constants and plain numbers of the object it runs on. `moving`:
+    the other counters the test reads, (stride, last) each, which move ahead with it (`seq_len > self.cached`
+    with the cache length set to `seq_len` every step never turns)."""
+    others = {c: m for c, m in (moving or {}).items() if c != counter}
+    names = {counter: "_c", **{c: f"_m{i}" for i, c in enumerate(others)}}
+    found = _compiled(test, counter, refs, bound, selves, consts, names)
     if found is None:  # unread: a schedule only where the counter is compared as a number (`self.pos + t > cap`)
         return _scheduled(test, counter, refs, bound)
-    return _differs(found, [last] + [last + k * stride for k in _AHEAD])
+    return _differs(found, [{"_c": last + k * stride, **{names[c]: b + k * d for c, (d, b) in others.items()}}
+                            for k in (0, *_AHEAD)])
 
 
 def _differs(found, values) -> bool:
-    """Whether the compiled test takes more than one value over the counter's `values` (True when it raises)."""
+    """Whether the compiled test takes more than one value over the counter's `values` (True when it raises);
+    a value is the counter's number, or the numbers of all the counters it reads by name."""
     code, env = found
     try:
-        return len({bool(eval(code, {"__builtins__": {}}, {"_c": v, **env})) for v in values}) > 1
+        return len({bool(eval(code, {"__builtins__": {}}, {**(v if isinstance(v, dict) else {"_c": v}), **env}))
+                    for v in values}) > 1
     except Exception:  # noqa: BLE001 - a division by zero or an overflow ahead: not a settled test
         return True
 
@@ -168,14 +189,16 @@ def _took_both(test, counter, refs, bound, history, selves, consts=None) -> bool
     return found is not None and _differs(found, [b for b, _ in history]) and _differs(found, [a for _, a in history])
 
 
-def _compiled(test, counter, refs, bound, selves, consts=None):
-    """(code, env) of the test over `_c` (the counter) and the plain numbers it reads (attributes of the object,
-    and `consts`: the module's number constants the function does not shadow), else None."""
+def _compiled(test, counter, refs, bound, selves, consts=None, names=None):
+    """(code, env) of the test over `_c` (the counter; `names`: a name for each counter it may read) and the
+    plain numbers it reads (attributes of the object, and `consts`: the module's number constants the function
+    does not shadow), else None."""
     env: dict = {}
+    names = names or {counter: "_c"}
 
     def plain(e, depth=0):  # a copy of `e` over `_c` (the counter) and `_aN` (the numbers read), else None
         if id(e) in refs:
-            return ast.Name(id="_c", ctx=ast.Load()) if refs[id(e)] == counter else None
+            return ast.Name(id=names[refs[id(e)]], ctx=ast.Load()) if refs[id(e)] in names else None
         if isinstance(e, ast.Name):
             if e.id in bound:
                 return plain(bound[e.id], depth + 1) if depth < 4 else None
@@ -265,7 +288,7 @@ def _branches(ctx):
         func = function_of(code)
         paths = _self_paths(ctx, code) if func is not None else []  # the objects the function runs on
         refs = _refs(func, code, ctx, counters, paths) if func is not None else {}
-        given, args = passed(above, code, func, lambda c, f: _refs(f, c, ctx, counters, _self_paths(ctx, c))) \
+        given, args = passed(above, code, func, lambda c, f: _through(ctx, counters, above, c, f)) \
             if func is not None else ({}, {})
         refs.update(given)  # a parameter the caller passed a counter in (`self.rope(h, self.seq_len)`)
         if not refs:
@@ -278,7 +301,9 @@ def _branches(ctx):
             sides = _sides(node, code.co_filename, lines)
             if len(sides) > 1:
                 continue  # the audited steps took different sides: op_sequence_divergence reports it
-            for counter in _reads(node.test, refs, bound):
+            read = _reads(node.test, refs, bound)
+            moving = {c: (counters[c][1][-1][1] - counters[c][1][-1][0], counters[c][1][-1][1]) for c in read}
+            for counter in read:
                 kind, history = counters[counter]
                 before, after = history[-1]
                 if sides <= {(True, True), (False, False)} and \
@@ -287,7 +312,7 @@ def _branches(ctx):
                     # (False, False): the audited steps walked both sides and neither ran an op (a host free
                     # list popped every few positions): no kernel hangs on the test, the Python work is state
                     break
-                if _turns(node.test, counter, refs, bound, after - before, after, selves, consts):
+                if _turns(node.test, counter, refs, bound, after - before, after, selves, consts, moving):
                     yield code, node, counter, kind, history, next(iter(sides))
                     break
 

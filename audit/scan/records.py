@@ -71,6 +71,7 @@ class Trace:
     flags: dict = field(default_factory=dict)          # (file, if line, flag) -> truth values seen (scan.branch_flags)
     default_device: bool = False                       # torch.set_default_device(...) in force in an audited step
     ran_lines: list = field(default_factory=list)      # per audited step: (file, line) run where a host RNG can draw
+    settings_span: dict = field(default_factory=dict)  # step -> {setting: (value at start, value at end)} (settings_hooks)
 
     def is_own(self, code) -> bool:
         """The code object is in the target's own files (or the model package)."""

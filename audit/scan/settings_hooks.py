@@ -8,6 +8,12 @@ precision switch flipped per call, `torch.set_default_dtype` by phase) changes i
 replay does not. Each write in an audited step is a "setting" record at the writing line, with the value
 before and after it (note `before\\x00after`); audit/detectors/settings.py compares a step's first value
 with its last. A setting set and restored in the step, or set to the value it had, changes nothing.
+
+Some settings are one value under two names: `set_float32_matmul_precision("high")` turns
+`torch.backends.cuda.matmul.allow_tf32` on. A scoped helper that sets the precision, then the flag, and restores
+both, writes the flag first when it already reads True, and last back to False: its first write's "before" is
+not the value the step found. So every setting is also read when the step starts and when it ends
+(`trace.settings_span`, per step: label -> (start, end)), and the detector compares those where it has them.
 """
 
 from __future__ import annotations
@@ -66,6 +72,27 @@ def _flag_objects() -> list:
         if obj is not None and type(obj).__module__.startswith("torch.backends"):
             out.append((obj, f"torch.backends.{path}"))
     return out
+
+
+# the attributes of the flag objects read at a step's start and end (a name missing in this build is skipped)
+_FLAG_NAMES = ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction",
+               "allow_fp16_accumulation", "fp32_precision", "enabled", "benchmark", "deterministic",
+               "benchmark_limit", "strategy")
+
+
+def _snapshot() -> dict:
+    """label -> repr of every setting this module watches, as it reads now (unreadable ones left out)."""
+    out = {label: _read(getter) for _, _, label, getter in _functions()}
+    for _, _, label, getter in _per_device():
+        for dev in ("cpu", "cuda"):
+            out[f"{label} ({dev})"] = _read(lambda: getter(dev))
+    for obj, label in _flag_objects():
+        for name in _FLAG_NAMES:
+            try:
+                out[f"{label}.{name}"] = getattr(obj, name)
+            except Exception:  # noqa: BLE001 - not a flag of this object or this build
+                continue
+    return {k: repr(v) for k, v in out.items() if v != "<unreadable>"}
 
 
 def _read(getter):
@@ -130,4 +157,9 @@ def watching(tracer, patched, originals: dict):
         for obj, label in _flag_objects():
             cls = type(obj)
             stack.enter_context(patched(cls, "__setattr__", _setattr_wrapper(tracer, obj, label, cls.__setattr__)))
-        yield
+        start, index = _snapshot(), len(tracer.trace.steps) - 1
+        try:
+            yield
+        finally:
+            end = _snapshot()
+            tracer.trace.settings_span[index] = {k: (v, end[k]) for k, v in start.items() if k in end}

@@ -5,7 +5,7 @@ transformers' `LogitsProcessorList.__call__` calls every processor from `if len(
 processor(ids, scores)`. A custom processor counting its calls in Python (`self.calls += 1`) and masking EOS only
 `if self.calls <= self.n:` runs no torch op once the count passes; first in the list, nothing of its own ran before
 the branch, so both steps went on from the list's call line. The loop-body guard rule took the list's `if`, which
-calls the processor either way, for the switch of a processor toggled per request (audit/detectors/_call_arms.py)."""
+calls the processor either way, for the switch of a processor toggled per request (audit/detectors/branches/call_arms.py)."""
 
 from __future__ import annotations
 

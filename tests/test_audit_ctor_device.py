@@ -1,5 +1,5 @@
 """A library attribute made on the device its constructor is given, the CPU by default
-(audit/detectors/_default_device.py).
+(audit/detectors/host/default_device.py).
 
 transformers' `SuppressTokensLogitsProcessor(suppress_tokens, device="cpu")` keeps its token list as
 `torch.tensor(list(tokens), device=device)` and sends it with `.to(scores.device)` on every call. Built without a

@@ -77,8 +77,8 @@ def test_a_bank_made_on_the_device_is_not(tmp_path, make, send):
 
 @pytest.mark.parametrize("value", ["0", "-1", "0.5 * 2", "torch.float32"])
 def test_an_attribute_set_to_a_plain_value_is_no_host_bank(tmp_path, value):
-    from audit.detectors import _attr_memory
+    from audit.detectors.host import attr_memory
 
     src = tmp_path / "layer.py"
     src.write_text(f"import torch\n\nclass Layer:\n    def reset(self):\n        self.length = {value}\n")
-    assert _attr_memory.host_factory_attr(str(src), "length") is None
+    assert attr_memory.host_factory_attr(str(src), "length") is None

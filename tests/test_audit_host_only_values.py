@@ -1,4 +1,4 @@
-"""A tensor built from changing Python data that never reaches a kernel (audit/detectors/_host_only.py).
+"""A tensor built from changing Python data that never reaches a kernel (audit/detectors/host/host_only.py).
 
 `lens = torch.tensor([...]); n = max(lens.tolist())` in the step builds host data and reads it back on the
 host: capture records no kernel for it, so it bakes nothing (what the host then does with `n` is judged where

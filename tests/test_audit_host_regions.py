@@ -5,7 +5,7 @@ pen[t] = c * alpha`, the counts kept by the scheduler in prepare()) runs one `se
 Those ops run on the CPU on a GPU too: no graph records them, so the changing trip count is no path a replay
 gets wrong; sending `pen` with `.to(D)` is the finding (pageable-copy). The same loop writing into the device
 logits (`logits[:, t] -= c * alpha`) launches one kernel more per key: that is data-dependent-control
-(audit/detectors/_host_regions.py)."""
+(audit/detectors/host/regions.py)."""
 
 from __future__ import annotations
 

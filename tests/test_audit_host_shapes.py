@@ -6,7 +6,7 @@ indexed by `torch.tensor(keys)`) and sent with `.to(D)`, lifts lists of another 
 work a graph never records, and what reaches the device is a [V] row: the one finding is the pageable-copy at the
 send (a Python scalar assigned through the index into that host row, `row[idx] = 1.0`, copies nothing to a
 device either: audit/detectors/pageable_copy.py). Sending the lifted list itself (`torch.tensor(keys).to(D)`) puts its changing length on the device: that
-stays a dynamic-shape (audit/detectors/_host_only.py, shape_stays_on_host)."""
+stays a dynamic-shape (audit/detectors/host/host_only.py, shape_stays_on_host)."""
 
 from __future__ import annotations
 

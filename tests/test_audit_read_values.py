@@ -1,5 +1,5 @@
 """A value torch reads back from a 0-dim device index is the host-sync's, not a baked host value
-(audit/detectors/_read_values.py).
+(audit/detectors/tensors/read_values.py).
 
 `self.table[self.pos]` with `pos` a 0-dim integer device tensor: torch's indexing calls `.item()` on it (the
 host-sync at that line) and hands the Python int to `select`, whose argument then changes every step. That int

@@ -1,4 +1,4 @@
-"""A pinned staging buffer handed to a helper that fills it through a numpy view (audit/detectors/_staging_params.py).
+"""A pinned staging buffer handed to a helper that fills it through a numpy view (audit/detectors/host/staging_params.py).
 
 xgrammar-style matchers fill the next step's packed token bitmask into a buffer they are given:
 `self.matcher.fill(self.mask_cpu)`, whose body writes `out.numpy()[0, :] = packed`. That runs no torch op, so the

@@ -102,7 +102,7 @@ def test_a_config_field_names_the_cpu_only_when_it_is_not_the_compute_device():
     import ast
     import textwrap
 
-    from audit.detectors._scopes import names_cpu
+    from audit.detectors.source.scopes import names_cpu
 
     def reads_cpu(field: str) -> bool:
         src = textwrap.dedent(f"""

@@ -15,8 +15,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from audit.detectors import _capturable_flags
-from audit.detectors._cpu_only import cpu_side
+from audit.detectors.device import capturable_flags
+from audit.detectors.device.cpu_only import cpu_side
 from audit.report.inventory import CATEGORIES, Finding
 from audit.scan.user_code import OWN, display_path
 
@@ -61,7 +61,7 @@ def _load() -> None:
 
 
 # categories whose hazard is what the op at the site does (not the state it reads: a stale input is stale
-# whichever side reads it), so an op a GPU never runs is none on a GPU (_cpu_only)
+# whichever side reads it), so an op a GPU never runs is none on a GPU (device/cpu_only.py)
 _WHAT_THE_OP_DOES = frozenset({"host-sync", "step-allocation", "data-dependent-control", "baked-host-value",
                                "dynamic-shape", "cpu-side-effect", "rng", "cross-device", "pageable-copy",
                                "lazy-init"})
@@ -158,7 +158,7 @@ class Context:
         cf, cl, cfn = (self.rel(cfr[0]), int(cfr[1]), cfr[2]) if cfr else ("", 0, "")
         if not self.cuda and category in _WHAT_THE_OP_DOES and not isinstance(at, tuple) and at is not None and \
                 (severity or CATEGORIES[category].severity) != "info" and \
-                (cpu := cpu_side(at.stack) or _capturable_flags.cpu_only(self, at)):
+                (cpu := cpu_side(at.stack) or capturable_flags.cpu_only(self, at)):
             severity = "info"  # traced on a side of a device test that a GPU does not take
             message += f"; on the CPU only: {cpu[1]} ({self.rel(cpu[0])}:{cpu[2]})"
         return Finding(category, severity or CATEGORIES[category].severity, file, int(line), fn,
@@ -182,11 +182,11 @@ class Context:
 def run(trace, target_obj=None, cuda: bool = False) -> list[Finding]:
     """Every registered rule over the trace; a rule that crashes becomes a visible error, not a skip."""
     _load()
-    from audit.detectors import _factories
+    from audit.detectors.host import factories
 
     ctx = Context(trace, target_obj, cuda=cuda)
     out: list[Finding] = []
-    token = _factories.DEFAULT_DEVICE_SET.set(getattr(trace, "default_device", False))
+    token = factories.DEFAULT_DEVICE_SET.set(getattr(trace, "default_device", False))
     try:
         for category in CATEGORIES:
             for rule in REGISTRY.get(category, ()):
@@ -194,5 +194,5 @@ def run(trace, target_obj=None, cuda: bool = False) -> list[Finding]:
                     continue
                 out.extend(rule.fn(ctx))
     finally:
-        _factories.DEFAULT_DEVICE_SET.reset(token)
+        factories.DEFAULT_DEVICE_SET.reset(token)
     return out

@@ -19,11 +19,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from audit.detectors import _carried_shapes, _host_only, _read_sizes, _read_values, _source, register
-from audit.detectors._forwarded import forwarded
+from audit.detectors import register
+from audit.detectors.tensors import carried_shapes, read_sizes, read_values
+from audit.detectors.host import host_only
+from audit.detectors.source import lookup
+from audit.detectors.tensors.forwarded import forwarded
 from audit.detectors.allocation import attribute_sids
-from audit.detectors._passed_index import passed_skipped_index
-from audit.detectors._host import advanced, host_tensors
+from audit.detectors.branches.passed_index import passed_skipped_index
+from audit.detectors.host.kept import advanced, host_tensors
 
 
 def _aligned(ctx):
@@ -87,17 +90,17 @@ def varying_shapes(ctx):
                    if len({s[j] if j < len(s) else None for s in ins}) > 1]
         outside = any(not r.in_step[j] for r in recs for j in varying if j < len(r.in_step))
         plan.append((recs, outs, varying, outside))
-    makers, memo = _carried_shapes.makers(plan), {}
+    makers, memo = carried_shapes.makers(plan), {}
     for gid, (recs, outs, varying, outside) in enumerate(plan):
         origin = not varying or _host_sized(recs) or \
-            (outside and not _carried_shapes.carried_from_earlier_step(ctx, recs, varying, makers, gid, memo))
-        if origin and recs[0].op in _LIFTS and _host_only.stays_on_host(ctx, recs):
+            (outside and not carried_shapes.carried_from_earlier_step(ctx, recs, varying, makers, gid, memo))
+        if origin and recs[0].op in _LIFTS and host_only.stays_on_host(ctx, recs):
             continue  # host data of a changing length, read back on the host alone: no kernel's shape
-        if origin and _host_only.host_work_stays(ctx, recs):
+        if origin and host_only.host_work_stays(ctx, recs):
             continue  # CPU work on host data (a host factory's grid) that never reaches the device
-        if origin and _host_only.shape_stays_on_host(ctx, recs):
+        if origin and host_only.shape_stays_on_host(ctx, recs):
             continue  # host data of a changing length that meets the device only in a fixed shape (a densified row)
-        if origin and _read_sizes.follows_varying_shape(ctx, recs, aligned):
+        if origin and read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # `torch.ones(e.size(1))` after `e = e[:, mask]`: the shape varied upstream
         if origin:
             groups[(ctx.where(recs[0]), recs[0].op)].append((recs, outs))
@@ -152,7 +155,7 @@ def _skipped_iteration(ctx, recs) -> bool:
     held = attribute_sids(ctx).get(recs[0].inputs[0].sid) if recs[0].inputs else None
     indexed = held.rsplit(".", 1)[-1] if held and "[" not in held else None
     # the index may also reach the line as a helper's parameter (`forward_one(e, x)` reading `w1[e]`)
-    return _source.skipped_loop_index(code_line[0].co_filename, code_line[1], indexed) or \
+    return lookup.skipped_loop_index(code_line[0].co_filename, code_line[1], indexed) or \
         passed_skipped_index(recs[0].stack)
 
 
@@ -206,14 +209,14 @@ def varying_host_values(ctx):
             recs = next((g for g in by_shape.values() if len(g) > 1 and len({r.args for r in g}) > 1), None)
             if recs is None:
                 continue
-        if recs[0].args and recs[0].args[0] == "value" and _host_only.stays_on_host(ctx, recs):
+        if recs[0].args and recs[0].args[0] == "value" and host_only.stays_on_host(ctx, recs):
             continue  # built from host data and read back on the host alone: no kernel takes it
-        if _host_only.host_work_stays(ctx, recs):
+        if host_only.host_work_stays(ctx, recs):
             continue  # CPU work on host data that never reaches the device: no kernel takes the value
-        if _read_sizes.follows_varying_shape(ctx, recs, aligned):
+        if read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # the value is a size read off a tensor whose shape varies: dynamic-shape's, upstream
-        if _read_values.read_back_on_line(ctx, recs):
-            continue  # torch read it back from a 0-dim device tensor for the op: the host-sync's (_read_values)
+        if read_values.read_back_on_line(ctx, recs):
+            continue  # torch read it back from a 0-dim device tensor for the op: the host-sync's (tensors/read_values.py)
         groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
     changed = _changed(ctx)
     out = []
@@ -221,8 +224,8 @@ def varying_host_values(ctx):
         recs = items[0]
         if any(j in changed for rs in items for r in rs for j in _body_of(r)):
             continue  # a custom op whose traced body bakes the value: reported there, with this call as caller
-        if _host_only.lifts_on_host(ctx, items):
-            continue  # host data only host code reads: no device op takes the value (_host_only)
+        if host_only.lifts_on_host(ctx, items):
+            continue  # host data only host code reads: no device op takes the value (host/host_only.py)
         msg = _arg_diff(recs)
         fix = None
         if recs[0].args and recs[0].args[0] == "value":

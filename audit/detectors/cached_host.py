@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _host_moves, _mutations, _source, register
-from audit.detectors._scopes import _own_nodes
+from audit.detectors import register
+from audit.detectors.host import sends
+from audit.detectors.source import lookup, mutations
+from audit.detectors.source.scopes import _own_nodes
 from audit.scan.ast_nodes import all_nodes, calls_at
 
 MSG = ("the host tensor returned by `{fn}` (made in host memory, and by a call that ran before the step: a "
@@ -27,8 +29,8 @@ FIX = ("Cache the tensor on the device (move it inside the cached helper, keyed 
 
 
 def _host_made(filename: str, t, value) -> bool:
-    return _mutations._host_factory(filename, value) or _mutations._host_computed(filename, value) \
-        or _host_moves._to_cpu(t, value)
+    return mutations._host_factory(filename, value) or mutations._host_computed(filename, value) \
+        or sends._to_cpu(t, value)
 
 
 def _helper(t, filename: str, call, line: int):
@@ -54,8 +56,8 @@ def _returns_host(t, filename: str, call, line: int) -> str | None:
 
 def host_helper_moved(filename: str, line: int) -> str | None:
     """The name of the helper whose host tensor a `.to(...)` call on `line` moves, or None."""
-    t = _source.tree(filename)
-    func = _source.enclosing_function(filename, line) if t is not None else None
+    t = lookup.tree(filename)
+    func = lookup.enclosing_function(filename, line) if t is not None else None
     for n in calls_at(t, line) if t is not None else ():
         if not (isinstance(n.func, ast.Attribute) and n.func.attr == "to"):
             continue
@@ -85,7 +87,7 @@ def cached_host_to_device(ctx):
             if r.kind != "host" or r.note != "cpu?" or not r.stack or not r.inputs or r.inputs[0].sid in made:
                 continue
             code, line = r.stack[-1]
-            if not _source.names_cpu(code.co_filename, line) and (fn := host_helper_moved(code.co_filename, line)):
+            if not lookup.names_cpu(code.co_filename, line) and (fn := host_helper_moved(code.co_filename, line)):
                 hits.append(r)
                 names[id(r)] = fn
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, MSG.format(fn=names[id(g[0])]), fix=FIX,

@@ -16,9 +16,12 @@ from difflib import SequenceMatcher
 
 from torch import nn
 
-from audit.detectors import _call_arms, _control_source, _host_regions, _other_instance, _source, register
-from audit.detectors._layout_picks import picked_by_layout
-from audit.detectors._element_guards import element_guard
+from audit.detectors import register
+from audit.detectors.branches import call_arms, control_source, other_instance
+from audit.detectors.host import regions as _host_regions
+from audit.detectors.source import lookup
+from audit.detectors.branches.layout_picks import picked_by_layout
+from audit.detectors.branches.element_guards import element_guard
 
 
 def _module_call_frame(ctx, a, b):
@@ -58,19 +61,19 @@ def _decided(p, x, flags=None):
     for d, (code, lx) in enumerate(x.stack):
         shared = not left and d < len(ps) and ps[d][0] is code
         if shared and ps[d][1] == lx and d < len(x.stack) - 1:
-            if len(ps) == d + 1 and (line := _source.decider(code.co_filename, lx, lx)) \
-                    and not _control_source.args_first(code.co_filename, lx, x.stack[d + 1][0].co_name):
+            if len(ps) == d + 1 and (line := lookup.decider(code.co_filename, lx, lx)) \
+                    and not control_source.args_first(code.co_filename, lx, x.stack[d + 1][0].co_name):
                 return _at(code, line)  # p's op ended that call: x's call is another loop iteration
             continue  # the same call in progress: the paths part deeper
         for pc, lp in reversed(ps[d + 1:] if shared else ()):  # x left calls p was in: how they returned
-            if (line := _source.exit_after(pc.co_filename, lp)):
+            if (line := lookup.exit_after(pc.co_filename, lp)):
                 return _at(pc, line)
-        line = _source.decider(code.co_filename, ps[d][1] if shared else None, lx)
+        line = lookup.decider(code.co_filename, ps[d][1] if shared else None, lx)
         # `if procs is not None: procs(ids, x)`
-        if line and shared and _control_source.presence_test(code.co_filename, line):
+        if line and shared and control_source.presence_test(code.co_filename, line):
             inner = next(((c, found) for c, l in reversed(x.stack[d + 1:])
-                          if (found := _source.decider(c.co_filename, None, l))
-                          and not _control_source.held(c.co_filename, found, flags or {})), None)
+                          if (found := lookup.decider(c.co_filename, None, l))
+                          and not control_source.held(c.co_filename, found, flags or {})), None)
             if inner is not None:  # the nearest decision, inside the call the optional object runs
                 return _at(inner[0], inner[1])
         if line:
@@ -89,10 +92,10 @@ def _parted_before(p, q):
     prev = None
     for (cp, lp), (cq, lq) in zip(p.stack, q.stack):
         if cp is not cq:  # one call line, two functions (`fn = {"a": self._a, "b": self._b}[mode]; fn(x)`): the pick
-            line = _source.picked_by(prev[0].co_filename, prev[1]) if prev is not None else None
+            line = lookup.picked_by(prev[0].co_filename, prev[1]) if prev is not None else None
             return _at(prev[0], line) if line else None
         if lp != lq:
-            line = _source.branch_between(cp.co_filename, lp, lq)
+            line = lookup.branch_between(cp.co_filename, lp, lq)
             return _at(cp, line) if line else None
         prev = (cp, lp)
     return None
@@ -112,7 +115,7 @@ def _skipped_in_loop(x, nxt, p=None):
             and p.stack[d][0] is x.stack[d][0] and x.stack[d][1] > p.stack[d][1]:
         return None
     for (code, line), _ in reversed(shared):
-        if (guard := _source.body_guard(code.co_filename, line)):
+        if (guard := lookup.body_guard(code.co_filename, line)):
             return _at(code, guard)
     return None
 
@@ -124,7 +127,7 @@ def _picked_callee(p, x):
     shared = 0 if p is None else sum(1 for _ in itertools.takewhile(
         lambda f: f[0][0] is f[1][0] and f[0][1] == f[1][1], zip(p.stack, x.stack)))
     for code, line in reversed(x.stack[shared:]):
-        if (pick := _source.picked_by(code.co_filename, line)):
+        if (pick := lookup.picked_by(code.co_filename, line)):
             return _at(code, pick)
     return None
 
@@ -138,7 +141,7 @@ def _parted_inside(a, b):
     while i < min(len(sa), len(sb)) and sa[i][0] is sb[i][0] and sa[i][1] == sb[i][1]:
         i += 1
     if 0 < i < min(len(sa), len(sb)) and sa[i][0] is sb[i][0]:
-        line = _source.branch_between(sa[i][0].co_filename, sa[i][1], sb[i][1])
+        line = lookup.branch_between(sa[i][0].co_filename, sa[i][1], sb[i][1])
         if line:
             return _at(sa[i][0], line)
     return None
@@ -151,7 +154,7 @@ def _next_instance(ctx, p, x):
     if p is None or p.module == x.module or not _same_path(p, x):
         return None
     fr = _module_call_frame(ctx, p, x)
-    line = _source.decider(fr[0].co_filename, fr[1], fr[1]) if fr else None
+    line = lookup.decider(fr[0].co_filename, fr[1], fr[1]) if fr else None
     return _at(fr[0], line) if line else None
 
 
@@ -172,13 +175,13 @@ def _reentered(p, x):
         last = d == len(p.stack) - 1 or d == len(x.stack) - 1
         if lp == lx and not last:
             continue
-        if lx > lp or _source.decider(cx.co_filename, lp, lx):
+        if lx > lp or lookup.decider(cx.co_filename, lp, lx):
             return None  # forward in the same call, or a loop inside the function: not a new call
         depth = d
         break
     for code, line in reversed(x.stack[:depth or 0]):
-        found = _source.decider(code.co_filename, line, line)
-        if found or _control_source.comprehension_at(code.co_filename, line):
+        found = lookup.decider(code.co_filename, line, line)
+        if found or control_source.comprehension_at(code.co_filename, line):
             found = element_guard(code.co_filename, found, line) or found if found else None  # `if f.enabled:`
             return _at(code, found or line)  # a comprehension's iteration count (`[f(h, i) for i in range(k)]`)
     return None
@@ -191,14 +194,14 @@ def locate(ctx, p, a, b, q=None, nxt=None):
     differ (None: nothing more ran); nxt: where one side went on when the other ran extra ops."""
     if (found := _parted_before(p, q)):
         return found
-    if (a is None) != (b is None) and (found := _call_arms.entered_callee(a or b, nxt)):
+    if (a is None) != (b is None) and (found := call_arms.entered_callee(a or b, nxt)):
         return _at(*found)  # both steps made the call (an `if` calling it either way): its own branch decided
     if (a is None) != (b is None) and (found := _skipped_in_loop(a or b, nxt, p)):
         return found
     if (a is None) != (b is None) and (found := _next_instance(ctx, p, a or b)):
         return found
-    if (a is None) != (b is None) and nxt is not None and _other_instance.same_lines(a or b, nxt) \
-            and (found := _other_instance.chose_instance(_module_call_frame(ctx, a or b, nxt))):
+    if (a is None) != (b is None) and nxt is not None and other_instance.same_lines(a or b, nxt) \
+            and (found := other_instance.chose_instance(_module_call_frame(ctx, a or b, nxt))):
         return found  # the other step went on with the same code on another expert: the caller chose
     if a is not None and b is not None and (found := _parted_inside(a, b)):
         return found
@@ -211,11 +214,11 @@ def locate(ctx, p, a, b, q=None, nxt=None):
         if (found := _reentered(p, x)):
             return found
         code, line = x.stack[-1]
-        branch = _source.innermost_branch(code.co_filename, line)
+        branch = lookup.innermost_branch(code.co_filename, line)
         if branch is None and p is not None:  # the other side ran nothing more: it left a function early
             for d in range(min(len(p.stack), len(x.stack)) - 1, -1, -1):  # innermost shared frame first
                 (pc, lp), (xc, lx) = p.stack[d], x.stack[d]
-                if pc is xc and (found := _source.exit_branch(pc.co_filename, lp, lx)):
+                if pc is xc and (found := lookup.exit_branch(pc.co_filename, lp, lx)):
                     return _at(pc, found)
         return (None if branch else _picked_callee(p, x)) or _at(code, branch or line)
     sa, sb = a.stack, b.stack
@@ -223,7 +226,7 @@ def locate(ctx, p, a, b, q=None, nxt=None):
     while i < min(len(sa), len(sb)) and sa[i][0] is sb[i][0] and sa[i][1] == sb[i][1]:
         i += 1
     if i < len(sa) and i < len(sb) and sa[i][0] is sb[i][0]:
-        line = _source.branch_between(sa[i][0].co_filename, sa[i][1], sb[i][1])
+        line = lookup.branch_between(sa[i][0].co_filename, sa[i][1], sb[i][1])
         if line:
             return _at(sa[i][0], line)
     if p is not None and p.stack:  # one side left a function early: find the exiting branch
@@ -232,17 +235,17 @@ def locate(ctx, p, a, b, q=None, nxt=None):
             la = sa[d][1] if d < len(sa) and sa[d][0] is code else None
             lb = sb[d][1] if d < len(sb) and sb[d][0] is code else None
             if (la is None) != (lb is None):
-                line = _source.exit_branch(code.co_filename, lp, la if la is not None else lb)
+                line = lookup.exit_branch(code.co_filename, lp, la if la is not None else lb)
                 if line:
                     return _at(code, line)
     if i == len(sa) == len(sb) and a.module != b.module:
         fr = _module_call_frame(ctx, a, b) or (sa[-1] if sa else None)  # else the call's own line
         if fr:
             file = fr[0].co_filename
-            return _at(fr[0], _source.chooser(file, fr[1]) or _source.picked_by(file, fr[1]) or fr[1])
+            return _at(fr[0], lookup.chooser(file, fr[1]) or lookup.picked_by(file, fr[1]) or fr[1])
     code, line = (sa[i - 1] if 0 < i <= len(sa) else sa[-1])
     if 0 < i < len(sa) and i < len(sb) and sa[i][0] is not sb[i][0]:  # one call line, two functions:
-        line = _source.picked_by(code.co_filename, line) or line  # `fn = STRATEGIES[name]; fn(x)`
+        line = lookup.picked_by(code.co_filename, line) or line  # `fn = STRATEGIES[name]; fn(x)`
     return _at(code, line)
 
 
@@ -318,7 +321,7 @@ def _mode_switched(where, x):
     code, line = x.stack[-1]
     if where != _at(code, line):
         return where
-    func = _source.enclosing_function(code.co_filename, line)
+    func = lookup.enclosing_function(code.co_filename, line)
     withs = [n.lineno for n in ast.walk(func) if isinstance(n, (ast.With, ast.AsyncWith)) and n.body
              and n.body[0].lineno <= line <= (n.end_lineno or n.lineno)
              and any(_switched(i.context_expr) for i in n.items)] if func is not None else []
@@ -365,7 +368,7 @@ def _fold_loops_into_guards(hits: dict) -> None:
     blamed: the iterations differ because of the guard, so its finding takes the loop's regions
     (when a different iteration is skipped each step the alignment also cuts across the loop)."""
     for where in list(hits):
-        guards = _source.loop_guards(where[0], where[1])
+        guards = lookup.loop_guards(where[0], where[1])
         into = next((w for w in hits if w[0] == where[0] and w[1] in guards), None) if guards else None
         if into is not None:
             hits[into].extend(hits.pop(where))

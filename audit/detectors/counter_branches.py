@@ -4,9 +4,9 @@
 op sequences agree and the trace shows neither the branch nor the wait it hides. Yet the counter keeps moving
 on the host (a replay does not move it at all, cpu-side-effect) and the step the branch turns on is one a
 graph cannot follow: the captured side replays forever. For every `if` (or conditional expression, or a check
-that raises: `assert`, `torch._check`, read as `if` by `_raising_checks`) of the
+that raises: `assert`, `torch._check`, read as `if` by `branches/raising_checks.py`) of the
 target's own functions that ran, whose test reads a number the step changed (`self.n`, a module global, a
-local bound from one, a parameter the caller passed one in: `_passed_counters`) or one changed between the steps
+local bound from one, a parameter the caller passed one in: `branches/passed_counters.py`) or one changed between the steps
 (a step index `prepare()` stages), we run the test
 forward on the counter's own stride (the observed change per step) over the next few thousand steps and far
 ahead, with the constants and plain number attributes it compares against; where it cannot be read that way
@@ -20,11 +20,12 @@ from __future__ import annotations
 import ast
 import numbers
 
-from audit.detectors import _callees, register
-from audit.detectors._module_numbers import module_numbers
-from audit.detectors._passed_counters import callers, passed
-from audit.detectors._raising_checks import as_ifs
-from audit.detectors._state_sites import object_at, objects_defining
+from audit.detectors import register
+from audit.detectors.device import callee_waits
+from audit.detectors.source.module_numbers import module_numbers
+from audit.detectors.branches.passed_counters import callers, passed
+from audit.detectors.branches.raising_checks import as_ifs
+from audit.detectors.state.sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
 from audit.scan import class_state, loaded
 from audit.scan.ast_nodes import attr_chain, nodes_of
@@ -362,7 +363,7 @@ def syncs_behind_advanced_counters(ctx):
         sts = [st for side, body in zip(sides, (node.body, node.orelse)) if not side for st in body]
         file = code.co_filename
         waits = [(file, c.lineno, code.co_name, w) for st in sts for c in ast.walk(st) if (w := _sync_call(c))]
-        for wfile, line, fname, what in [*waits, *_callees.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
+        for wfile, line, fname, what in [*waits, *callee_waits.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
             out.append(ctx.finding(
                 "host-sync", (wfile, line, fname), what, 0.0,
                 f"`{what}()` runs on the steps where `{ast.unparse(node.test)}` (line {node.lineno}) turns, with "

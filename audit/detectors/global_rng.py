@@ -14,8 +14,10 @@ import ast
 import sys
 from collections import defaultdict
 
-from audit.detectors import _called_objects, _source, register
-from audit.detectors._state_sites import _calls, called_by_name, caller_of
+from audit.detectors import register
+from audit.detectors.state import called_objects
+from audit.detectors.source import lookup
+from audit.detectors.state.sites import _calls, called_by_name, caller_of
 from audit.scan.ast_nodes import all_nodes
 from audit.scan import global_rng
 from audit.scan.user_code import OWN
@@ -63,7 +65,7 @@ def _drawn_from(node, aliases: dict) -> str | None:
 
 def _sites(file: str, first: int | None, fn: str | None, which: set) -> list[tuple[int, str, str]]:
     """(line, function, generator) of the draws in the function `fn` starting at `first` (None: every function)."""
-    t = _source.tree(file)
+    t = lookup.tree(file)
     if t is None:
         return []
     aliases, out = _aliases(t), []
@@ -84,7 +86,7 @@ def _called_files(codes) -> set[str]:
     by_file = {getattr(m, "__file__", None): m for m in list(sys.modules.values()) if m is not None}
     out = set()
     for code in codes:
-        mod, t = by_file.get(code.co_filename), _source.tree(code.co_filename)
+        mod, t = by_file.get(code.co_filename), lookup.tree(code.co_filename)
         if mod is None or t is None:
             continue
         for node in all_nodes(t):
@@ -113,7 +115,7 @@ def global_generators_drawn(ctx):
             files = {c.co_filename for c in codes} | _called_files(codes)  # by one that ran, in its file or imported
             hits = [(f, *x) for f in files for x in _sites(f, None, None, which) if any(_calls(c, x[1]) for c in codes)]
         if not hits:  # or the `__call__` of a library object the target calls by syntax (`self.acc(d, t)`)
-            called = _called_objects.draws(ctx, own, codes, lambda f, first, fn: _sites(f, first, fn, which))
+            called = called_objects.draws(ctx, own, codes, lambda f, first, fn: _sites(f, first, fn, which))
             hits = list(called)
         for file, line, fn, gen, text in hits:
             ent = found.setdefault((file, line), [0, fn, gen, text, None])

@@ -4,8 +4,8 @@
 yet on the GPU that branch runs inside the captured region and capture fails. For every user
 function the step ran, we read its source and report the synchronizing calls inside an `if`
 that tests the device whose branch ran no op during the scan; in an installed library's functions
-only the side the test itself says a GPU runs (`x.is_cuda`, `dev.type == "cuda"`: _cuda_side). The test is read structurally
-(_scopes.device_test): `x.device != torch.device("cpu")`, `x.is_cuda`, `torch.cuda.*()`, or a flag
+only the side the test itself says a GPU runs (`x.is_cuda`, `dev.type == "cuda"`: device/cuda_side.py). The test is read structurally
+(scopes.device_test): `x.device != torch.device("cpu")`, `x.is_cuda`, `torch.cuda.*()`, or a flag
 assigned such a test (`self.on_accelerator = device != "cpu"`); a test on ordinary data is not one.
 CUDA scans skip this rule: there the branch either ran (and was traced) or is not taken.
 """
@@ -16,9 +16,12 @@ import ast
 import functools
 import inspect
 
-from audit.detectors import _callees, _capture_guards, _handoff, _reach, _scopes, _source, register
-from audit.detectors._device_branches import guards as _guards
-from audit.detectors._cuda_side import cuda_side
+from audit.detectors import register
+from audit.detectors.device import callee_waits, capture_guards, flag_reach
+from audit.detectors.state import handoff
+from audit.detectors.source import lookup, scopes
+from audit.detectors.device.device_branches import guards as _guards
+from audit.detectors.device.cuda_side import cuda_side
 from audit.scan import dist_hooks
 from audit.scan.user_code import LIBRARY, frame_kind
 
@@ -50,14 +53,14 @@ def _sync_call(call) -> str | None:
 
 def _guarded(file: str, test: ast.AST, *, line: int) -> bool:
     """Whether the `if` test picks a side by device (so a CPU scan only ever runs one side)."""
-    tree = _source.tree(file)
-    return tree is not None and (_scopes.device_test(tree, test) or cuda_side(test, _resolver(file, line)) is not None)
+    tree = lookup.tree(file)
+    return tree is not None and (scopes.device_test(tree, test) or cuda_side(test, _resolver(file, line)) is not None)
 
 
 def _resolver(file: str, line: int):
     """The assignments a name or `self.attr` read on `line` can see (for `s is not None` tests)."""
-    tree = _source.tree(file)
-    return lambda expr: _scopes.values(tree, expr, line) if tree is not None else None
+    tree = lookup.tree(file)
+    return lambda expr: scopes.values(tree, expr, line) if tree is not None else None
 
 
 def _in_test(node: ast.If):
@@ -98,7 +101,7 @@ def _ran(ctx) -> tuple[dict, set]:
 def _direct_library_calls(ctx, file: str, first: int, name: str):
     """(call, code) for the calls in the top-level statements of an own function that ran (so they ran
     too) of an installed library's function (`flush_profiler()`, which ran no op and left no frame)."""
-    func = _source.enclosing_function(file, first + 1)
+    func = lookup.enclosing_function(file, first + 1)
     if func is None or getattr(func, "name", None) != name:
         return
     for st in func.body:
@@ -106,7 +109,7 @@ def _direct_library_calls(ctx, file: str, first: int, name: str):
             continue  # a branch or loop may not have run it
         entered = {id(i.context_expr) for w in ast.walk(st) if isinstance(w, (ast.With, ast.AsyncWith)) for i in w.items}
         for call in (n for n in ast.walk(st) if isinstance(n, ast.Call)):
-            for code in _codes(_handoff.resolve(file, call.func), id(call) in entered):
+            for code in _codes(handoff.resolve(file, call.func), id(call) in entered):
                 if frame_kind(code.co_filename, ctx.trace.roots) == LIBRARY:
                     yield call, code
 
@@ -121,7 +124,7 @@ def _codes(obj, entered: bool) -> list:
 
 def _untaken(node: ast.If, file: str, lines: set, library: bool):
     """(side, statements) of whichever side of `node` ran no op in the scan (and could run under capture);
-    in library code only the side the test itself says a GPU runs (_cuda_side), with the plain flags the
+    in library code only the side the test itself says a GPU runs (device/cuda_side.py), with the plain flags the
     scan read at their values (`if self.timing and x.is_cuda:`)."""
     expr = getattr(node, "expr", False)  # a conditional expression: its sides share lines with other code
     want = cuda_side(node.test, node.resolve, node.known) if library or expr else None
@@ -129,7 +132,7 @@ def _untaken(node: ast.If, file: str, lines: set, library: bool):
         want = "orelse" if held else "body"  # a device flag of the target's (`self.on_gpu`): the side not taken here
     if (library or expr) and want is None:
         return
-    for side, body, safe in zip(("body", "orelse"), (node.body, node.orelse), _capture_guards.skipped_under_capture(node.test, file)):
+    for side, body, safe in zip(("body", "orelse"), (node.body, node.orelse), capture_guards.skipped_under_capture(node.test, file)):
         if body and not safe and (want is None or side == want) and (expr or not any(
                 (file, n) in lines for st in body for n in range(st.lineno, (st.end_lineno or st.lineno) + 1))):
             yield side, body
@@ -143,22 +146,22 @@ def syncs_in_untaken_device_branches(ctx):
     funcs, lines = _ran(ctx)
     out, seen = [], set()
     for (file, first), (name, rec) in funcs.items():
-        func = _source.enclosing_function(file, first + 1)
+        func = lookup.enclosing_function(file, first + 1)
         if func is None or getattr(func, "name", None) != name:
             continue
         caller = rec if isinstance(rec, tuple) or rec is None else ctx.caller_into(rec, file, name)
         for node in _guards(func):
             node.resolve = _resolver(file, node.lineno)
             is_device = functools.partial(_guarded, file, line=node.lineno)
-            node.known = _reach.known(_source.tree(file), file, node.lineno, ctx.trace.flags, is_device)
-            node.seen = functools.partial(_reach.seen, file, node.lineno, ctx.trace.flags)
+            node.known = flag_reach.known(lookup.tree(file), file, node.lineno, ctx.trace.flags, is_device)
+            node.seen = functools.partial(flag_reach.seen, file, node.lineno, ctx.trace.flags)
             def reached(side, node=node, is_device=is_device):  # no flag on the way held the other value
-                return not _reach.blocking_flag(_source.tree(file), func, node, side, file, ctx.trace.flags, is_device)
+                return not flag_reach.blocking_flag(lookup.tree(file), func, node, side, file, ctx.trace.flags, is_device)
             sides = _untaken(node, file, lines, rec is not None) if is_device(node.test) else ()
             sts = [st for side, body in sides if reached(side) for st in body]
             sts += _in_test(node) if reached("body") else []
             waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st) if (what := _sync_call(call))]
-            for wfile, line, fname, what in [*waits, *_callees.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
+            for wfile, line, fname, what in [*waits, *callee_waits.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
                 if (wfile, line) in seen:
                     continue
                 seen.add((wfile, line))

@@ -15,7 +15,8 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 
-from audit.detectors import _source, _targets, register
+from audit.detectors import register
+from audit.detectors.source import assign_targets, lookup
 from audit.scan.ast_nodes import all_nodes, nodes_of
 
 _TIME = {"time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns", "process_time"}
@@ -115,7 +116,7 @@ def _taint(func, mods: set, funcs: set) -> dict[str, int]:
             if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
                 line = _origin(n.value, tainted, mods, funcs)
                 # only the names the statement binds: `self.t[j] += clock() - t0` binds neither `self` nor `j`
-                for t in _targets.written(n) if line is not None else ():
+                for t in assign_targets.written(n) if line is not None else ():
                     if isinstance(t, ast.Name):
                         tainted.setdefault(t.id, line)
         if len(tainted) == before:
@@ -146,7 +147,7 @@ def _sinks(func, issued: set, mods: set, funcs: set) -> list[tuple[int, str]]:
 
 
 def _function(code):
-    t = _source.tree(code.co_filename)
+    t = lookup.tree(code.co_filename)
     for f in (() if t is None else all_nodes(t)):
         if isinstance(f, _FUNC) and f.name == code.co_name and \
                 min([f.lineno] + [d.lineno for d in f.decorator_list]) == code.co_firstlineno:
@@ -176,7 +177,7 @@ def _uses(ctx) -> tuple[dict, dict]:
     names, found = {}, {}  # file -> (clock modules, clock functions) it imports
     for code, lines in issued.items():
         if code.co_filename not in names:
-            t = _source.tree(code.co_filename)
+            t = lookup.tree(code.co_filename)
             names[code.co_filename] = _clock_names(t) if t is not None else (set(), set())
         mods, funcs = names[code.co_filename]
         func = _function(code)[1] if mods or funcs else None

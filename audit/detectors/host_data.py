@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from audit.detectors import (_attr_memory, _dataclass_fields, _default_device, _factories, _helper_alloc, _host_moves,
-                             _mutations, _source, register)
-from audit.detectors._host import class_spans, cpu_attrs, host_tensors, moved_elsewhere
-from audit.detectors._host import factory_born, host_born, host_data, host_derived, host_factories, sent_at
+from audit.detectors import register
+from audit.detectors.host import (attr_memory, dataclass_fields, default_device, factories as _factories,
+                                  helper_alloc, sends as _host_moves)
+from audit.detectors.source import lookup, mutations
+from audit.detectors.host.kept import class_spans, cpu_attrs, host_tensors, moved_elsewhere
+from audit.detectors.host.kept import factory_born, host_born, host_data, host_derived, host_factories, sent_at
 from audit.detectors.host_sync import index_tensors
 from audit.detectors.pageable_copy import FROM_DATA, PINNED_STEP
 from audit.scan import host_sends, pinned, state
@@ -68,7 +70,7 @@ def _factory_indices(recs, skip: set) -> list:
     if not any(r.kind == "aten" and r.op in _COPIES_INDEX for r in recs):
         return []
     sent = {r.inputs[0].sid for r in recs if r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack
-            and not _source.names_cpu(*_src(r))}  # `.to(D)` first: that copy is the finding (a no-op here)
+            and not lookup.names_cpu(*_src(r))}  # `.to(D)` first: that copy is the finding (a no-op here)
     made = host_derived(recs, factory_born(recs)) - sent
     out = []
     for r in recs:
@@ -91,13 +93,13 @@ def _host_attrs(ctx) -> dict[int, str]:
     of a dict or list attribute (an offload hook's `{name: p.detach().to("cpu")}`)."""
     out = {sid: label for sid, label, name, obj, t in cpu_attrs(ctx)
            if not pinned.asked(t)  # asked to be pinned when made (`pin_memory=self.pin`): the source may not say
-           and (((any(_attr_memory.host_factory_attr(f, name, span) == "pageable" or _host_moves.moved_to_host(f, name, span)
-                      for f, span in class_spans(type(obj))) or _dataclass_fields.field_memory(obj, name) == "pageable")
+           and (((any(attr_memory.host_factory_attr(f, name, span) == "pageable" or _host_moves.moved_to_host(f, name, span)
+                      for f, span in class_spans(type(obj))) or dataclass_fields.field_memory(obj, name) == "pageable")
                  and not moved_elsewhere(obj, name))
-                or _default_device.defaulted_to_cpu(ctx, obj, name, class_spans(type(obj))))}  # device="cpu" default
+                or default_device.defaulted_to_cpu(ctx, obj, name, class_spans(type(obj))))}  # device="cpu" default
     out.update({sid: label for sid, label, name, obj, _ in _host_moves.members(ctx)
                 if any(_host_moves.moved_to_host(f, name, span) for f, span in class_spans(type(obj)))})
-    out.update(_helper_alloc.host_buffers(ctx))  # `self.cpu_cache = self._allocate(n, "cpu")`
+    out.update(helper_alloc.host_buffers(ctx))  # `self.cpu_cache = self._allocate(n, "cpu")`
     out.update(_sent_members(ctx, out))  # `state_dict = {n: p.to("cpu") ...}` in a function, kept by a hook
     return out
 
@@ -147,8 +149,8 @@ def _device_attrs(ctx) -> set[int]:
     """Storage ids of the target's tensor attributes its class makes on a device (`device=device`, `.to(D)`),
     and of the tensors held in its dict or list attributes made so."""
     return {sid for sid, _, name, obj, _ in cpu_attrs(ctx)
-            if any(_mutations.device_attr(f, name, span) for f, span in class_spans(type(obj)))} | \
-        _host_moves.device_members(ctx) | _helper_alloc.device_buffers(ctx)  # `{i: torch.zeros(n, device=device) ...}`
+            if any(mutations.device_attr(f, name, span) for f, span in class_spans(type(obj)))} | \
+        _host_moves.device_members(ctx) | helper_alloc.device_buffers(ctx)  # `{i: torch.zeros(n, device=device) ...}`
 
 
 def _copied_in(r, derived: dict, device: set) -> bool:
@@ -174,7 +176,7 @@ def host_attrs_to_device(ctx):
         derived, moved, sent_tids = _from_staged(recs, staged, host_data(ctx, step)), set(), set()
         for r in recs:
             sent = r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack and r.inputs[0].sid in derived \
-                and not _source.names_cpu(*_src(r))
+                and not lookup.names_cpu(*_src(r))
             if sent and r.inputs[0].sid in moved and r.inputs[0].tid not in sent_tids:
                 continue
             if sent:
@@ -209,7 +211,7 @@ def _device_factories(recs) -> set:
     """Storage ids of the step's tensors a torch factory made on the step's device (`torch.zeros(v,
     device=dev)`, the source says so): device tensors on a GPU, like those _device_made finds."""
     return {r.outputs[0].sid for r in recs if r.kind == "aten" and r.outputs and r.stack
-            and r.op.split(".")[1] in _source.HOST_FACTORIES
+            and r.op.split(".")[1] in lookup.HOST_FACTORIES
             and _factories.factory_on_device(r.stack[-1][0].co_filename, r.stack[-1][1])}
 
 
@@ -224,7 +226,7 @@ def host_data_to_device(ctx):
     for recs in ctx.steps:
         born = host_born(recs) | host_factories(recs)
         on_device = {r.inputs[0].sid for r in recs if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")
-                     and r.stack and r.inputs and _source.builds_on_device(*_src(r))}  # already sent: not host data
+                     and r.stack and r.inputs and lookup.builds_on_device(*_src(r))}  # already sent: not host data
         built, born = born, host_derived(recs, born - on_device)  # built straight onto a device: not host memory
         made = set()
         if any(r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born for r in recs):
@@ -235,7 +237,7 @@ def host_data_to_device(ctx):
         seen = set()
         for lift, ix, op in _host_indices(recs, born):
             at = lift if op == "aten.index_select" else ix
-            if not _source.builds_on_device(*_src(lift)) and id(at) not in seen and at.stack:
+            if not lookup.builds_on_device(*_src(lift)) and id(at) not in seen and at.stack:
                 seen.add(id(at))
                 hits.append((at, REFUSED if op == "aten.index_select" else INDEX))
         fidx = _factory_indices(recs, born | set(host))
@@ -249,10 +251,10 @@ def host_data_to_device(ctx):
                 continue
             if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs[:1] and \
                     r.inputs[0].sid in built:
-                if _source.builds_on_device(*_src(r)):
+                if lookup.builds_on_device(*_src(r)):
                     hits.append((r, FROM_DATA))
             elif r.kind == "host" and r.note == "cpu?" and r.inputs and r.inputs[0].sid in born and \
-                    not _source.names_cpu(*_src(r)):
+                    not lookup.names_cpu(*_src(r)):
                 hits.append((r, TO_DEVICE))
             elif r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born \
                     and moved.get(r.inputs[1].sid, i + 1) > i \

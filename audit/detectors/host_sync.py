@@ -15,12 +15,15 @@ from collections.abc import Callable
 
 import torch
 
-from audit.detectors import _capture_guards, _inside_torch, _source, register
-from audit.detectors._forwarded import forwarded
+from audit.detectors import register
+from audit.detectors.device import capture_guards
+from audit.detectors.host import inside_torch
+from audit.detectors.source import lookup
+from audit.detectors.tensors.forwarded import forwarded
 from audit.scan.hooks import NON_BLOCKING
-from audit.detectors._moved_host import reads_of_copies
-from audit.detectors._guarded_copies import reads_after_guarded_copies
-from audit.detectors._host import (computes_on_host, from_device, host_born, host_derived, host_factories,
+from audit.detectors.host.own_copies import reads_of_copies
+from audit.detectors.device.guarded_copies import reads_after_guarded_copies
+from audit.detectors.host.kept import (computes_on_host, from_device, host_born, host_derived, host_factories,
                                    host_tensors, in_place_updates, kept_on_host, pinned_host)
 
 SYNC_OPS: dict[str, Callable] = {}  # "aten.nonzero" -> rule(record) -> (message, fix) | None
@@ -278,7 +281,7 @@ def _to_host(ctx):
         for r in recs:
             if r.kind == "host" and r.note == "cpu?" and r.stack and r.op != NON_BLOCKING:
                 born = host_derived(recs, host_born(recs) | host_factories(recs)) if born is None else born
-                if (not r.inputs or r.inputs[0].sid not in born) and _source.names_cpu(
+                if (not r.inputs or r.inputs[0].sid not in born) and lookup.names_cpu(
                         r.stack[-1][0].co_filename, r.stack[-1][1]):
                     keep.add(id(r))
     return keep
@@ -304,7 +307,7 @@ def host_reads(ctx):
             dest = "pageable host memory" if ctx.cuda else "the host"
             what = f"a {list(shape)} tensor" if r.inputs else "a tensor's storage"  # pickle saves the storage
             msg = f"`{op}` on {what} copies it to {dest} and waits for the device"
-            msg, fix = _inside_torch.explain(r, msg, _HOST_FIX.get(op, _DEVICE_FIX))
+            msg, fix = inside_torch.explain(r, msg, _HOST_FIX.get(op, _DEVICE_FIX))
         elif op.endswith(".query"):
             msg = f"`{op}()` polls device progress from the host (not allowed while capturing)"
             fix = "Remove it from the step; poll outside the captured region."
@@ -315,7 +318,7 @@ def host_reads(ctx):
         else:
             msg = f"`{op}()` blocks the host until the device is idle (capture cannot contain it)"
             fix = "Remove it from the step; gate profiling syncs behind a flag that is off during capture."
-        guard = next(filter(None, (_capture_guards.capture_guard(c.co_filename, n) for c, n in reversed(r.stack))), None)
+        guard = next(filter(None, (capture_guards.capture_guard(c.co_filename, n) for c, n in reversed(r.stack))), None)
         sev = None
         if guard:  # eager decode waits here, a capture never reaches it
             sev, msg = "info", f"{msg}; skipped while a graph is captured (`{guard}`): an eager-only stall"

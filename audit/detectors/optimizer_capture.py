@@ -15,8 +15,8 @@ from __future__ import annotations
 import inspect
 
 from audit.detectors import register
-from audit.detectors._capturable_flags import gpu_capturable
-from audit.detectors._optimizer_steps import optimizers
+from audit.detectors.device.capturable_flags import gpu_capturable
+from audit.detectors.device.optimizer_steps import optimizers
 
 _ENTER = "profiler._record_function_enter_new"
 _CHECKS = {"_accelerator_graph_capture_health_check", "_cuda_graph_capture_health_check"}

@@ -9,8 +9,9 @@ one finding.
 
 from __future__ import annotations
 
-from audit.detectors import _source, register
-from audit.detectors._host import from_kept, host_data, host_made
+from audit.detectors import register
+from audit.detectors.source import lookup
+from audit.detectors.host.kept import from_kept, host_data, host_made
 from audit.detectors.host_sync import (INDEX_PUT, SCALAR_COPIED, copy_sides, from_host_data, host_index,
                                        host_scalar_put, lifted_here, masked_fill_dispatch, non_blocking,
                                        scalar_operand_copy)
@@ -100,7 +101,7 @@ def _sent(ctx, step: int) -> set:
     cache = ctx.__dict__.setdefault("_sent_to_device", {})
     if step not in cache:
         cache[step] = {r.inputs[0].sid for r in ctx.steps[step] if r.kind == "host" and r.note == "cpu?" and r.inputs
-                       and r.stack and not _source.names_cpu(r.stack[-1][0].co_filename, r.stack[-1][1])}
+                       and r.stack and not lookup.names_cpu(r.stack[-1][0].co_filename, r.stack[-1][1])}
     return cache[step]
 
 
@@ -109,7 +110,7 @@ def scalar_operands(ctx):
     """Both scans: `torch.where(mask, x, torch.tensor(-1e4))` on device tensors. Where binary ops take a 0-dim
     CPU tensor as a kernel argument, where() moves it to the device with a copy. A CPU scan knows the host
     tensor by where it came from (host data or a host factory in the step, a tensor the target keeps on the
-    host: _host.host_data, from_kept) and the device side by an operand that came from neither."""
+    host: host/kept.py: host_data, from_kept) and the device side by an operand that came from neither."""
     hits = []
     for r in ctx.all_records(("aten",)):
         if r.op not in SCALAR_COPIED or r.nested or not r.frame:

@@ -12,7 +12,8 @@ import ast
 
 import torch
 
-from audit.detectors import _registered_gens, register
+from audit.detectors import register
+from audit.detectors.state import registered_gens
 from audit.scan.ast_nodes import all_nodes
 from audit.scan.seed_hooks import BY_VALUE
 
@@ -60,7 +61,7 @@ def random_ops(ctx):
     out = []
     for (_, _, op), group in ctx.per_site(recs).items():
         gen = _generator(group[0])
-        reg = _registered_gens.registered(ctx, group[0]) if gen is not None and not gen[2] else None
+        reg = registered_gens.registered(ctx, group[0]) if gen is not None and not gen[2] else None
         if reg is not None:
             out.append(ctx.finding(
                 "rng", group[0], op, len(group) / ctx.n_steps,
@@ -142,7 +143,7 @@ def generator_reseeding(ctx):
     per-request generator reseeded every token): a C method, so no hook sees it; found in the source
     of the functions that ran in the step, the target's own and library code (with the target's line
     that called into it as the caller). A CUDA generator refuses it during capture."""
-    from audit.detectors import _source
+    from audit.detectors.source import lookup
 
     # Library code that ran is read too (a serving library's sampler reseeding a per-request generator
     # every step blocks capture wherever it lives); its finding names the target's line that called it.
@@ -155,7 +156,7 @@ def generator_reseeding(ctx):
                 via.setdefault(key, r)
     out = []
     for file, fn, first in sorted(ran):
-        t = _source.tree(file)
+        t = lookup.tree(file)
         for func in (() if t is None else all_nodes(t)):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.name != fn or \
                     min([func.lineno] + [d.lineno for d in func.decorator_list]) != first:

@@ -12,7 +12,7 @@ CPU scans only: on a GPU, sync-debug mode reports the read at the same line (hos
 from __future__ import annotations
 
 from audit.detectors import register
-from audit.detectors._host import from_kept, host_data
+from audit.detectors.host.kept import from_kept, host_data
 
 # op -> (overloads that take a tensor where a number goes, input positions read on the host; None: every 0-dim input)
 HOST_READ_ARGS: dict[str, tuple[tuple[str, ...], tuple[int, ...] | None]] = {

@@ -18,16 +18,21 @@ import inspect
 import re
 from collections import defaultdict
 
-from audit.detectors import (_between_steps, _library_callers, _capture_guards, _constructors, _descriptors, _drawn, _elements,
-                             _foreign_threads, _fresh_slots, _handoff, _held_objects, _implicit, _module_refs,
-                             _mutations, _ran_hooks, _co_holders, _rebinds, register)
-from audit.detectors._state_sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
+from audit.detectors import register
+from audit.detectors.state import (between_steps, co_holders, constructors, drawn as _drawn, elements,
+                                   foreign_threads, handoff, held_objects, library_callers, module_refs, ran_hooks,
+                                   rebinds)
+from audit.detectors.device import capture_guards
+from audit.detectors.source import descriptors, implicit, mutations
+from audit.detectors.tensors import fresh_slots
+from audit.detectors.state.sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
-from audit.detectors._host import from_device, host_tensors, in_place_updates, kept_on_host
+from audit.detectors.host.kept import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines, escaped_members
 from audit.scan import class_state, global_rng, loaded, mp_queues, script_state, staging_bytes, state
-from audit.detectors import _methods, _queue_puts
+from audit.detectors.source import methods as _methods
+from audit.detectors.state import queue_puts
 from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
@@ -39,16 +44,16 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
     if gen := generator_sites(ctx, change):
         return gen, ""
     if change.owner.startswith("<globals "):  # a function exec'd into a plain namespace
-        own = {f for f, _ in _library_callers.executed(ctx, step, own_only=True)}
-        return generated_sites(ctx, change, own, _library_callers.executed(ctx, step)), ""
+        own = {f for f, _ in library_callers.executed(ctx, step, own_only=True)}
+        return generated_sites(ctx, change, own, library_callers.executed(ctx, step)), ""
     files, foreign = _owner_files(ctx, change, step)
-    ran = _library_callers.executed(ctx, step)
+    ran = library_callers.executed(ctx, step)
     if not change.owner.startswith(("<module ", "<closure ")):  # `self.meta.tokens += 1` lives in the caller's code
-        files += [(f, None, False) for f in sorted({f for f, _ in _library_callers.executed(ctx, step, own_only=True)})]
+        files += [(f, None, False) for f in sorted({f for f, _ in library_callers.executed(ctx, step, own_only=True)})]
     if drawn := _drawn.sites(ctx, change, step, files):  # a host generator: the call on it that ran drew
         return drawn, ""
     if mp_queues.is_queue_fp(change.after):  # a multiprocessing queue, compared by its puts
-        return _queue_puts.sites(ctx, change, step, files), ""
+        return queue_puts.sites(ctx, change, step, files), ""
     cands = []
     attr = change.attr
     if "." in attr:  # `METRICS.steps += 1` on a global object, `self.cache.filled += 1` on a tensor
@@ -59,11 +64,11 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         if not file:
             continue
         cands += [((file, fn) in ran, file, line, fn) for line, fn in
-                  _mutations.mutation_sites(file, attr, span, global_name=glob) if not _constructors.skipped(change, fn)]
-    cands += [((f, fn) in ran, f, line, fn) for f, line, fn in _held_objects.holder_sites(ctx, change)]  # `self.info.n`
+                  mutations.mutation_sites(file, attr, span, global_name=glob) if not constructors.skipped(change, fn)]
+    cands += [((f, fn) in ran, f, line, fn) for f, line, fn in held_objects.holder_sites(ctx, change)]  # `self.info.n`
     if not cands and whole_state_fp(change.after):  # `self.rng.random()`, an iterator: a call on it changed it
         cands = [(f, line, fn) for f, span, glob in files if f
-                 for line, fn, _ in _mutations.method_calls(f, attr, global_name=glob)
+                 for line, fn, _ in mutations.method_calls(f, attr, global_name=glob)
                  if fn not in ("__init__", "prepare") and (not span or span[0] <= line <= span[1])]
         cands = [((f, fn) in ran, f, line, fn) for f, line, fn in dict.fromkeys(cands)]
     if change.owner.startswith("<closure "):  # the closure whose cell changed, not the scope that made it
@@ -71,28 +76,28 @@ def _source_sites(ctx, change, step: int) -> tuple[list, str]:
         cands = [c for c in cands if c[3] == own] or cands
     best = [(f, line, fn) for r, f, line, fn in cands if r]
     if not best and not change.owner.startswith(("<module ", "<closure ")):  # nothing nearer ran: a library
-        for spans in (_library_spans, _between_steps.reached_spans):  # a helper handed the object, then its callees
+        for spans in (_library_spans, between_steps.reached_spans):  # a helper handed the object, then its callees
             best = best or [(f, n, fn) for f, span, _ in spans(ctx, step)
-                            for n, fn in _mutations.mutation_sites(f, attr, span, named=bool(cands))
-                            if not _constructors.skipped(change, fn)]  # the owner's own statements beat a computed setattr
+                            for n, fn in mutations.mutation_sites(f, attr, span, named=bool(cands))
+                            if not constructors.skipped(change, fn)]  # the owner's own statements beat a computed setattr
     if best:
-        return _between_steps.fitting(best, change)[:3], ""
-    emptying = {fn for _, f, line, fn in cands if _between_steps.empties(f, line, fn, change)}  # `_reset()`: `.clear()`
+        return between_steps.fitting(best, change)[:3], ""
+    emptying = {fn for _, f, line, fn in cands if between_steps.empties(f, line, fn, change)}  # `_reset()`: `.clear()`
     calls, note, methods = _calls_into(ctx, change, foreign, ran, emptying, step) if cands or foreign else ([], "", set())
     # a method the step called on the object that ran no torch op (`self.lru.touch(ids)`): its own
     # statement (`self.order.move_to_end(b)`) is the site, not the class's other mutating methods
-    inside = _implicit.accessor_sites(ctx, [(f, line, fn) for _, f, line, fn in cands if fn in methods
+    inside = implicit.accessor_sites(ctx, [(f, line, fn) for _, f, line, fn in cands if fn in methods
                                             and fn not in emptying and frame_kind(f, ctx.trace.roots) != HIDDEN])
     if inside:
         return inside[:3], note if foreign else ""
     if foreign and calls:  # the object's own methods write nothing there: a co-holder's call (`sched.step()`)
-        return _co_holders.instead(ctx, change, calls, note, methods, ran)
-    shown = _implicit.accessor_sites(ctx, _between_steps.step_sites(
+        return co_holders.instead(ctx, change, calls, note, methods, ran)
+    shown = implicit.accessor_sites(ctx, between_steps.step_sites(
         ctx, step, [(f, n, fn) for _, f, n, fn in cands if frame_kind(f, ctx.trace.roots) != HIDDEN], change))
     if not shown and foreign:  # no statement of its own: a co-holder's call whose method writes elsewhere
         calls, note, methods = _calls_into(ctx, change, foreign, ran, emptying, step, strict=False)  # (`sched.step()`)
         if calls:
-            return _co_holders.instead(ctx, change, calls, note, methods, ran)
+            return co_holders.instead(ctx, change, calls, note, methods, ran)
     return shown[:3], ""
 
 
@@ -106,7 +111,7 @@ def _library_spans(ctx, step: int) -> list:
             if ctx.trace.is_own(code) or frame_kind(code.co_filename, ctx.trace.roots) != LIBRARY:
                 continue
             spans[(code.co_filename, code.co_firstlineno)] = (code.co_filename, code_span(code), False)
-    return [spans[k] for k in sorted(spans)] + _ran_hooks.hook_spans(ctx, step)  # hooks run no op of their own
+    return [spans[k] for k in sorted(spans)] + ran_hooks.hook_spans(ctx, step)  # hooks run no op of their own
 
 
 def _owner_files(ctx, change, step: int) -> tuple[list, str]:
@@ -115,17 +120,17 @@ def _owner_files(ctx, change, step: int) -> tuple[list, str]:
     if change.owner.startswith("<module "):
         mod = loaded.module_named(change.owner[8:-1])
         obj = _global_object(mod, change.attr) if mod is not None and "." in change.attr else None
-        refs = _module_refs.referring_files(mod, _library_callers.head(change.attr), _library_callers.executed(ctx, step))  # `ps.STATS[k] += 1`
+        refs = module_refs.referring_files(mod, library_callers.head(change.attr), library_callers.executed(ctx, step))  # `ps.STATS[k] += 1`
         inner = _class_files(type(held).__mro__[:-1]) if (held := _held_by_global(obj, change.attr)) is not None else []
         return [(getattr(mod, "__file__", None), None, True), *refs, *inner], _foreign_class(ctx, obj)
     if change.owner.startswith("<closure "):  # `nonlocal count; count += 1`: a bare name in the code that ran,
-        files = [(f, None, True) for f in sorted({f for f, _ in _library_callers.executed(ctx, step, own_only=True)})]
+        files = [(f, None, True) for f in sorted({f for f, _ in library_callers.executed(ctx, step, own_only=True)})]
         for fn in closure_functions(ctx, change.owner):  # or in the closure's own function (a library hook's)
             files.append((fn.__code__.co_filename, code_span(fn.__code__), True))
         return list(dict.fromkeys(files)), ""
     if change.owner.startswith("<class "):  # `cls.instances += 1`: in the class, its bases or its metaclass
         cls = class_state.CLASSES.get(change.owner)
-        held = _elements.class_held(ctx, change.owner, change.attr)  # an object kept on it (`crit.n`)
+        held = elements.class_held(ctx, change.owner, change.attr)  # an object kept on it (`crit.n`)
         return _class_files((cls.__mro__[:-1] + type(cls).__mro__[:-2] if cls is not None else ()) +
                             (type(held).__mro__[:-1] if held is not None else ())), ""
     obj = object_at(ctx, change.owner)
@@ -154,7 +159,7 @@ def _class_files(classes) -> list:
 def _global_object(mod, attr: str):
     """The object whose attribute changed under a module global: the global itself (`METRICS.steps`)
     or the member of a global list or dict (`_REGISTRY['decode'].count`), else None."""
-    obj = vars(mod).get(_library_callers.head(attr))
+    obj = vars(mod).get(library_callers.head(attr))
     key = re.match(r"[^.\[]*\[(.*)\]\.[^.]*$", attr)
     if key is not None and isinstance(obj, (dict, list, tuple)):
         with contextlib.suppress(Exception):
@@ -196,20 +201,20 @@ def _calls_into(ctx, change, cls: str, ran: set, emptying: set, step: int, stric
     `Counter.reset`); `strict`: without the methods that never write the attribute. Also the names of the methods
     called."""
     module = change.owner.startswith("<module ")
-    holder, files = (_library_callers.head(change.attr), [getattr(loaded.module_named(change.owner[8:-1]), "__file__", None)]) \
-        if module else _library_callers.holder(ctx, change.owner)
+    holder, files = (library_callers.head(change.attr), [getattr(loaded.module_named(change.owner[8:-1]), "__file__", None)]) \
+        if module else library_callers.holder(ctx, change.owner)
     if not holder:
         return [], "", set()
     files = sorted({f for f in files if f} | {f for f, _ in ran if is_user_file(f, ctx.trace.roots)})
     hits = [((f, fn) in ran, f, line, fn, m) for f in files
-            for line, fn, m in _mutations.method_calls(f, holder, global_name=module) if fn not in ("__init__", "prepare")]
+            for line, fn, m in mutations.method_calls(f, holder, global_name=module) if fn not in ("__init__", "prepare")]
     if not module and (fields := _other_fields(ctx, change)):  # `task.start_time = t` leaves `completed` alone
         hits = [h for h in hits if h[4] not in fields]
     if not module and strict:  # `task._reset()`, whose source never writes `completed` (or only empties `_progress`)
-        attr = _library_callers.head(change.attr)
+        attr = library_callers.head(change.attr)
         hits = [h for h in hits if h[4] not in emptying and
                 not _methods.writes_nothing(object_at(ctx, change.owner), h[4], attr)]
-    reached = _between_steps.step_names(ctx, step, {h[1] for h in hits}) if len(hits) > 1 else set()
+    reached = between_steps.step_names(ctx, step, {h[1] for h in hits}) if len(hits) > 1 else set()
     hits = [h for h in hits if h[0] or h[3] in reached] or hits  # `Gauge.set` the step called, not `Counter.reset`
     best = [h for h in hits if h[0]] or hits
     methods = ", ".join(dict.fromkeys(f"`.{m}()`" for *_, m in best[:3]))
@@ -251,21 +256,21 @@ def python_state_changes(ctx):
             text, sev = _guarded(msg, rec.stack[-1][0].co_filename, rec.stack[-1][1])
             out.append(ctx.finding("cpu-side-effect", rec, "setattr", count, text, severity=sev))
             continue
-        if escaped_members(ctx, c) or _fresh_slots.rewritten_each_step(ctx, hits):  # the tensor detectors' own
+        if escaped_members(ctx, c) or fresh_slots.rewritten_each_step(ctx, hits):  # the tensor detectors' own
             continue
         sites, note = _source_sites(ctx, c, s)
-        if _foreign_threads.other_threads_only(sites, _library_callers.executed(ctx, s)) or \
-                _foreign_threads.thread_work_only(ctx, s, sites, _library_callers.executed(ctx, s)):  # a thread's own
+        if foreign_threads.other_threads_only(sites, library_callers.executed(ctx, s)) or \
+                foreign_threads.thread_work_only(ctx, s, sites, library_callers.executed(ctx, s)):  # a thread's own
             continue
         if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:
             sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it
             if not sites:
                 continue
         sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]
-        sites = [x for x in sites if not unchanged_slot_line(c, x) and not _between_steps.lazy_init_line(c, x)] or sites
-        sites = _descriptors.ran_accessors(ctx, owner, sites, s)
-        handed = _handoff.handed_over(ctx, c, _library_callers.executed(ctx, s, own_only=True)) \
-            if _rebinds.handed_back_only(sites, c.attr) and not owner.startswith("<") else []
+        sites = [x for x in sites if not unchanged_slot_line(c, x) and not between_steps.lazy_init_line(c, x)] or sites
+        sites = descriptors.ran_accessors(ctx, owner, sites, s)
+        handed = handoff.handed_over(ctx, c, library_callers.executed(ctx, s, own_only=True)) \
+            if rebinds.handed_back_only(sites, c.attr) and not owner.startswith("<") else []
         sites = [] if handed else sites  # `self.kw = lib.update(self.kw)`: the library changed it, the store puts it back
         for file, line, fn, call in handed:  # handed to a library that changes it under its own name
             text, sev = _guarded(_message(c), file, line)
@@ -280,16 +285,16 @@ def python_state_changes(ctx):
             caller = caller_of(ctx, site, s)
             own_site = site[0] in own_files or frame_kind(site[0], ctx.trace.roots) == OWN  # its own caller
             if caller is None and not own_site:  # library code the step's ops never ran in
-                caller = (_descriptors.accessor_call(ctx, owner, site, s)
+                caller = (descriptors.accessor_call(ctx, owner, site, s)
                           or hooked_call(ctx, site, s) or hook_caller(ctx, c.owner, s)
-                          or _constructors.constructor_call(ctx, site, s) or _implicit.class_call(
-                    class_state.CLASSES.get(c.owner), site, own_files, _library_callers.executed(ctx, s, own_only=True))
-                          or _library_callers.user_call_into(ctx, c, s, own_files, _implicit.syntax_of(site))
-                          or _elements.container_call(ctx, c.owner, own_files, _library_callers.executed(ctx, s, True), site[2], c.attr)
-                          or _library_callers.user_call_of(ctx, site, s, own_files)
-                          or _implicit.inline_uses(own_files, site, _library_callers.executed(ctx, s, own_only=True))
-                          or called_by_name(ctx, site, s, _elements.held_names(ctx, c.owner))
-                          or _elements.handed_call(ctx, c.owner, own_files, _library_callers.executed(ctx, s, True)))
+                          or constructors.constructor_call(ctx, site, s) or implicit.class_call(
+                    class_state.CLASSES.get(c.owner), site, own_files, library_callers.executed(ctx, s, own_only=True))
+                          or library_callers.user_call_into(ctx, c, s, own_files, implicit.syntax_of(site))
+                          or elements.container_call(ctx, c.owner, own_files, library_callers.executed(ctx, s, True), site[2], c.attr)
+                          or library_callers.user_call_of(ctx, site, s, own_files)
+                          or implicit.inline_uses(own_files, site, library_callers.executed(ctx, s, own_only=True))
+                          or called_by_name(ctx, site, s, elements.held_names(ctx, c.owner))
+                          or elements.handed_call(ctx, c.owner, own_files, library_callers.executed(ctx, s, True)))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
     for c, count, msg, owner in unsited:  # one object reached two ways (an attribute and a closure cell): once
@@ -306,7 +311,7 @@ def _message(change, site=None, note: str = "") -> str:
     if site is not None and site[0] and not site[0].startswith("<"):
         glob = change.owner.startswith(("<module ", "<closure "))
         attr = change.attr.split(".")[-1]
-        key = _mutations.subscript_key(site[0], site[1], attr, global_name=glob and "." not in change.attr)
+        key = mutations.subscript_key(site[0], site[1], attr, global_name=glob and "." not in change.attr)
     what = change.describe(key)
     return f"the step changes {what}{f' ({note})' if note else ''}; a replay would not"
 
@@ -314,7 +319,7 @@ def _message(change, site=None, note: str = "") -> str:
 def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
     """(message, severity): info when the statement sits on the side of an `if` a capture never runs
     (`if not torch.cuda.is_current_stream_capturing():`): bookkeeping of eager steps only."""
-    guard = _capture_guards.capture_guard(file, line) if file and line else None
+    guard = capture_guards.capture_guard(file, line) if file and line else None
     if guard:
         return f"{msg}; skipped while a graph is captured (`{guard}`): it counts eager steps only", "info"
     return msg, None

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _source, _staging_params, register
-from audit.detectors._host import cpu_attrs, in_place_updates
-from audit.detectors._state_sites import caller_of
+from audit.detectors import register
+from audit.detectors.source import lookup
+from audit.detectors.host import staging_params
+from audit.detectors.host.kept import cpu_attrs, in_place_updates
+from audit.detectors.state.sites import caller_of
 from audit.scan.ast_nodes import all_nodes
 from audit.scan import staging_bytes
 
@@ -73,7 +75,7 @@ def staging_refilled_through_numpy(ctx):
             if sids.get(label) in written:
                 continue  # a torch op wrote it: host_tensors_changed_in_place reports that
             for code in codes:
-                t = _source.tree(code.co_filename)
+                t = lookup.tree(code.co_filename)
                 func = next((n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                              and n.name == code.co_name and min([n.lineno] + [d.lineno for d in n.decorator_list])
                              == code.co_firstlineno), None) if t is not None else None
@@ -82,8 +84,8 @@ def staging_refilled_through_numpy(ctx):
                     ent = found.setdefault(site[:2], [0, code.co_name, label, None])
                     ent[0] += 1
                     ent[3] = ent[3] or caller_of(ctx, site, s)
-            if not any(ent[2] == label for ent in found.values()):  # handed to a helper that fills it (_staging_params)
-                for file, line, fn, caller in _staging_params.handed_writes(ctx, codes, label.split(".")[-1], _writes):
+            if not any(ent[2] == label for ent in found.values()):  # handed to a helper that fills it (host/staging_params.py)
+                for file, line, fn, caller in staging_params.handed_writes(ctx, codes, label.split(".")[-1], _writes):
                     ent = found.setdefault((file, line), [0, fn, label, caller])
                     ent[0] += 1
     return [ctx.finding("cpu-side-effect", (file, line, fn), "numpy write", n / ctx.n_steps,

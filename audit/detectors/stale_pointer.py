@@ -14,7 +14,7 @@ later: another expert picked), the same call reading another persistent tensor i
 buffers alternated, an adapter picked by a Python index, buffers swapped by the step itself, a window of a
 token buffer sliced at the new position, as a generate loop feeds `tokens[:, prev:cur]`) and is reported too.
 A call that in some step reads back a tensor an earlier audited step made is reading escaped allocations
-(`audit/detectors/_escaped_reads.py`): its other reads are the warmup's, and step-allocation reports it.
+(`audit/detectors/escaped_reads.py`): its other reads are the warmup's, and step-allocation reports it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from audit.scan import state
-from audit.detectors import _escaped_reads, register
+from audit.detectors import register
+from audit.detectors.tensors import escaped_reads
 
 
 def _first_reads(ctx, step):
@@ -74,7 +75,7 @@ def rebound_inputs(ctx):
             per[k].append((s,) + v)
     held = ctx.trace.held
     aligned = _aligned_calls(ctx)
-    groups, escaped = defaultdict(list), _escaped_reads.reads_earlier_steps(ctx)
+    groups, escaped = defaultdict(list), escaped_reads.reads_earlier_steps(ctx)
     for (key, j), reads3 in per.items():
         if len(reads3) < 2 or len({(m.sid, m.ptr) for _, _, m in reads3}) < 2 or (key, j) in escaped:
             continue  # (a call reading back what earlier steps made: step-allocation's escape)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors import _helper_alloc, _host, _source, register
-from audit.detectors._factories import follows_default
+from audit.detectors import register
+from audit.detectors.host import helper_alloc, kept as _host
+from audit.detectors.source import lookup
+from audit.detectors.host.factories import follows_default
 from audit.scan import pinned
 
 # factories whose tensor is in host memory when the call names no device (torch.zeros(n)) or the CPU
-_PLAIN = set(_source.HOST_FACTORIES)
+_PLAIN = set(lookup.HOST_FACTORIES)
 # factories that follow another tensor's device unless the call names the CPU (torch.empty_like(t, device="cpu"))
 _LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")
 _FOLLOWING = {"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones",
@@ -29,14 +31,14 @@ _FOLLOWING = {"empty_like", "zeros_like", "ones_like", "full_like", "new_empty",
 def _host_buffer_call(filename: str, line: int) -> bool:
     """A factory call on `line` whose tensor is born in pageable host memory: a `torch.<factory>` naming
     no device or the CPU, or a `*_like` / `t.new_*` naming the CPU; never one asking for pinned memory."""
-    for n in _source._calls_on(filename, line, _PLAIN | _FOLLOWING):
+    for n in lookup._calls_on(filename, line, _PLAIN | _FOLLOWING):
         name = getattr(n.func, "attr", getattr(n.func, "id", ""))
         if any(k.arg == "pin_memory" and not (isinstance(k.value, ast.Constant) and not k.value.value)
                for k in n.keywords):
             continue
-        dev = _source._device_kw(n, filename)
+        dev = lookup._device_kw(n, filename)
         if dev is not None:
-            if _source._on_cpu(filename, dev):
+            if lookup._on_cpu(filename, dev):
                 return True
         elif name in _PLAIN and isinstance(n.func, ast.Attribute) and ast.unparse(n.func.value) == "torch" \
                 and not follows_default(filename, line):
@@ -88,7 +90,7 @@ def _kept_pageable(ctx, small: dict) -> dict[int, str]:
     GPU too (a class that names no device anywhere keeps everything wherever the caller moves it)."""
     out = {sid: label for sid, label, name, obj, t in _host.cpu_attrs(ctx)
            if sid not in small and not pinned.asked(t) and _host.pageable_beside_device(obj, name)}
-    out.update({sid: label for sid, label in _helper_alloc.host_buffers(ctx).items() if sid not in small})
+    out.update({sid: label for sid, label in helper_alloc.host_buffers(ctx).items() if sid not in small})
     return out
 
 

@@ -6,7 +6,7 @@ A custom op may have one kernel per device: `torch.library.custom_op(..., device
 `.tolist()`) and traces its reads, yet on a GPU the dispatcher picks the other kernel and those reads never
 happen: the CPU's side of a device choice, made by the dispatcher as `if x.is_cuda:` makes one in Python. The
 tracer notes each such kernel it runs (custom_ops.python_body); detectors keep what was traced inside it as info
-(detectors/_cpu_only.py). A kernel registered for both devices, or for the CPU alone, is no CPU-only side.
+(detectors/device/cpu_only.py). A kernel registered for both devices, or for the CPU alone, is no CPU-only side.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The parsed source of a file and the def node of a running function, for everything that reads the step's
-source (pin_flags, branch_flags, the detectors through _source)."""
+source (pin_flags, branch_flags, the detectors through detectors/source/lookup.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ runs no torch op (gymnasium's `Discrete.sample`: `self.np_random.integers(n)` be
 mask or a probability) leaves no op stack to say which statement ran. While the target holds such a generator (or a
 `random.Random`), a line tracer watches the functions outside torch and the stdlib whose code names the attribute
 holding it, or a property of the holder's class that returns it (`np_random` -> `_np_random`); the detectors keep
-the drawing statements that ran (audit/detectors/_drawn.py). A target holding no generator is not traced.
+the drawing statements that ran (audit/detectors/state/drawn.py). A target holding no generator is not traced.
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""Which code a CUDA graph capture never runs: reads and bookkeeping that stall eager decode only.
+
+`if not torch.cuda.is_current_stream_capturing(): sync()` is the plain form. Libraries wrap the test in a
+helper that answers True for any kind of tracing (transformers' `is_tracing(t)`: `compiling() or jit_tracing()
+or is_cuda_stream_capturing()`, the last one calling torch's test), and place the read right in the test
+(`if not is_tracing(mask) and mask.all():`, short-circuited while capturing) or after an early exit
+(`if is_tracing(mask): return False`, then `fast_all(mask)`). A call counts as the capture test when it is
+torch's, or a function it resolves to (in the calling file's module) whose every return outside an `except`
+is true whenever a capture is: the test itself, an `or` holding one, or a local first bound from one
+(`_is_tracing = a() or capturing(); _is_tracing |= b(); return _is_tracing`), followed a few helpers down;
+a constant true return beside them (`if torch.compiler.is_compiling(): return True`) is true then as well.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import inspect
+
+from audit.detectors.state import handoff
+from audit.detectors.source.lookup import chain, enclosing_function, tree
+
+DEPTH = 3  # helpers of helpers followed for a capture test
+
+
+def _torch_test(n: ast.AST) -> bool:
+    return isinstance(n, ast.Call) and ast.unparse(n.func).endswith("is_current_stream_capturing")
+
+
+def capturing(n: ast.AST, file: str | None = None, depth: int = 0) -> bool:
+    """`n` is a call that returns True while a graph is being captured."""
+    if _torch_test(n):
+        return True
+    if not isinstance(n, ast.Call) or file is None or depth >= DEPTH:
+        return False
+    obj = handoff.resolve(file, n.func)
+    code = None
+    with contextlib.suppress(Exception):
+        code = inspect.unwrap(obj).__code__
+    return code is not None and _predicate(code.co_filename, code.co_firstlineno, code.co_name, depth + 1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _predicate(file: str, first: int, name: str, depth: int) -> bool:
+    """The function defined at `first` of `file` returns a true value whenever a capture is in progress."""
+    func = enclosing_function(file, first + 1)
+    if func is None or getattr(func, "name", None) != name:
+        return False
+    handlers = {id(s) for h in ast.walk(func) if isinstance(h, ast.ExceptHandler) for s in ast.walk(h)}
+    returns = [r for r in ast.walk(func) if isinstance(r, ast.Return) and id(r) not in handlers]
+    bound = {t.id: node.value for node in ast.walk(func) if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(func):  # `x |= y` keeps a true x true; any other update may not
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and not isinstance(node.op, ast.BitOr):
+            bound.pop(node.target.id, None)
+
+    def holds(e, seen=()) -> bool:
+        if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or):
+            return any(holds(v, seen) for v in e.values)
+        if isinstance(e, ast.Name) and e.id in bound and e.id not in seen:
+            return holds(bound[e.id], seen + (e.id,))
+        return capturing(e, file, depth)
+    # an early `return True` (`if torch.compiler.is_compiling(): return True`) is true while capturing too; the
+    # function still needs one return that is the capture test itself
+    tested = [r for r in returns if not _constant_true(r.value)]
+    return bool(tested) and all(r.value is not None and holds(r.value) for r in tested)
+
+
+def _constant_true(e) -> bool:
+    return isinstance(e, ast.Constant) and bool(e.value)
+
+
+def _negated(n, file) -> bool:
+    return isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and capturing(n.operand, file)
+
+
+def skipped_under_capture(test: ast.AST, file: str | None = None) -> tuple[bool, bool]:
+    """(body, orelse): which side of an `if` cannot run while a graph is being captured, so a wait
+    there never reaches the capture (`if not torch.cuda.is_current_stream_capturing(): sync()`)."""
+    parts = test.values if isinstance(test, ast.BoolOp) else [test]
+    conj = not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.And)
+    disj = not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.Or)
+    return conj and any(_negated(p, file) for p in parts), disj and any(capturing(p, file) for p in parts)
+
+
+def _short_circuited(test: ast.AST, line: int, file: str) -> bool:
+    """`line` is in an operand of the test that a capture never evaluates: after `not CAP` in an `and`,
+    after `CAP` in an `or` (`if not is_tracing(m) and m.all():`)."""
+    for n in ast.walk(test):
+        if not isinstance(n, ast.BoolOp):
+            continue
+        stop = _negated if isinstance(n.op, ast.And) else capturing
+        for i, v in enumerate(n.values[:-1]):
+            if stop(v, file) and any(w.lineno <= line <= (w.end_lineno or w.lineno) for w in n.values[i + 1:]):
+                return True
+    return False
+
+
+def _exits(body: list) -> bool:
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise))
+
+
+def _exited_before(func, line: int, file: str):
+    """The test of an `if CAP: return ...` (no else) ahead of `line` in `func`'s body, or None."""
+    for st in getattr(func, "body", []) if isinstance(getattr(func, "body", None), list) else []:
+        if st.lineno > line or (st.end_lineno or st.lineno) >= line:
+            return None
+        if isinstance(st, ast.If) and not st.orelse and _exits(st.body) and skipped_under_capture(st.test, file)[1]:
+            return st.test
+    return None
+
+
+def capture_guard(filename: str, line: int) -> str | None:
+    """The test that keeps `line` from running while a graph is being captured: an `if` whose side holding
+    it cannot run then (`if not torch.cuda.is_current_stream_capturing():`), an operand a capture
+    short-circuits, or an early exit ahead of it (`if is_tracing(m): return False`); else None."""
+    if tree(filename) is None:
+        return None
+    func = enclosing_function(filename, line)
+    for node, part in chain(func, line) if func is not None else []:
+        if isinstance(node, ast.If) and part in ("body", "orelse"):
+            body, orelse = skipped_under_capture(node.test, filename)
+            if (body and part == "body") or (orelse and part == "orelse"):
+                return ast.unparse(node.test)
+    for node in ast.walk(func) if func is not None and not isinstance(func, ast.Module) else ():
+        test = getattr(node, "test", None)
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)) and test is not None \
+                and test.lineno <= line <= (test.end_lineno or test.lineno) and _short_circuited(test, line, filename):
+            return ast.unparse(test)
+        if isinstance(node, ast.Return) and node.value is not None and node.lineno <= line <= \
+                (node.end_lineno or node.lineno) and _short_circuited(node.value, line, filename):
+            return ast.unparse(node.value)
+    exit_test = _exited_before(func, line, filename) if func is not None and not isinstance(func, ast.Module) else None
+    return f"{ast.unparse(exit_test)}: return" if exit_test is not None else None

@@ -1,0 +1,62 @@
+"""How a class makes a tensor attribute, from its source: in pinned or pageable host memory, or elsewhere.
+
+A host buffer kept on an object (a KV swap space, a staging buffer) is host memory on a GPU too, and only the
+source says so on a CPU scan. Buffers that are pinned on request are often written as one conditional
+expression (`torch.zeros(shape, pin_memory=True) if pin else torch.zeros(shape)`): each arm is a factory,
+and the attribute is what its arms make when they agree; whether the run took the pinned arm is the storage's
+own record (audit/scan/pinned.py), not the source's.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors.source.mutations import _field_factory, _host_computed, _host_factory
+from audit.detectors.host.names import bound_values
+from audit.detectors.source.lookup import tree
+from audit.scan.ast_nodes import all_nodes
+
+
+def host_memory(filename: str, call, _depth: int = 0) -> str | None:
+    """"pinned" / "pageable" for an expression that makes a host tensor, else None; a conditional expression
+    makes what both its arms make ("pageable" when they differ only in a pin flag the source cannot settle)."""
+    if isinstance(call, ast.Name) and _depth < 4:  # `inv = 1.0 / (base ** (torch.arange(...) / d))`, then `self.f = inv`
+        kinds = {host_memory(filename, v, _depth + 1) for v in bound_values(filename, call) or [None]}
+        return None if None in kinds else "pinned" if kinds == {"pinned"} else "pageable"
+    if isinstance(call, ast.IfExp):
+        arms = {host_memory(filename, call.body), host_memory(filename, call.orelse)}
+        return None if None in arms else "pinned" if arms == {"pinned"} else "pageable"
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "pin_memory" \
+            and _host_computed(filename, call.func.value):  # `torch.zeros(n).pin_memory()`
+        return "pinned"
+    if _host_factory(filename, call):
+        return "pinned" if any(k.arg == "pin_memory" and isinstance(k.value, ast.Constant) and k.value.value
+                               for k in call.keywords) else "pageable"
+    if _host_computed(filename, call) and any(_host_factory(filename, n) for n in ast.walk(call)):
+        return "pageable"  # `torch.randn(n, d) * 0.1`: a new tensor, in pageable memory (`= 0` makes no tensor)
+    return None
+
+
+def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = None) -> str | None:
+    """How the source (or a span of it) makes `<x>.attr`: "pinned" / "pageable" when every assignment is
+    a `torch.<factory>(...)` naming no device or the CPU (`pin_memory=True`: pinned), else None (never
+    assigned that way, or also assigned something else: moved to a device, computed)."""
+    t = tree(filename)
+    kinds = set()
+    for node in all_nodes(t) if t is not None else ():
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or (lines and not lines[0] <= node.lineno <= lines[1]):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if node.value is None:
+            continue
+        if any(isinstance(x, ast.Name) and x.id == attr for x in targets) and (made := _field_factory(node.value)):
+            call = made  # `temp: torch.Tensor = field(default_factory=lambda: torch.ones(1))` in a dataclass
+        elif any(isinstance(x, ast.Attribute) and x.attr == attr for x in targets):
+            call = node.value
+        else:
+            continue
+        kind = host_memory(filename, call)
+        if kind is None:
+            return None
+        kinds.add(kind)
+    return kinds.pop() if len(kinds) == 1 else None

@@ -1,0 +1,51 @@
+"""Which functions a step can reach by name, read from the source rather than from the frames that ran.
+
+A hazard written between steps (a timer callback, a worker thread, a setter the step never calls this
+time) has no frame in the trace. What decides whether the step's own code leads there is the names its
+bodies call or read as attributes, followed through the functions of those names in the same files.
+The walk is by name only: it over-approximates reach, which is the safe side for rules that excuse a
+site the step cannot get to.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors.source.lookup import tree
+from audit.scan.ast_nodes import all_nodes
+
+__all__ = ["defs_by_name", "names_used", "reached_names"]
+
+
+def defs_by_name(filename: str) -> dict:
+    """Every function and method defined in a file, by name (a name may be defined more than once)."""
+    t = tree(filename)
+    out: dict = {}
+    for n in all_nodes(t) if t is not None else ():
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.setdefault(n.name, []).append(n)
+    return out
+
+
+def names_used(node) -> set:
+    """Names a function's body calls or reads as an attribute (`self._advance()`, `self.current_sigma`)."""
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+            out.add(n.func.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+    return out
+
+
+def reached_names(start: set, defs: dict) -> set:
+    """The names reachable from `start` through the bodies of the functions `defs` holds by name."""
+    names, todo = set(), list(start)
+    while todo:
+        n = todo.pop()
+        if n in names:
+            continue
+        names.add(n)
+        for d in defs.get(n, ()):
+            todo.extend(names_used(d))
+    return names

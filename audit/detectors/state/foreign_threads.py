@@ -1,0 +1,87 @@
+"""Python state another thread changes while the step runs is not the step's.
+
+An asynchronous actor (IMPALA / sample-factory style) runs a loop on a thread started when the target was made:
+it steps environments, fills a queue, bumps its own counters (`self.produced += 1`, a heartbeat time). The state
+snapshot taken around an audited step sees those counters move, though nothing the step ran moved them and a
+replay would not have to: the thread keeps running either way. A change whose every candidate statement sits in
+a function that another live thread is running (one the step did not start: a thread the step starts is traced
+as the step's, `audit/scan/threads.py`) and in which the step ran no op is that thread's, and is no finding. What
+the step takes from such a thread (`self.q.get()`) changes state in the step's own call, and stays one.
+The threads are read when the rules run, right after the steps, while such a loop is still running.
+
+Such a loop is seldom inside the function that changes the counter at the moment it is read: tensorboardX's
+event logger thread waits in `queue.get` most of the time, and bumps `_num_outstanding_events` in
+`_write_serialized_event`, which its `run` reaches through `write_event`. So a function counts as the other
+thread's also when the functions on its stack reach it by name (followed through their files and the sites'),
+provided the step's own code neither ran an op in it nor reaches it by name (`between_steps.step_names`).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from audit.detectors.state import between_steps
+from audit.detectors.source import lookup
+from audit.detectors.source.name_reach import defs_by_name, names_used, reached_names
+
+
+def _started_in_step(t: threading.Thread) -> bool:
+    """A thread whose run the scan wrapped to trace it (started inside an audited step)."""
+    return hasattr(vars(t).get("run"), "__wrapped__")
+
+
+def _codes_elsewhere() -> set:
+    """The code objects of every frame on the stacks of the other live threads the step did not start."""
+    me, threads = threading.get_ident(), {t.ident: t for t in threading.enumerate()}
+    out = set()
+    for tid, frame in sys._current_frames().items():
+        t = threads.get(tid)
+        if tid == me or t is None or _started_in_step(t):
+            continue
+        while frame is not None:
+            out.add(frame.f_code)
+            frame = frame.f_back
+    return out
+
+
+def running_elsewhere() -> set[tuple[str, str]]:
+    """(file, function) of every frame on the stacks of the other live threads the step did not start."""
+    return {(c.co_filename, c.co_name) for c in _codes_elsewhere()}
+
+
+def reached_elsewhere(files: set) -> set[str]:
+    """Names of the functions the other live threads' running functions reach by name (through their files and
+    `files`), those functions included."""
+    codes = _codes_elsewhere()
+    defs: dict = {}
+    for f in set(files) | {c.co_filename for c in codes}:
+        for k, v in defs_by_name(f).items():
+            defs.setdefault(k, []).extend(v)
+    start = set()
+    for c in codes:
+        start.add(c.co_name)
+        for d in defs_by_name(c.co_filename).get(c.co_name, ()):
+            if lookup.def_first_line(d) <= c.co_firstlineno <= d.body[0].lineno:
+                start |= names_used(d)
+    return reached_names(start, defs)
+
+
+def thread_work_only(ctx, step: int, sites: list, ran: set) -> bool:
+    """Whether every site is in a function another live thread reaches from what it is running, and which the
+    step neither ran an op in nor reaches by name from its own code."""
+    if not sites:
+        return False
+    files = {f for f, _, _ in sites}
+    theirs, ours = reached_elsewhere(files), between_steps.step_names(ctx, step, files)
+    return all(fn in theirs and fn not in ours and (f, fn) not in ran and not fn.startswith("__")
+               for f, _, fn in sites)
+
+
+def other_threads_only(sites: list, ran: set) -> bool:
+    """Whether every site (file, line, function) is in a function another thread is running and the step's
+    ops never ran in (`ran`: (file, function) pairs of the step's op stacks)."""
+    if not sites:
+        return False
+    busy = running_elsewhere()
+    return all((f, fn) in busy and (f, fn) not in ran for f, _, fn in sites)

@@ -1,0 +1,121 @@
+"""Generators the target registers with the CUDA graph it captures: a draw on them is captured, not refused.
+
+A CUDA generator other than the default one raises under capture unless the graph knows it
+(`graph.register_generator_state(gen)`, torch >= 2.4); registered, each replay advances its philox offset as the
+default generator's does. The registration is written where the target captures (a runner's `capture()`, which
+a scan never runs), so it is read from the source: the `generator=` expression of the draw (`self.gen`, followed
+out through a parameter of the same name to the caller's keyword: a sampler helper taking `generator=`) names
+the generator by its last name, and a `register_generator_state(...)` call in the target's own files, or in a
+file on the draw's stack, whose argument ends in the same name (`self.sampler.gen`) registers it. A generator
+handed to another object under another name (`DDPMStep(..., self.gen)` keeping it as `self.generator`) is matched
+by the object itself: both expressions, rooted at `self`, are followed on the traced objects whose class defines
+the function they are written in.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import torch
+
+from audit.detectors.source.lookup import enclosing_function, tree
+from audit.detectors.state.sites import objects_defining
+from audit.scan.ast_nodes import attr_chain, calls_at, nodes_of
+
+
+def _last(expr) -> str | None:
+    return expr.attr if isinstance(expr, ast.Attribute) else expr.id if isinstance(expr, ast.Name) else None
+
+
+def registrations(files) -> dict[str, tuple[str, int]]:
+    """last name -> (file, line) of each `X.register_generator_state(gen)` call in the files."""
+    out: dict[str, tuple[str, int]] = {}
+    for f in sorted(set(files)):
+        t = tree(f)
+        for c in nodes_of(t, ast.Call) if t is not None else ():
+            if isinstance(c.func, ast.Attribute) and c.func.attr == "register_generator_state" and c.args:
+                name = _last(c.args[0])
+                if name is not None:
+                    out.setdefault(name, (f, c.lineno))
+    return out
+
+
+def _keyword(filename: str, line: int, key: str):
+    t = tree(filename)
+    for c in calls_at(t, line) if t is not None else ():
+        for k in c.keywords:
+            if k.arg == key:
+                return k.value
+    return None
+
+
+def _params(func) -> set:
+    a = getattr(func, "args", None)
+    return {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs)} if a is not None else set()
+
+
+def _drawn_expr(stack):
+    """(code, line, expression) of the generator the innermost frame's draw passes (`generator=self.gen`),
+    followed out through a parameter to the caller's keyword of that name; None when not written there."""
+    key = "generator"
+    for code, line in reversed(stack):
+        expr = _keyword(code.co_filename, line, key)
+        if expr is None:
+            return None
+        if isinstance(expr, ast.Name) and expr.id in _params(enclosing_function(code.co_filename, line)):
+            key = expr.id
+            continue
+        return code, line, expr
+    return None
+
+
+def drawn_from(stack) -> str | None:
+    """The last name of the generator the draw passes (`generator=self.gen` -> "gen"), or None."""
+    found = _drawn_expr(stack)
+    return None if found is None else _last(found[2])
+
+
+def _generators(ctx, filename: str, line: int, expr) -> list:
+    """The generator objects `expr` (an attribute chain on the first parameter of the function holding `line`)
+    names on the traced objects whose class defines that function, read without running code."""
+    chain, func = attr_chain(expr), enclosing_function(filename, line)
+    args = getattr(getattr(func, "args", None), "args", None)
+    if not chain or len(chain) < 2 or not args or chain[0] != args[0].arg:
+        return []
+    first = min([func.lineno] + [d.lineno for d in func.decorator_list])
+    out = []
+    for _, obj in objects_defining(ctx, filename, first, func.name):
+        v = obj
+        for name in chain[1:]:
+            try:
+                v = inspect.getattr_static(v, name)
+            except AttributeError:
+                v = None
+                break
+        if isinstance(v, torch.Generator):
+            out.append(v)
+    return out
+
+
+def _by_object(ctx, stack, files) -> tuple[str, str, int] | None:
+    """The registration whose argument is the very generator object the draw's `generator=` names."""
+    found = _drawn_expr(stack)
+    drawn = {id(g) for g in _generators(ctx, found[0].co_filename, found[1], found[2])} if found else set()
+    for f in sorted(set(files)) if drawn else ():
+        t = tree(f)
+        for c in nodes_of(t, ast.Call) if t is not None else ():
+            if isinstance(c.func, ast.Attribute) and c.func.attr == "register_generator_state" and c.args and \
+                    any(id(g) in drawn for g in _generators(ctx, f, c.lineno, c.args[0])):
+                return _last(c.args[0]) or "generator", f, c.lineno
+    return None
+
+
+def registered(ctx, rec) -> tuple[str, str, int] | None:
+    """(name, file, line) of the registration of the generator `rec` draws from, or None."""
+    if not rec.stack:
+        return None
+    name = drawn_from(rec.stack)
+    files = list(ctx.own_files()) + [code.co_filename for code, _ in rec.stack]
+    hit = registrations(files).get(name) if name is not None else None
+    return (name, *hit) if hit is not None else _by_object(ctx, rec.stack, files)

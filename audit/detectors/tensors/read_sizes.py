@@ -1,0 +1,318 @@
+"""Sizes read off a tensor whose shape already varies: downstream of a dynamic shape, not a new origin.
+
+PyG's `gcn_norm` drops self loops with `edge_index[:, mask]` (a data-dependent edge count), then makes the
+edge weights with `torch.ones((edge_index.size(1),), device=...)`. The factory takes no tensor, so its
+output shape varied with no varying input, and it read as a second origin: a dynamic-shape and a
+baked-host-value at a line whose only fix is the first one. A call is downstream when its statement reads a
+size (`t.size(d)`, `t.shape`, `t.numel()`, `len(t)`) and, in every audited step, each output size that
+changes equals one dimension (the same one each step) of an earlier call's output in that step whose shape
+varies too; each size on its own (a position table interpolated to `(H, W)` read off an image's patch grid
+follows two dimensions, the height's and the width's). Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
+reads no size, and stays a baked value where it enters. A value that comes in through a parameter is followed
+to the caller's statement that passed it (`gcn_norm(ei, w, x.size(0))` -> `torch.arange(0, N)` two calls down).
+A size read mixed with a host counter is no such read: `t = ids.shape[0]; end = self.length + t;
+torch.ones(t, end)` (a speculative decoder's causal mask over a cache filled up to a Python length) varies with
+`self.length`, a plain number the step changed or prepare() set, and a fix of the earlier
+varying call (`self.k_cache[:end]`) leaves it varying: it is an origin of its own (`counter_attrs`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+
+from audit.detectors.source import assign_targets
+from audit.detectors.source.lookup import enclosing_function, tree
+from audit.scan.ast_nodes import all_nodes
+
+_SIZE_CALLS = ("size", "numel", "dim")
+_META = {"device", "dtype", "layout", "is_cuda", "is_cpu", "ndim", "T", "mT", "data", "requires_grad"}  # a tensor's
+
+
+def _statement(filename: str, line: int):
+    t = tree(filename)
+    best = None
+    for n in all_nodes(t) if t is not None else ():
+        if isinstance(n, ast.stmt) and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                          ast.If, ast.For, ast.While, ast.With, ast.Try)) \
+                and n.lineno <= line <= (n.end_lineno or n.lineno):
+            best = n if best is None or n.lineno >= best.lineno else best
+    return best
+
+
+def _reads(node) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr == "shape":
+            return True
+        if isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS
+                                        or isinstance(n.func, ast.Name) and n.func.id == "len"):
+            return True
+    return False
+
+
+def _parts(st) -> list:
+    """The expressions a statement evaluates: its value, and the subscripts of the places it writes
+    (`self.cache[:seq_len] = freqs` slices with `seq_len`)."""
+    out = [getattr(st, "value", None) or st]
+    out += [t.slice for t in assign_targets.written(st) if isinstance(t, ast.Subscript)]
+    return out
+
+
+def _bound(func, names: set, before: int) -> list:
+    """The values `func` assigns to `names` before line `before`. A tuple target takes the matching element of a
+    tuple value (`device, dtype, n = t.device, t.dtype, t.shape[d]` binds `n` to `t.shape[d]`), or the whole
+    value when it is not spelled out element by element (`b, n = x.shape[:2]`)."""
+    out = []
+    for a in ast.walk(func) if func is not None else ():
+        if not isinstance(a, ast.Assign) or a.lineno >= before:
+            continue
+        for t in a.targets:
+            if isinstance(t, ast.Name) and t.id in names:
+                out.append(a.value)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                v = a.value
+                elts = v.elts if isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) == len(t.elts) \
+                    and not any(isinstance(e, ast.Starred) for e in list(v.elts) + list(t.elts)) else None
+                out += [elts[i] if elts is not None else v for i, e in enumerate(t.elts)
+                        if isinstance(e, ast.Name) and e.id in names]
+    return out
+
+
+def _size_value(node) -> bool:
+    """A local's value is a size read off a tensor (`n = x.size(1)`, `n = max(x.shape[0], 4) * k`), not a tensor a
+    call made with one among its arguments (`padded = torch.zeros(w * n, x.shape[1])`, then passed on to the
+    statement as an operand): the size is read only on a path through arithmetic, subscripts, conditional
+    expressions and plain-name calls (`max`, `int`, a helper, `math.ceil`); a method or module call in between (`torch.zeros`,
+    `x.new_empty`) turns it into that call's argument."""
+    if _is_size_read(node):
+        return True
+    if isinstance(node, ast.Call):
+        f = node.func
+        plain = isinstance(f, ast.Name) or isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+            and f.value.id in _ARITH_MODULES
+        return plain and any(_size_value(a) for a in (*node.args, *(k.value for k in
+                                                                                           node.keywords)))
+    if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Subscript, ast.IfExp, ast.Tuple, ast.List, ast.BoolOp,
+                         ast.Compare, ast.Starred)):
+        return any(_size_value(c) for c in ast.iter_child_nodes(node))
+    return False
+
+
+_ARITH_MODULES = ("math", "operator")  # their functions compute on numbers, as the builtins do
+
+
+def _tensor_made(node) -> bool:
+    """The value is a method or module call (`torch.zeros(...)`, `x.new_empty(...)`): a tensor, whose names are
+    not sizes handed on to the statement that reads the local."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not _is_size_read(node) \
+        and not (isinstance(node.func.value, ast.Name) and node.func.value.id in _ARITH_MODULES)
+
+
+def _params(func) -> set:
+    a = getattr(func, "args", None)
+    return {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs)} if a is not None else set()
+
+
+def _is_size_read(n) -> bool:
+    return isinstance(n, ast.Attribute) and n.attr == "shape" or isinstance(n, ast.Call) and (
+        isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS
+        or isinstance(n.func, ast.Name) and n.func.id == "len")
+
+
+def _attrs_read(node) -> set:
+    """Attribute names the expression loads as values, outside its size reads (`self.length` in
+    `self.length + x.shape[0]`; not `cache` in `self.cache.size(0)`, nor a method called)."""
+    out, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if _is_size_read(n):
+            continue
+        if isinstance(n, ast.Call):
+            todo += list(n.args) + [k.value for k in n.keywords]
+            f = n.func
+            todo.append(f.value if isinstance(f, ast.Attribute) else f)
+            continue
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
+            out.add(n.attr)
+        todo += list(ast.iter_child_nodes(n))
+    return out
+
+
+def counter_attrs(ctx) -> set:
+    """Attributes that act as host counters: plain numbers a step changed, or that changed between the steps
+    (prepare() setting a length), as the scan's state snapshots saw them."""
+    got = getattr(ctx, "_counter_attrs", None)
+    if got is None:
+        changes = [c for per_step in (*ctx.trace.changes, *getattr(ctx.trace, "staged", ())) for c in per_step]
+        got = {c.attr.rsplit(".", 1)[-1] for c in changes if _number(c.before) or _number(c.after)}
+        ctx._counter_attrs = got = got - _META
+    return got
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def reads_counter(frames, counters: set) -> bool:
+    """The innermost statement, or a local it reads that its function binds earlier, loads a host counter
+    attribute outside its size reads (`end = self.length + t`, then `torch.ones(t, end)`)."""
+    for filename, line in frames[:1]:
+        st = _statement(filename, line)
+        if st is None:
+            return False
+        parts = _parts(st)
+        names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
+        values = parts + _bound(enclosing_function(filename, line), names, st.lineno)
+        return any(_attrs_read(v) & counters for v in values)
+    return False
+
+
+def reads_size(frames) -> bool:
+    """The statement running in the innermost frame ((file, line) pairs, innermost first) reads a tensor's size
+    (`x.size(1)`, `x.shape[0]`, `x.numel()`, `len(x)`), itself or through a local its function binds from one
+    (`n = x.size(1)`, then `torch.ones(n)`); or the value comes in through a parameter (`N = f(num_nodes)`) and
+    the caller's statement passing it reads one (`gcn_norm(ei, w, x.size(0))`)."""
+    for filename, line in frames:
+        st = _statement(filename, line)
+        if st is None:
+            return False
+        parts = _parts(st)
+        if any(_reads(p) for p in parts):
+            return True
+        func = enclosing_function(filename, line)
+        names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
+        bound = _bound(func, names, st.lineno)
+        if any(_size_value(v) for v in bound):
+            return True
+        names |= {n.id for v in bound if not _tensor_made(v) for n in ast.walk(v) if isinstance(n, ast.Name)}
+        if not names & _params(func):
+            return False
+    return False
+
+
+def _varying_dims(recs) -> list[tuple[int, int]]:
+    """(output, dim) of the output sizes that change between the aligned calls."""
+    shapes = [tuple(tuple(m.shape) for m in r.outputs) for r in recs]
+    if len({tuple(len(s) for s in sh) for sh in shapes}) > 1:
+        return []
+    return [(k, d) for k in range(len(shapes[0])) for d in range(len(shapes[0][k]))
+            if len({sh[k][d] for sh in shapes}) > 1]
+
+
+def _before(r) -> int:
+    """Records before this index ran before the call: its own traced dispatch body (`body:<start>`) is the call."""
+    return int(r.note[5:]) if r.note.startswith("body:") else r.index
+
+
+def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
+    """The aligned calls `recs` (one per step) size their output from an earlier call's varying shape."""
+    r0 = recs[0]
+    if len({r.args for r in recs}) < 2:  # the size reaches the call as a Python value, or it is no read size
+        return False
+    frames = [(code.co_filename, line) for code, line in reversed(r0.stack)] if r0.stack else []
+    if not frames or reads_counter(frames, counter_attrs(ctx)):
+        return False
+    read = reads_size(frames)
+    dims = _varying_dims(recs)
+    if not dims:
+        return False
+    mine = {r.step: r for r in recs}
+    buffered = None
+    unmatched = set(dims)  # each varying size on its own: an image's height and width follow two dimensions
+    for other in aligned.values():
+        if other is recs or len(other) < len(recs):
+            continue
+        theirs = {u.step: u for u in other if u.step in mine}  # (composites: the steps of `recs` with equal inputs)
+        if theirs.keys() != mine.keys() or any(theirs[s].index >= _before(mine[s]) for s in mine):
+            continue  # earlier in the step, and not inside this call's own traced body
+        for k, d in _varying_dims(other) if read and len(other) == len(recs) else ():
+            unmatched -= {(j, e) for j, e in unmatched
+                          if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine)}
+            if not unmatched:
+                return True
+        if not read and _composite_of(ctx, mine, theirs, dims):
+            if buffered is None:  # once per call: it walks the step's records back
+                buffered = all(_in_call_buffer(ctx, r) for r in mine.values())
+            if buffered:
+                return True
+    return bool(read and unmatched and _from_arms(ctx, recs, mine, unmatched))
+
+
+def _from_arms(ctx, recs, mine: dict, dims) -> bool:
+    """Steps that parted upstream read the size off a tensor one arm made in some steps and the other arm in the
+    rest (timm's NaFlex position table: `pos_embed.reshape(1, h * w, -1)` when the grid is the table's own, an
+    interpolation otherwise; then `x[:, :min(x.shape[1], pos.shape[1])]`): no one call ran in every step, but in
+    each step the size equals the same dimension of an earlier output of a call that ran in only some of the steps
+    or whose shape varies, and at least one such call ran in only some (else the aligned calls matched)."""
+    sites = {s: ctx.sites(s) for s in mine}
+    seen = defaultdict(set)
+    shapes = defaultdict(set)
+    for s, table in sites.items():
+        for key, u in table.items():
+            seen[key].add(s)
+            shapes[key].add(tuple(tuple(o.shape) for o in u.outputs))
+    if all(v == set(mine) for v in seen.values()):
+        return False  # the steps never parted
+    mine_ids = {id(r) for r in recs}
+    partial = False
+    for j, e in dims:
+        for d in range(max((len(o.shape) for r in recs for o in r.outputs), default=0)):
+            hit = set()
+            for s, table in sites.items():
+                want = mine[s].outputs[j].shape[e]
+                for key, u in table.items():
+                    some = seen[key] != set(mine)
+                    if id(u) in mine_ids or u.index >= _before(mine[s]) or not (some or len(shapes[key]) > 1):
+                        continue
+                    if any(len(o.shape) > d and o.shape[d] == want for o in u.outputs):
+                        hit.add(s)
+                        partial |= some
+            if hit == set(mine):
+                break
+        else:
+            return False
+    return partial
+
+
+def _composite_of(ctx, mine: dict, theirs: dict, dims: list) -> bool:
+    """The call, a factory or a view of its buffer (_in_call_buffer), is inside one torch call of the statement that
+    takes the earlier call's outputs (`pad_sequence(list(torch.split(v, lens)))` makes `full([B, max_len])`, then
+    copies each piece into its narrowed rows; a slice of another tensor by the same host length is neither, and
+    stays a source): in every
+    step each varying size equals one dimension (the same one each step) of one of those outputs (a different
+    piece's in another step: the longest), and an op the same call runs after it reads one of them. The size is
+    read inside torch, below any statement."""
+    for d in {d for _, d in _varying_dims(list(theirs.values()))}:
+        if all(any(len(o.shape) > d and mine[s].outputs[j].shape[e] == o.shape[d] for o in theirs[s].outputs)
+               for s in mine for j, e in dims) \
+                and all(_reads_later(ctx, r, {o.tid for o in theirs[s].outputs}) for s, r in mine.items()):
+            return True
+    return False
+
+
+def _in_call_buffer(ctx, r, depth: int = 4) -> bool:
+    """A factory (no tensor input), or a view of the buffer one made earlier in the same call, through views made
+    there too (`pad_sequence` copies each piece into `out.select(0, i).narrow(0, 0, len)`): not a slice of a tensor
+    the statement had before it."""
+    if not r.inputs:
+        return True
+    recs = ctx.steps[r.step] if r.step < len(ctx.steps) else []
+    tid = r.inputs[0].tid
+    made = next((q for q in reversed(recs[:r.index]) if q.kind == "aten" and any(o.tid == tid for o in q.outputs)),
+                None)
+    return made is not None and made.stack == r.stack and depth > 0 and _in_call_buffer(ctx, made, depth - 1)
+
+
+def _reads_later(ctx, r, tids: set) -> bool:
+    """An op of the same call (the same frames) that runs after `r` in its step reads one of `tids`."""
+    recs = ctx.steps[r.step] if r.step < len(ctx.steps) else []
+    if r.index >= len(recs) or recs[r.index] is not r:
+        return False
+    for q in recs[r.index + 1:]:
+        if q.kind != "aten":
+            continue
+        if q.stack != r.stack:
+            return False
+        if any(m.tid in tids for m in q.inputs):
+            return True
+    return False

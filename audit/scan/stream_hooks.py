@@ -69,10 +69,24 @@ def watching(tracer, patched):
             note(tracer, "stream.enter", key(self.stream))
         return enter0(self)
 
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(patched(cuda.Event, "record", record))
-        stack.enter_context(patched(cuda.Event, "wait", wait))
-        stack.enter_context(patched(cuda, "set_stream", set_stream))
-        stack.enter_context(patched(cuda.StreamContext, "__enter__", enter))
-        start(tracer, key(cuda.current_stream(tracer.device)))
-        yield
+    # The step runs on a stream of its own, forked from and joined back to the caller's outside the record, as
+    # a capture runs on a side stream: the default stream is then another stream than the step's, and a stream
+    # a step looked up once and kept (`if self.main is None: self.main = torch.cuda.current_stream()`) is not
+    # the stream a later step runs on. The CPU stand-ins (audit.scan.cpu_cuda, which a CUDA tracer on a torch
+    # without CUDA runs under) give each step its own stream already.
+    real = cuda.is_available()
+    outer = cuda.current_stream(tracer.device) if real else None
+    own = cuda.Stream(device=outer.device) if real else None
+    if real:
+        own.wait_stream(outer)
+    try:
+        with cuda.stream(own) if real else contextlib.nullcontext(), contextlib.ExitStack() as stack:
+            stack.enter_context(patched(cuda.Event, "record", record))
+            stack.enter_context(patched(cuda.Event, "wait", wait))
+            stack.enter_context(patched(cuda, "set_stream", set_stream))
+            stack.enter_context(patched(cuda.StreamContext, "__enter__", enter))
+            start(tracer, key(own if real else cuda.current_stream(tracer.device)))
+            yield
+    finally:
+        if real:
+            outer.wait_stream(own)

@@ -18,7 +18,7 @@ import ast
 from audit.detectors import register
 from audit.detectors.host import sends
 from audit.detectors.source import lookup, mutations
-from audit.detectors.source.scopes import _own_nodes
+from audit.detectors.source.scopes import own_nodes
 from audit.scan.ast_nodes import all_nodes, calls_at
 
 MSG = ("the host tensor returned by `{fn}` (made in host memory, and by a call that ran before the step: a "
@@ -48,7 +48,7 @@ def _helper(t, filename: str, call, line: int):
 def _returns_host(t, filename: str, call, line: int) -> str | None:
     fn = _helper(t, filename, call, line) if isinstance(call, ast.Call) else None
     # its own returns: a nested helper's (`def slopes(n): return [...]` building the list it wraps) are not its result
-    rets = [r.value for r in _own_nodes(fn) if isinstance(r, ast.Return)] if fn is not None else []
+    rets = [r.value for r in own_nodes(fn) if isinstance(r, ast.Return)] if fn is not None else []
     if rets and all(v is not None and _host_made(filename, t, v) for v in rets):
         return fn.name
     return None

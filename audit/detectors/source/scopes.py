@@ -11,6 +11,7 @@ These helpers are pure AST: they take a parsed module and a line in it.
 from __future__ import annotations
 
 import ast
+import functools
 
 from audit.scan.ast_nodes import all_nodes, nodes_of
 
@@ -36,14 +37,27 @@ def owners(tree: ast.Module, line: int):
     return func, cls
 
 
-def _own_nodes(scope):
-    """The nodes of `scope`'s body, not descending into nested functions or classes."""
-    stack = list(scope.body) if isinstance(scope.body, list) else [scope.body]
+@functools.lru_cache(maxsize=4096)
+def own_nodes(scope) -> tuple:
+    """The nodes of `scope`'s body, not descending into nested functions or classes (once per scope: a scan
+    asks the same function's bindings for every name each traced op reads)."""
+    out, stack = [], list(scope.body) if isinstance(scope.body, list) else [scope.body]
     while stack:
         n = stack.pop()
-        yield n
+        out.append(n)
         if not isinstance(n, _FUNCS + (ast.ClassDef,)):
             stack.extend(ast.iter_child_nodes(n))
+    return tuple(out)
+
+
+_BINDS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.comprehension, ast.NamedExpr,
+          ast.withitem)
+
+
+@functools.lru_cache(maxsize=4096)
+def _own_binds(scope) -> tuple:
+    """The statements of `scope`'s own body that bind a name: all `_bindings` reads."""
+    return tuple(n for n in own_nodes(scope) if isinstance(n, _BINDS))
 
 
 def _bindings(nodes, hit) -> list | None:
@@ -125,7 +139,7 @@ def _attr_values(tree: ast.Module, cls: ast.ClassDef, attr: str) -> list | None:
         found = [(_field_default(v), ln) for v, ln in found]  # `field(init=False, default="cpu")`: its default
         for m in (n for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
             me = _self_name(m)
-            got = _bindings(_own_nodes(m), lambda t, me=me: isinstance(t, ast.Attribute) and t.attr == attr
+            got = _bindings(_own_binds(m), lambda t, me=me: isinstance(t, ast.Attribute) and t.attr == attr
                             and isinstance(t.value, ast.Name) and t.value.id == me)
             if got is None:
                 return None
@@ -149,10 +163,10 @@ def values(tree: ast.Module, expr: ast.AST, line: int) -> list | None:
     if func is not None and not isinstance(func, ast.Lambda):
         if expr.id in _params(func):
             return None
-        local = _bindings(_own_nodes(func), hit)
+        local = _bindings(_own_binds(func), hit)
         if local is None or local:
             return local
-    return _bindings(_own_nodes(tree), hit) or None
+    return _bindings(_own_binds(tree), hit) or None
 
 
 def resolves_all(tree: ast.Module, expr: ast.AST, line: int, pred, depth: int = _DEPTH) -> bool:

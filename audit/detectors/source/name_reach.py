@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors.source.lookup import tree
+from audit.detectors.source.lookup import def_first_line, tree
 from audit.scan.ast_nodes import all_nodes
 
-__all__ = ["defs_by_name", "names_used", "reached_names"]
+__all__ = ["defs_by_name", "names_used", "reached_from", "reached_names"]
 
 
 def defs_by_name(filename: str) -> dict:
@@ -49,3 +49,19 @@ def reached_names(start: set, defs: dict) -> set:
         for d in defs.get(n, ()):
             todo.extend(names_used(d))
     return names
+
+
+def reached_from(codes, files: set, skip=()) -> set:
+    """The names the running functions `codes` reach by name, followed through their files and `files`, those
+    functions' own names included; definitions named in `skip` are not followed."""
+    defs: dict = {}
+    for f in set(files) | {c.co_filename for c in codes}:
+        for k, v in defs_by_name(f).items():
+            defs.setdefault(k, []).extend(v)
+    start = set()
+    for c in codes:
+        start.add(c.co_name)
+        for d in defs_by_name(c.co_filename).get(c.co_name, ()):
+            if def_first_line(d) <= c.co_firstlineno <= d.body[0].lineno:
+                start |= names_used(d)
+    return reached_names(start, {k: v for k, v in defs.items() if k not in skip})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source import lookup
-from audit.detectors.source.name_reach import defs_by_name, names_used, reached_names
+from audit.detectors.source.name_reach import defs_by_name, names_used, reached_from, reached_names
 from audit.detectors.source.lookup import tree
 from audit.scan.ast_nodes import all_nodes
 from audit.scan.fingerprint import fp as fingerprint
@@ -41,16 +41,7 @@ def step_sites(ctx, step: int, sites: list, change=None) -> list:
 
 def step_names(ctx, step: int, files: set) -> set:
     """Names of the functions the code the step ran reaches by name, followed through its files and `files`."""
-    codes = {code for r in ctx.steps[step] for code, _ in r.stack}
-    defs: dict = {}
-    for f in set(files) | {c.co_filename for c in codes}:
-        for k, v in defs_by_name(f).items():
-            defs.setdefault(k, []).extend(v)
-    ran = set()
-    for code in codes:
-        ran |= {code.co_name} | set().union(*(names_used(d) for d in defs_by_name(code.co_filename).get(code.co_name, ())
-                                             if lookup.def_first_line(d) <= code.co_firstlineno <= d.body[0].lineno))
-    return reached_names(ran, {k: v for k, v in defs.items() if k not in _SETUP})
+    return reached_from({code for r in ctx.steps[step] for code, _ in r.stack}, files, skip=_SETUP)
 
 
 def fitting(sites: list, change) -> list:

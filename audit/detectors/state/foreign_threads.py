@@ -22,8 +22,7 @@ import sys
 import threading
 
 from audit.detectors.state import between_steps
-from audit.detectors.source import lookup
-from audit.detectors.source.name_reach import defs_by_name, names_used, reached_names
+from audit.detectors.source.name_reach import reached_from
 
 
 def _started_in_step(t: threading.Thread) -> bool:
@@ -53,18 +52,7 @@ def running_elsewhere() -> set[tuple[str, str]]:
 def reached_elsewhere(files: set) -> set[str]:
     """Names of the functions the other live threads' running functions reach by name (through their files and
     `files`), those functions included."""
-    codes = _codes_elsewhere()
-    defs: dict = {}
-    for f in set(files) | {c.co_filename for c in codes}:
-        for k, v in defs_by_name(f).items():
-            defs.setdefault(k, []).extend(v)
-    start = set()
-    for c in codes:
-        start.add(c.co_name)
-        for d in defs_by_name(c.co_filename).get(c.co_name, ()):
-            if lookup.def_first_line(d) <= c.co_firstlineno <= d.body[0].lineno:
-                start |= names_used(d)
-    return reached_names(start, defs)
+    return reached_from(_codes_elsewhere(), files)
 
 
 def thread_work_only(ctx, step: int, sites: list, ran: set) -> bool:

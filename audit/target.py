@@ -117,7 +117,7 @@ def _dsv4(preset: str, path: str, tp: int = 1, options: dict | None = None) -> C
 # ---------------------------------------------------------------------- resolution
 def _user_frame(exc: BaseException) -> str:
     """' (at file:line)' for the innermost traceback frame outside torch and the audit."""
-    from audit.scan.user_code import is_user_file
+    from audit.scan.sources.user_code import is_user_file
 
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
     if not frames:
@@ -179,7 +179,7 @@ def is_module_spec(spec: str) -> bool:
 def _file_root(f: str) -> tuple[str, ...]:
     """A source file's own-code root: its folder, or the file alone when that folder is an install
     location (site-packages); nothing for torch, the audit or the stdlib."""
-    from audit.scan.user_code import HIDDEN, frame_kind, is_import_root
+    from audit.scan.sources.user_code import HIDDEN, frame_kind, is_import_root
 
     if not f or frame_kind(f) == HIDDEN:
         return ()

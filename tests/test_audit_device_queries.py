@@ -1,4 +1,4 @@
-"""Device queries in a step written for the GPU, on a CPU scan (audit/scan/cpu_queries.py).
+"""Device queries in a step written for the GPU, on a CPU scan (audit/scan/standins/cpu_queries.py).
 
 A Triton-style kernel wrapper asks about the device at every call: `with torch.cuda.device(x.device):`,
 `torch.cuda.current_device()`, `torch.cuda.get_device_capability()`, `get_device_properties(d)` for the

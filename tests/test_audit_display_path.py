@@ -8,7 +8,7 @@ import importlib.util
 import random
 import sys
 
-from audit.scan.user_code import display_path
+from audit.scan.sources.user_code import display_path
 
 
 class _EditableFinder(importlib.abc.MetaPathFinder):

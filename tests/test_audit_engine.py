@@ -15,7 +15,7 @@ from torch.nn.modules import module as nn_module
 import audit
 from audit import detectors
 from audit.report import writers as report
-from audit.scan import hooks
+from audit.scan.patches import hooks
 from audit.errors import AuditError, TargetFailed
 from audit.report.inventory import CATEGORIES, Finding, Inventory
 from audit.scan.records import OpRecord, TensorMeta, Trace

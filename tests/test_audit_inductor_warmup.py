@@ -1,6 +1,6 @@
 """A function `torch.compile`d with the default (inductor) backend, compiled during warmup of a CPU scan.
 
-The CPU scan's device-query stand-ins (audit/scan/cpu_queries.py) answer `get_device_properties` as a GPU
+The CPU scan's device-query stand-ins (audit/scan/standins/cpu_queries.py) answer `get_device_properties` as a GPU
 would while a step runs, warmup included. Inductor keys its code cache on the device it finds
 (`torch.cuda.get_device_properties(torch.cuda.current_device())`, expecting a CPU-only torch to raise) and
 read an attribute the stand-in lacks, so the scan stopped in warmup with `BackendCompilerFailed`. torch's

@@ -12,7 +12,7 @@ import textwrap
 
 
 import audit
-from audit.scan.fingerprint import fp
+from audit.scan.snapshot.fingerprint import fp
 
 KINDS = {
     "range": lambda n: iter(range(n)),

@@ -132,7 +132,7 @@ def test_installed_library_globals_are_state(site_dir, monkeypatch):
     """With plantedlib in a real site-packages folder (not only on sys.path), a module global of the
     library that the step changes (serving.TIMINGS, appended to by the @timed wrapper) is still
     Python state a replay never updates: found at the library's line, with the target's caller."""
-    from audit.scan import user_code
+    from audit.scan.sources import user_code
 
     user_code._init()
     root = user_code.norm_dir(str(site_dir))

@@ -1,4 +1,4 @@
-"""A staging buffer pinned where the platform allows it (audit/scan/pin_flags.py).
+"""A staging buffer pinned where the platform allows it (audit/scan/standins/pin_flags.py).
 
 vLLM keeps `self.pin_memory = is_pin_memory_available()` and passes it down to `CpuGpuBuffer`, whose host
 half is `torch.zeros(..., pin_memory=pin_memory)`; uploading it in the step is a captured memcpy on a GPU. On

@@ -1,4 +1,4 @@
-"""Pinned host memory as serving libraries use it, on a CPU-only torch (audit/scan/pinned.py).
+"""Pinned host memory as serving libraries use it, on a CPU-only torch (audit/scan/standins/pinned.py).
 
 - Pinned in the step: vLLM's `async_tensor_h2d` builds each step's metadata with
   `torch.tensor(data, pin_memory=True, device="cpu")` and uploads it with `.to(device, non_blocking=True)`;
@@ -70,7 +70,7 @@ VALS = "[random.randrange({d}) for _ in range({d})]"  # {d}: library_target's si
 
 @pytest.mark.parametrize("form", ["h2d", "pin_then_copy"])
 def test_host_data_pinned_in_the_step_is_a_pageable_copy_at_the_upload(tmp_path, monkeypatch, form):
-    """Before audit/scan/pinned.py the CPU scan stopped at the pinning line (a CPU-only torch raises)."""
+    """Before audit/scan/standins/pinned.py the CPU scan stopped at the pinning line (a CPU-only torch raises)."""
     call = {"h2d": "h2d(self.vals, 'cpu', True).float() * self.x", "pin_then_copy":
             "pin_then_copy(self.vals, self.ibuf).float() * self.x"}[form]
     mod, lib, path, site = library_target(

@@ -2,7 +2,7 @@
 
 `self.cpu.numpy()[:] = lens` writes host memory with no torch op, so the trace shows nothing; inside a graph
 it runs once, at capture, and every replay uploads the captured bytes. The bytes of pinned buffers are
-hashed around each step (audit/scan/staging_bytes.py); the writing statement is a cpu-side-effect, in a
+hashed around each step (audit/scan/snapshot/staging_bytes.py); the writing statement is a cpu-side-effect, in a
 library too, with the target's call as caller. The same refill in prepare() is the legal form: no finding.
 """
 

@@ -1,9 +1,9 @@
 """After every audit test (this file sorts after them): torch is as torch made it.
 
-The CPU scan stands in for torch's tensor factories during a step (audit.scan.pinned) and restores them after.
+The CPU scan stands in for torch's tensor factories during a step (audit.scan.standins.pinned) and restores them after.
 Dynamo builds its tables of torch functions on first use and keeps them; a table built while the stand-ins
 were in place made every later compile in the process break its graph on the real `torch.arange`
-(audit.scan.dynamo_rules drops such tables). Run after the audit tests, as in `pytest -q`, this failed
+(audit.scan.standins.dynamo_rules drops such tables). Run after the audit tests, as in `pytest -q`, this failed
 before that fix; on its own it checks only the process it runs in.
 """
 

@@ -79,7 +79,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 def _is_internal(filename: str) -> bool:
     """torch, the audit itself, the stdlib and site-packages are not where a person fixes things."""
     try:
-        from audit.scan.user_code import is_user_file
+        from audit.scan.sources.user_code import is_user_file
     except Exception:  # the tracer is optional here
         f = filename.replace("\\", "/")
         return (filename.startswith("<") or "/torch/" in f or "/audit/" in f or "site-packages" in f

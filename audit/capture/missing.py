@@ -27,7 +27,7 @@ _FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
 
 def stack_site(stack) -> dict | None:
     """The innermost user frame of a profiler stack ("file(line): function" entries, innermost first)."""
-    from audit.scan.user_code import is_user_file
+    from audit.scan.sources.user_code import is_user_file
 
     for entry in stack or ():
         m = _FRAME.match(str(entry))
@@ -40,7 +40,7 @@ def _user_site() -> dict | None:
     """The innermost frame of the running Python stack in code a person would edit."""
     import sys
 
-    from audit.scan.user_code import is_user_file
+    from audit.scan.sources.user_code import is_user_file
 
     f = sys._getframe(1)
     while f is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from audit.detectors.device import capturable_flags
 from audit.detectors.device.cpu_only import cpu_side
 from audit.report.inventory import CATEGORIES, Finding
-from audit.scan.user_code import OWN, display_path
+from audit.scan.sources.user_code import OWN, display_path
 
 __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 

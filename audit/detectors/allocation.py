@@ -8,7 +8,7 @@ replay then reads the buffer the capture read, not the one the previous replay w
 
 from __future__ import annotations
 
-from audit.scan import state
+from audit.scan.snapshot import state
 from audit.detectors import register
 
 

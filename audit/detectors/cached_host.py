@@ -19,7 +19,7 @@ from audit.detectors import register
 from audit.detectors.host import sends
 from audit.detectors.source import lookup, mutations
 from audit.detectors.source.scopes import own_nodes
-from audit.scan.ast_nodes import all_nodes, calls_at
+from audit.scan.sources.ast_nodes import all_nodes, calls_at
 
 MSG = ("the host tensor returned by `{fn}` (made in host memory, and by a call that ran before the step: a "
        "cached helper) is moved to the device in the step: on a GPU that is a copy from pageable host memory, "

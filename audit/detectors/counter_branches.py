@@ -27,9 +27,10 @@ from audit.detectors.branches.passed_counters import callers, passed
 from audit.detectors.branches.raising_checks import as_ifs
 from audit.detectors.state.sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
-from audit.scan import class_state, loaded
-from audit.scan.ast_nodes import attr_chain, nodes_of
-from audit.scan.frame_source import function_of
+from audit.scan.snapshot import class_state
+from audit.scan.sources import loaded
+from audit.scan.sources.ast_nodes import attr_chain, nodes_of
+from audit.scan.sources.frame_source import function_of
 
 _AHEAD = (*range(1, 4097), *(10 ** p for p in range(4, 13)))  # steps ahead the test is run at
 

@@ -2,7 +2,7 @@
 
 A serving library that flips a coin on the host (`if random.random() < p:` in a speculative acceptance) or
 jitters a value with `np.random.rand()` advances a generator whose state lives in C inside those modules:
-no attribute changes. audit.scan.global_rng hashes both states around each step. A replay draws nothing:
+no attribute changes. audit.scan.snapshot.global_rng hashes both states around each step. A replay draws nothing:
 the number drawn at capture is used forever, and the generator never advances. The site is the drawing
 call, read from the source of the functions that ran in the step (a library's too, with the target's line
 that led there as caller); a reseed in the step (`random.seed(s)`, `np.random.seed(s)`) is a site as well.
@@ -18,9 +18,9 @@ from audit.detectors import register
 from audit.detectors.state import called_objects
 from audit.detectors.source import lookup
 from audit.detectors.state.sites import _calls, called_by_name, caller_of
-from audit.scan.ast_nodes import all_nodes
-from audit.scan import global_rng
-from audit.scan.user_code import OWN
+from audit.scan.sources.ast_nodes import all_nodes
+from audit.scan.snapshot import global_rng
+from audit.scan.sources.user_code import OWN
 
 _NOT_DRAWS = {"getstate", "get_state", "Random", "SystemRandom", "default_rng", "RandomState", "Generator",
               "SeedSequence", "BitGenerator", "PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64",

@@ -22,8 +22,8 @@ from audit.detectors.state import handoff
 from audit.detectors.source import lookup, scopes
 from audit.detectors.device.device_branches import guards as _guards
 from audit.detectors.device.cuda_side import cuda_side
-from audit.scan import dist_hooks
-from audit.scan.user_code import LIBRARY, frame_kind
+from audit.scan.patches import dist_hooks
+from audit.scan.sources.user_code import LIBRARY, frame_kind
 
 SYNC_CALLS = {"synchronize", "item", "tolist", "cpu", "numpy", "query", "elapsed_time", "empty_cache",
               *dist_hooks.HOST_WAITS}  # torch.distributed's: barrier(), the object collectives, is_completed()

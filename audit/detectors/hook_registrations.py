@@ -4,7 +4,7 @@ A debug helper that calls `mod.register_forward_hook(stats)` on every call (or a
 observers per forward) adds one hook per step: eager decode runs more hooks each step, more host work or
 more kernels, while a capture records the hooks of its one step and a replay registers nothing. The
 module's hook table is torch state no snapshot compares, so the registrations are recorded where they are
-made (audit/scan/hook_registry.py). A site counts when two or more of its registrations were still in
+made (audit/scan/patches/hook_registry.py). A site counts when two or more of its registrations were still in
 place after the scan: a hook registered and removed within the step (a temporary hook), or one that
 replaces the previous step's (`self.h.remove(); self.h = m.register_forward_hook(f)`), leaves one at most.
 """
@@ -12,7 +12,7 @@ replaces the previous step's (`self.h.remove(); self.h = m.register_forward_hook
 from __future__ import annotations
 
 from audit.detectors import register
-from audit.scan.hook_registry import KIND, alive
+from audit.scan.patches.hook_registry import KIND, alive
 
 FIX = ("Register the hook once, outside the step (in make()), or remove its handle before the step ends "
        "(`h = m.register_forward_hook(f)` ... `h.remove()` in a finally).")

@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from audit.detectors import register
 from audit.detectors.source import assign_targets, lookup
-from audit.scan.ast_nodes import all_nodes, nodes_of
+from audit.scan.sources.ast_nodes import all_nodes, nodes_of
 
 _TIME = {"time", "monotonic", "perf_counter", "time_ns", "monotonic_ns", "perf_counter_ns", "process_time"}
 _DATETIME = {"now", "utcnow", "today"}

@@ -19,7 +19,9 @@ from audit.detectors.host.kept import class_spans, cpu_attrs, host_tensors, move
 from audit.detectors.host.kept import factory_born, host_born, host_data, host_derived, host_factories, sent_at
 from audit.detectors.host_sync import index_tensors
 from audit.detectors.pageable_copy import FROM_DATA, PINNED_STEP
-from audit.scan import host_sends, pinned, state
+from audit.scan.patches import host_sends
+from audit.scan.snapshot import state
+from audit.scan.standins import pinned
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
              "from pageable host memory, and capture raises 'Cannot copy between CPU and CUDA tensors ...'")
@@ -106,7 +108,7 @@ def _host_attrs(ctx) -> dict[int, str]:
 
 def _sent_members(ctx, known: dict) -> dict[int, str]:
     """Storage id -> label of the tensors the target sent to host memory while it was built (`.cpu()`, `.to("cpu")`
-    in its source: audit.scan.host_sends) and that a reachable object still holds, as an attribute or a member
+    in its source: audit.scan.patches.host_sends) and that a reachable object still holds, as an attribute or a member
     of a dict, list or tuple attribute, wherever that call was written."""
     out = {}
     for path, obj in ctx.trace.objects:
@@ -269,7 +271,7 @@ def host_data_to_device(ctx):
 
 def _pinned_in_step(r, message: str) -> tuple[str, str]:
     """(message, severity): a copy from a buffer the step pinned itself (`torch.tensor(d, pin_memory=True)`,
-    `.pin_memory()`; audit.scan.pinned) raises nothing under capture; replay reuses the captured bytes."""
+    `.pin_memory()`; audit.scan.standins.pinned) raises nothing under capture; replay reuses the captured bytes."""
     src = r.inputs[0] if message == TO_DEVICE else r.inputs[1] if message == COPY_IN else None
     if src is not None and pinned.asked_sid(src.sid):
         return PINNED_STEP, "silent-corruption"

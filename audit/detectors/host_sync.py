@@ -20,7 +20,7 @@ from audit.detectors.device import capture_guards
 from audit.detectors.host import inside_torch
 from audit.detectors.source import lookup
 from audit.detectors.tensors.forwarded import forwarded
-from audit.scan.hooks import NON_BLOCKING
+from audit.scan.patches.hooks import NON_BLOCKING
 from audit.detectors.host.own_copies import reads_of_copies
 from audit.detectors.device.guarded_copies import reads_after_guarded_copies
 from audit.detectors.host.kept import (computes_on_host, from_device, host_born, host_derived, host_factories,

@@ -14,8 +14,8 @@ import torch
 
 from audit.detectors import register
 from audit.detectors.state import registered_gens
-from audit.scan.ast_nodes import all_nodes
-from audit.scan.seed_hooks import BY_VALUE
+from audit.scan.sources.ast_nodes import all_nodes
+from audit.scan.patches.seed_hooks import BY_VALUE
 
 _SEEDED = torch.Tag.nondeterministic_seeded
 

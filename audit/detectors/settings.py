@@ -5,7 +5,7 @@ flags of `torch.backends.cuda.matmul`, `cudnn` and `mkldnn`, grad mode and autoc
 snapshot sees them, and a replay never writes them. The kernels a capture records are chosen under the
 values of the capture; a step that flips one (a precision switch per call, the default dtype by phase)
 runs other kernels, or makes tensors of another dtype, than a replay would. The writes are recorded by
-audit.scan.settings_hooks; a setting set and restored within the step, or set to the value it had, is no
+audit.scan.patches.settings_hooks; a setting set and restored within the step, or set to the value it had, is no
 finding. Its value when the step started and when it ended decide that where they were read (a setting linked
 to another, `allow_tf32` to the matmul precision, moves before the step's first write to it).
 """

@@ -30,10 +30,12 @@ from audit.detectors.state.sites import (called_by_name, caller_of, closure_func
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors.host.kept import from_device, host_tensors, in_place_updates, kept_on_host
 from audit.detectors.allocation import escape_lines, escaped_members
-from audit.scan import class_state, global_rng, loaded, mp_queues, script_state, staging_bytes, state
+from audit.scan.patches import mp_queues
+from audit.scan.snapshot import class_state, global_rng, script_state, staging_bytes, state
+from audit.scan.sources import loaded
 from audit.detectors.source import methods as _methods
 from audit.detectors.state import queue_puts
-from audit.scan.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
+from audit.scan.sources.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
 def _source_sites(ctx, change, step: int) -> tuple[list, str]:

@@ -2,7 +2,7 @@
 
 `self.cpu.numpy()[:n] = lens` (or `np.copyto(self.cpu.numpy(), a)`, or a view taken once and written)
 writes host memory with no torch op. Inside a graph it runs once, at capture; every replay then uploads the
-bytes of the captured step. audit.scan.staging_bytes hashes the buffers around each step; a buffer whose
+bytes of the captured step. audit.scan.snapshot.staging_bytes hashes the buffers around each step; a buffer whose
 bytes changed with no in-place torch op on it (those are host_tensors_changed_in_place's) is reported at the
 statement that writes through its view, read from the functions that ran, with the target's line as caller.
 """
@@ -16,8 +16,8 @@ from audit.detectors.source import lookup
 from audit.detectors.host import staging_params
 from audit.detectors.host.kept import cpu_attrs, in_place_updates
 from audit.detectors.state.sites import caller_of
-from audit.scan.ast_nodes import all_nodes
-from audit.scan import staging_bytes
+from audit.scan.sources.ast_nodes import all_nodes
+from audit.scan.snapshot import staging_bytes
 
 _VIEWS = ("numpy", "asarray", "frombuffer")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from audit.scan import state
+from audit.scan.snapshot import state
 from audit.detectors import register
 from audit.detectors.tensors import escaped_reads
 

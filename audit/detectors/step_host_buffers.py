@@ -18,7 +18,7 @@ from audit.detectors import register
 from audit.detectors.host import helper_alloc, kept as _host
 from audit.detectors.source import lookup
 from audit.detectors.host.factories import follows_default
-from audit.scan import pinned
+from audit.scan.standins import pinned
 
 # factories whose tensor is in host memory when the call names no device (torch.zeros(n)) or the CPU
 _PLAIN = set(lookup.HOST_FACTORIES)

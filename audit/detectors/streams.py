@@ -7,7 +7,7 @@ forked but never waited on by the step's stream (join) fails the capture (unjoin
 decode the step's stream reads it before it is written. The legal pattern is
 `s.wait_stream(cur)` before the block and `cur.wait_stream(s)` after it, or events both ways.
 
-The trace holds the stream events of audit.scan.stream_hooks between the ops; we replay them with
+The trace holds the stream events of audit.scan.patches.stream_hooks between the ops; we replay them with
 a vector clock per stream (what each stream has waited for) and check every op:
 - an op on a side stream that has not (transitively) waited on the step's stream: fork missing;
 - an op reading a tensor another stream wrote after the last wait on it: join missing (or a fork
@@ -20,7 +20,7 @@ the block's first op.
 from __future__ import annotations
 
 from audit.detectors import register
-from audit.scan.stream_hooks import KIND, parse
+from audit.scan.patches.stream_hooks import KIND, parse
 
 
 class _Step:

@@ -18,8 +18,9 @@ import re
 
 import torch
 
-from audit.scan import cpu_kernels, torch_decomps
-from audit.scan.user_code import HIDDEN, frame_kind
+from audit.scan import torch_decomps
+from audit.scan.standins import cpu_kernels
+from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 _KERNEL = re.compile(r"^(\w+)(?:\[alias\])?: registered at (.+\.py):\d+", re.M)
 _BODY_KEYS = ("CompositeExplicitAutograd", "CPU", "CUDA")  # what a redispatch to the device key reaches

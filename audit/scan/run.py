@@ -17,7 +17,9 @@ from audit import detectors
 from audit.errors import AuditError, TargetFailed
 from audit.report.inventory import SEVERITIES, Inventory
 from audit.target import describe_error, resolve
-from audit.scan import compiled_frames, cpu_cuda, hooks, host_sends, pinned
+from audit.scan.patches import hooks, host_sends
+from audit.scan.sources import compiled_frames
+from audit.scan.standins import cpu_cuda, pinned
 from audit.scan.tracer import Tracer
 
 __all__ = ["scan"]

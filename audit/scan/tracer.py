@@ -1,14 +1,13 @@
 """One tracer for the audited step; every detector reads the trace it leaves.
 
-What would a CUDA graph see? Every aten op with its non-tensor arguments (baked into the graph),
-its tensors' shapes and addresses (baked too), where their storage came from (this step, an
-earlier step, outside), plus the host reads that never reach the dispatcher on a CPU tensor
-(`.tolist()`, `bool(t)`, ...) and explicit CUDA synchronizations. Each event is attributed to the
-innermost frame of user code and to the module path that was running.
+What would a CUDA graph see? Every aten op with its non-tensor arguments (baked into the graph), its tensors' shapes
+and addresses (baked too), where their storage came from (this step, an earlier step, outside), plus the host reads
+that never reach the dispatcher on a CPU tensor (`.tolist()`, `bool(t)`, ...) and explicit CUDA synchronizations.
+Each event is attributed to the innermost frame of user code and to the module path that was running.
 
-Hot path rule: no string formatting and no per-op allocation beyond the record itself; user-code
-classification is cached per code object. Hooks, patches and modes live per audited step (removed in
-`finally`): prepare() and the caller run untouched, also when the step raises."""
+Hot path rule: no string formatting and no per-op allocation beyond the record itself; user-code classification is
+cached per code object. Hooks, patches and modes live per audited step (removed in `finally`): prepare() and the
+caller run untouched, also when the step raises."""
 
 from __future__ import annotations
 
@@ -28,11 +27,13 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import (branch_flags, class_state, compiled_frames, composites, cpu_cuda, hooks, hops, layouts,
-                        loaded, module_hooks, script_args, state, threads, wrappers)
-from audit.scan.custom_ops import python_body
+from audit.scan import composites, custom_ops, hops, layouts, wrappers
+from audit.scan.patches import hooks, module_hooks, threads
+from audit.scan.snapshot import class_state, script_args, state
+from audit.scan.sources import branch_flags, compiled_frames, loaded
+from audit.scan.standins import cpu_cuda
 from audit.scan.records import OpRecord, TensorMeta, Trace
-from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
+from audit.scan.sources.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
 
 DIGEST_MAX = 1 << 16  # a host-built tensor up to this many values is compared by its data across steps
 __all__ = ["Tracer"]
@@ -40,8 +41,7 @@ __all__ = ["Tracer"]
 TENSOR = "<T>"  # placeholder for a tensor inside normalized arguments
 _LIFT = {"lift_fresh", "lift_fresh_copy"}  # torch.tensor(data) inside the step: host data
 _ATOMS = (type(None), bool, int, str)
-_ATOMS_OBJ = (torch.dtype, torch.device, torch.layout, torch.memory_format)
-_ATOM_TYPES = frozenset({type(None), bool, int, str, torch.dtype, torch.device, torch.layout, torch.memory_format})
+_ATOMS_OBJ = (torch.dtype, torch.device, torch.layout, torch.memory_format); _ATOM_TYPES = frozenset(_ATOMS + _ATOMS_OBJ)
 _OPNAMES: dict = {}  # OpOverload -> "aten.name"
 
 
@@ -343,7 +343,7 @@ class _Mode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if hops.is_hop(func):
             return hops.run(self, func, args, kwargs)
-        body = python_body(func, args, kwargs, self.tracer._roots, types)
+        body = custom_ops.python_body(func, args, kwargs, self.tracer._roots, types)
         if body is None and (whole := composites.parts(func, types)) is not None:  # handed over whole (inference mode)
             with self:
                 return whole(*args, **(kwargs or {}))

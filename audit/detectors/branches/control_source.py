@@ -8,7 +8,7 @@ import ast
 
 from audit.detectors.device import flag_reach
 from audit.detectors.source import lookup
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 __all__ = ["args_first", "comprehension_at", "held", "presence_test"]
 

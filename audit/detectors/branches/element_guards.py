@@ -14,7 +14,7 @@ import ast
 
 from audit.detectors.branches import key_tests
 from audit.detectors.source import lookup
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 
 def element_guard(filename: str, loop_line: int, line: int) -> int | None:

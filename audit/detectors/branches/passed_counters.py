@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import ast
 
-from audit.scan.ast_nodes import nodes_of
-from audit.scan.frame_source import function_of
+from audit.scan.sources.ast_nodes import nodes_of
+from audit.scan.sources.frame_source import function_of
 
 
 def callers(ctx) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source import lookup, scopes
-from audit.scan.ast_nodes import calls_at
+from audit.scan.sources.ast_nodes import calls_at
 
 
 def _names(node) -> set:

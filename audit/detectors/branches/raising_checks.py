@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from audit.scan.ast_nodes import nodes_of
+from audit.scan.sources.ast_nodes import nodes_of
 
 _CHECKS = {"_check": 0, "_check_index": 0, "_check_value": 0, "_check_type": 0, "_check_not_implemented": 0,
            "_check_with": 1}  # torch's check functions -> the position of the condition

@@ -18,7 +18,7 @@ import inspect
 from audit.detectors.state import handoff
 from audit.detectors.source import lookup, scopes
 from audit.detectors.device.cuda_side import cuda_side
-from audit.scan.user_code import HIDDEN, frame_kind
+from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 DEPTH = 3  # helpers of helpers followed below the branch's own call
 

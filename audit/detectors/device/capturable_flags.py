@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source import lookup, scopes
-from audit.scan.ast_nodes import nodes_of
+from audit.scan.sources.ast_nodes import nodes_of
 
 __all__ = ["cpu_only", "gpu_capturable"]
 

@@ -16,7 +16,7 @@ import functools
 from audit.detectors.source import lookup, scopes
 from audit.detectors.device.cuda_side import cuda_side
 from audit.detectors.device.device_branches import guards
-from audit.scan.cpu_kernels import KERNELS as CPU_KERNELS
+from audit.scan.standins.cpu_kernels import KERNELS as CPU_KERNELS
 
 __all__ = ["cpu_side"]
 
@@ -62,7 +62,7 @@ def _whole_expression(tree, func, line: int):
 
 def cpu_side(stack):
     """(file, what a GPU does instead, line) for the innermost frame of `stack` that runs on a CPU-only side:
-    the other side of a device test, or another kernel of a custom op (audit/scan/cpu_kernels.py)."""
+    the other side of a device test, or another kernel of a custom op (audit/scan/standins/cpu_kernels.py)."""
     for code, line in reversed(stack):
         if (kernel := CPU_KERNELS.get((code.co_filename, code.co_firstlineno))) is not None:
             return code.co_filename, f"a GPU does not run {kernel}", code.co_firstlineno

@@ -2,7 +2,7 @@
 
 `if self.timing and x.is_cuda: torch.cuda.synchronize()`, or `if x.is_cuda:` nested in `if self.debug:`:
 the device test decides nothing while `self.timing` / `self.debug` is false, on any device. The scan read
-those flags in the running frames (audit/scan/branch_flags.py); a wait is out of reach when a flag that
+those flags in the running frames (audit/scan/sources/branch_flags.py); a wait is out of reach when a flag that
 must hold for it was seen in every audited step with the other value. A flag whose assignments call
 something (`self.gpu_ok = _probe()`, a platform probe answering differently on the CPU) or test the device
 is not trusted to hold the same value on the GPU, nor is one the scan never read.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source import lookup, scopes
-from audit.scan.branch_flags import flag_exprs
+from audit.scan.sources.branch_flags import flag_exprs
 
 __all__ = ["blocking_flag", "known", "seen"]
 

@@ -26,7 +26,7 @@ def optimizers(ctx) -> list[tuple[str, torch.optim.Optimizer]]:
 
 def host_steps(ctx) -> dict[int, str]:
     """Storage id -> label of each optimizer step counter that lives in host memory on a GPU too."""
-    from audit.scan.state import storage_id
+    from audit.scan.snapshot.state import storage_id
 
     out = {}
     for path, opt in optimizers(ctx):

@@ -4,7 +4,7 @@ A host buffer kept on an object (a KV swap space, a staging buffer) is host memo
 source says so on a CPU scan. Buffers that are pinned on request are often written as one conditional
 expression (`torch.zeros(shape, pin_memory=True) if pin else torch.zeros(shape)`): each arm is a factory,
 and the attribute is what its arms make when they agree; whether the run took the pinned arm is the storage's
-own record (audit/scan/pinned.py), not the source's.
+own record (audit/scan/standins/pinned.py), not the source's.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ast
 from audit.detectors.source.mutations import _field_factory, _host_computed, _host_factory
 from audit.detectors.host.names import bound_values
 from audit.detectors.source.lookup import tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 
 def host_memory(filename: str, call, _depth: int = 0) -> str | None:

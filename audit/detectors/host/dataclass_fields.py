@@ -19,7 +19,7 @@ import inspect
 from audit.detectors.source import scopes
 from audit.detectors.host.attr_memory import host_memory
 from audit.detectors.source.lookup import tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 __all__ = ["field_memory"]
 

@@ -17,7 +17,7 @@ import ast
 import functools
 
 from audit.detectors.source.lookup import tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 __all__ = ["defaulted_to_cpu"]
 

@@ -7,7 +7,7 @@ names the CPU, so the attribute rules that read a factory at the assignment see 
 `device` to "cpu" says where the tensors live. A swap-in that copies a block of that cache into the GPU cache
 is a copy from pageable memory on a GPU, a swap-out into it a device->host copy that waits; a CPU scan sees
 neither, since every tensor is on the CPU there. Whether the run asked for pinned memory is the storage's own
-record (audit/scan/pinned.py), not the source's.
+record (audit/scan/standins/pinned.py), not the source's.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from audit.detectors.state import handoff
 from audit.detectors.host import places
 from audit.detectors.source import scopes
 from audit.detectors.source.lookup import HOST_FACTORIES, tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 
 def _imported(filename: str, func: ast.Name):
@@ -136,6 +136,6 @@ def device_buffers(ctx) -> set[int]:
 def host_buffers(ctx) -> dict[int, str]:
     """Storage id -> 'owner.attr' (or 'owner.attr[k]') of the tensors, and members of list or dict attributes,
     that their class allocates on the host through such a helper, unless the run asked to pin them."""
-    from audit.scan import pinned
+    from audit.scan.standins import pinned
 
     return {sid: label for sid, label, t, kinds in _found(ctx) if "host" in kinds and not pinned.asked(t)}

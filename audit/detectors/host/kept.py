@@ -14,14 +14,14 @@ import torch
 from audit.detectors.host import attr_memory, factories as _factories, module_tensors, places as _places
 from audit.detectors.source import lookup, mutations
 from audit.detectors.device import optimizer_steps
-from audit.scan.ast_nodes import all_nodes
-from audit.scan import pinned
+from audit.scan.sources.ast_nodes import all_nodes
+from audit.scan.standins import pinned
 
 
 def cpu_attrs(ctx):
     """(storage id, 'owner.attr', attribute name, owner, tensor) for each CPU tensor attribute of the
     objects reachable from the target."""
-    from audit.scan import state
+    from audit.scan.snapshot import state
 
     for path, obj in ctx.trace.objects:
         for name, t in list(getattr(obj, "__dict__", {}).items()):

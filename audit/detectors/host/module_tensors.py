@@ -14,7 +14,7 @@ import ast
 import torch
 
 from audit.detectors.source import mutations
-from audit.scan import loaded
+from audit.scan.sources import loaded
 
 __all__ = ["host_globals"]
 
@@ -22,7 +22,7 @@ __all__ = ["host_globals"]
 def host_globals(ctx) -> dict[int, str]:
     """Storage id -> 'module.NAME' of the small CPU tensors (at most 1-dim, 64 elements) that the modules the step
     ran code in bind at module level to a host factory's result."""
-    from audit.scan import state
+    from audit.scan.snapshot import state
 
     files = {code.co_filename for recs in ctx.steps for r in recs for code, _ in r.stack}
     out = {}

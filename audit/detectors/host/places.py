@@ -14,7 +14,7 @@ import torch
 
 from audit.detectors.source import scopes
 from audit.detectors.source.lookup import tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 
 @functools.lru_cache(maxsize=512)

@@ -19,13 +19,13 @@ import torch
 from audit.detectors.source import scopes
 from audit.detectors.host.kept import class_spans
 from audit.detectors.source.lookup import tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 
 def members(ctx):
     """(storage id, 'owner.attr[key]', attribute name, owner, tensor) for each CPU tensor held in a dict, list
     or tuple attribute of the objects reachable from the target."""
-    from audit.scan import state
+    from audit.scan.snapshot import state
 
     for path, obj in ctx.trace.objects:
         for name, v in list(getattr(obj, "__dict__", {}).items()):

@@ -19,7 +19,7 @@ import ast
 from audit.detectors.source.mutations import tree
 from audit.detectors.source.lookup import enclosing_function
 from audit.detectors.state.sites import object_at
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 _ACCESSORS = {"__get__": ast.Load, "__set__": ast.Store, "__delete__": ast.Del}
 

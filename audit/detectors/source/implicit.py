@@ -12,8 +12,8 @@ import ast
 
 from audit.detectors.state import handoff
 from audit.detectors.source.mutations import tree
-from audit.scan.ast_nodes import all_nodes, nodes_of
-from audit.scan.user_code import OWN
+from audit.scan.sources.ast_nodes import all_nodes, nodes_of
+from audit.scan.sources.user_code import OWN
 
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 

@@ -11,8 +11,8 @@ import ast
 
 from audit.detectors.branches import key_tests
 from audit.detectors.source import scopes
-from audit.scan.ast_nodes import attr_chain, calls_at, nodes_of
-from audit.scan.frame_source import tree
+from audit.scan.sources.ast_nodes import attr_chain, calls_at, nodes_of
+from audit.scan.sources.frame_source import tree
 
 _BRANCH = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
 _FUNC = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)

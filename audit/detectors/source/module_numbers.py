@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numbers
 
-from audit.scan import loaded
+from audit.scan.sources import loaded
 
 
 def module_numbers(code) -> dict:

@@ -1,7 +1,7 @@
 """Where a piece of Python state is changed, from the source: statements that mutate an attribute
 (directly, through a local alias or a helper's parameter), and attributes assigned host tensors.
 
-The state snapshot says what changed between steps (audit/scan/state.py); these lookups name the
+The state snapshot says what changed between steps (audit/scan/snapshot/state.py); these lookups name the
 line a person has to change. Parsing is shared with lookup.py (cached per file).
 """
 
@@ -15,7 +15,7 @@ from audit.detectors.source import loop_aliases, scopes
 from audit.detectors.host.factories import follows_default
 from audit.detectors.source.lookup import _FUNC, HOST_FACTORIES, _on_cpu, tree
 from audit.detectors.source.assign_targets import written
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "add", "discard",
             "setdefault", "popitem", "appendleft", "extendleft", "popleft", "sort", "reverse", "rotate",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source.lookup import def_first_line, tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 __all__ = ["defs_by_name", "names_used", "reached_from", "reached_names"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 
-from audit.scan.ast_nodes import all_nodes, nodes_of
+from audit.scan.sources.ast_nodes import all_nodes, nodes_of
 
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)

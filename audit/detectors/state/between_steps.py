@@ -19,9 +19,9 @@ import ast
 from audit.detectors.source import lookup
 from audit.detectors.source.name_reach import defs_by_name, names_used, reached_from, reached_names
 from audit.detectors.source.lookup import tree
-from audit.scan.ast_nodes import all_nodes
-from audit.scan.fingerprint import fp as fingerprint
-from audit.scan.user_code import LIBRARY, frame_kind
+from audit.scan.sources.ast_nodes import all_nodes
+from audit.scan.snapshot.fingerprint import fp as fingerprint
+from audit.scan.sources.user_code import LIBRARY, frame_kind
 
 _SETUP = ("prepare", "__init__")
 _SIZED = ("list", "deque", "dict", "set", "frozenset")  # fingerprints (kind, size, members)

@@ -14,8 +14,8 @@ import ast
 import inspect
 
 from audit.detectors.source.lookup import tree
-from audit.scan.ast_nodes import nodes_of
-from audit.scan.user_code import LIBRARY, frame_kind
+from audit.scan.sources.ast_nodes import nodes_of
+from audit.scan.sources.user_code import LIBRARY, frame_kind
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 

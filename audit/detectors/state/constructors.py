@@ -14,7 +14,7 @@ import ast
 
 from audit.detectors.source import lookup
 from audit.detectors.state.sites import called_by_name, caller_of
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 SETUP = ("__init__", "prepare")
 

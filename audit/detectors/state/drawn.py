@@ -4,7 +4,7 @@ A generator's state changes through calls on it (`self.rng.random()`, gymnasium'
 through the `np_random` property returning `self._np_random`), never through the statements that assign the
 attribute (a `seed()` that did not run, `__setstate__`'s `self.__dict__.update(state)`). The calls are read from
 the holder's source, directly on the attribute or through such a property, and kept when their line ran in the
-step (audit/scan/rng_lines.py records the lines of the functions that name them).
+step (audit/scan/sources/rng_lines.py records the lines of the functions that name them).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import ast
 
 from audit.detectors.source import lookup, mutations
 from audit.detectors.state.sites import whole_state_fp
-from audit.scan.ast_nodes import nodes_of
+from audit.scan.sources.ast_nodes import nodes_of
 
 __all__ = ["sites"]
 

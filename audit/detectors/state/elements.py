@@ -17,8 +17,8 @@ import types
 from audit.detectors.source.implicit import implicit_uses
 from audit.detectors.source.mutations import method_calls, tree
 from audit.detectors.state.sites import closure_functions
-from audit.scan.ast_nodes import nodes_of
-from audit.scan import class_state
+from audit.scan.sources.ast_nodes import nodes_of
+from audit.scan.snapshot import class_state
 
 __all__ = ["container_call", "held_names"]
 

@@ -5,7 +5,7 @@ it steps environments, fills a queue, bumps its own counters (`self.produced += 
 snapshot taken around an audited step sees those counters move, though nothing the step ran moved them and a
 replay would not have to: the thread keeps running either way. A change whose every candidate statement sits in
 a function that another live thread is running (one the step did not start: a thread the step starts is traced
-as the step's, `audit/scan/threads.py`) and in which the step ran no op is that thread's, and is no finding. What
+as the step's, `audit/scan/patches/threads.py`) and in which the step ran no op is that thread's, and is no finding. What
 the step takes from such a thread (`self.q.get()`) changes state in the step's own call, and stays one.
 The threads are read when the rules run, right after the steps, while such a loop is still running.
 

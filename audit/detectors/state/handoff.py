@@ -14,8 +14,8 @@ import inspect
 
 from audit.detectors.source import mutations
 from audit.detectors.source.lookup import tree
-from audit.scan.ast_nodes import all_nodes, nodes_of
-from audit.scan import loaded
+from audit.scan.sources.ast_nodes import all_nodes, nodes_of
+from audit.scan.sources import loaded
 
 
 def resolve(filename: str, func: ast.expr):

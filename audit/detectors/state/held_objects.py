@@ -16,7 +16,7 @@ import inspect
 
 from audit.detectors.source import mutations
 from audit.detectors.state.sites import object_at
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 
 def holder_sites(ctx, change) -> list:

@@ -13,7 +13,7 @@ import ast
 
 from audit.detectors.source.lookup import tree
 from audit.detectors.source.assign_targets import written
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 
 def _is_element(node, attr: str, key, global_name: bool) -> bool:

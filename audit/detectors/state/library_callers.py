@@ -14,8 +14,9 @@ import sys
 from audit.detectors.state import handoff
 from audit.detectors.source import implicit, lookup, mutations
 from audit.detectors.state.sites import object_at
-from audit.scan import loaded, state
-from audit.scan.ast_nodes import nodes_of
+from audit.scan.snapshot import state
+from audit.scan.sources import loaded
+from audit.scan.sources.ast_nodes import nodes_of
 
 __all__ = ["executed", "head", "holder", "user_call_into", "user_call_of"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from audit.scan import loaded
+from audit.scan.sources import loaded
 
 __all__ = ["referring_files"]
 

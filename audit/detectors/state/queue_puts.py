@@ -1,7 +1,7 @@
 """Where a step put an item on a multiprocessing queue: the put call the step's code reaches.
 
 A multiprocessing queue is compared by the number of items put on it while the step ran
-(`audit/scan/mp_queues.py`): only a `put` / `put_nowait` changes that. The statements that name the queue
+(`audit/scan/patches/mp_queues.py`): only a `put` / `put_nowait` changes that. The statements that name the queue
 otherwise (its `close()`, `self._event_queue = None` on shutdown, a consumer's `get`) or that put on it from
 code the step never reaches (a worker's `stop()` putting its shutdown signal) are not the step's. The site is a
 put call on the attribute (or global) holding the queue, in a function that ran torch ops in the step or that
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from audit.detectors.state import between_steps, library_callers
 from audit.detectors.source import mutations
-from audit.scan.mp_queues import PUTTERS
+from audit.scan.patches.mp_queues import PUTTERS
 
 
 def sites(ctx, change, step: int, files: list) -> list:

@@ -10,8 +10,8 @@ method that never ran (`MambaCache.advance`). The tracer notes the hooks of ever
 from __future__ import annotations
 
 from audit.detectors.state.sites import code_span
-from audit.scan import module_hooks
-from audit.scan.user_code import LIBRARY, frame_kind
+from audit.scan.patches import module_hooks
+from audit.scan.sources.user_code import LIBRARY, frame_kind
 
 
 def hook_spans(ctx, step: int) -> list:

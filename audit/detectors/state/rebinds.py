@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source.lookup import tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 
 def _is_attr(n, attr: str) -> bool:

@@ -21,7 +21,7 @@ import torch
 
 from audit.detectors.source.lookup import enclosing_function, tree
 from audit.detectors.state.sites import objects_defining
-from audit.scan.ast_nodes import attr_chain, calls_at, nodes_of
+from audit.scan.sources.ast_nodes import attr_chain, calls_at, nodes_of
 
 
 def _last(expr) -> str | None:

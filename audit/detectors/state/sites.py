@@ -15,9 +15,11 @@ import types
 
 from audit.detectors.state import hook_guards, keyed_writes
 from audit.detectors.source import lookup, mutations
-from audit.scan.ast_nodes import all_nodes, nodes_of
-from audit.scan import class_state, loaded, module_hooks, state
-from audit.scan.user_code import HIDDEN, LIBRARY, frame_kind
+from audit.scan.sources.ast_nodes import all_nodes, nodes_of
+from audit.scan.patches import module_hooks
+from audit.scan.snapshot import class_state, state
+from audit.scan.sources import loaded
+from audit.scan.sources.user_code import HIDDEN, LIBRARY, frame_kind
 
 
 def code_span(code) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from collections import defaultdict
 
 from audit.detectors.source import assign_targets
 from audit.detectors.source.lookup import enclosing_function, tree
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 _SIZE_CALLS = ("size", "numel", "dim")
 _META = {"device", "dtype", "layout", "is_cuda", "is_cpu", "ndim", "T", "mT", "data", "requires_grad"}  # a tensor's

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from audit.scan.key_text import key_text
+from audit.scan.snapshot.key_text import key_text
 
 __all__ = ["storage_id", "tensor_attrs"]
 

@@ -5,7 +5,7 @@ record sequence, so switches and waits are recorded as 'stream' events between t
 (audit.detectors.streams replays them). Every cross-stream wait in torch goes through
 Event.record / Event.wait (Stream.wait_stream, wait_event and record_event are built on them);
 every switch through torch.cuda.set_stream (which `with torch.cuda.stream(s)` calls). The
-block's own line comes from StreamContext.__enter__. CPU stand-ins (audit.scan.cpu_cuda) record
+block's own line comes from StreamContext.__enter__. CPU stand-ins (audit.scan.standins.cpu_cuda) record
 the same events, in the same format.
 
 Events (op, note): stream.start <sid> | stream.enter <sid> | stream.set <sid> |
@@ -72,7 +72,7 @@ def watching(tracer, patched):
     # The step runs on a stream of its own, forked from and joined back to the caller's outside the record, as
     # a capture runs on a side stream: the default stream is then another stream than the step's, and a stream
     # a step looked up once and kept (`if self.main is None: self.main = torch.cuda.current_stream()`) is not
-    # the stream a later step runs on. The CPU stand-ins (audit.scan.cpu_cuda, which a CUDA tracer on a torch
+    # the stream a later step runs on. The CPU stand-ins (audit.scan.standins.cpu_cuda, which a CUDA tracer on a torch
     # without CUDA runs under) give each step its own stream already.
     real = cuda.is_available()
     outer = cuda.current_stream(tracer.device) if real else None

@@ -10,7 +10,7 @@ wait on the host:
 - `barrier()` and `monitored_barrier()`: the host blocks until every rank arrived (on NCCL, until the
   barrier's all-reduce finished on the device);
 - `work.is_completed()`: polls the collective's completion from the host, as `Event.query()` does.
-Each is recorded as a host-sync at the calling line (audit.scan.hooks' wrapper), with nothing recorded
+Each is recorded as a host-sync at the calling line (audit.scan.patches.hooks' wrapper), with nothing recorded
 inside it: its own reads are part of the one wait.
 """
 

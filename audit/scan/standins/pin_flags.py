@@ -4,7 +4,7 @@ Serving code pins its staging buffers where the platform allows it: vLLM keeps
 `self.pin_memory = is_pin_memory_available()` in its runner and passes it down
 (`CpuGpuBuffer(..., pin_memory=self.pin_memory)` -> `torch.zeros(..., pin_memory=pin_memory)`). On a CPU-only
 torch the probe answers False, so the buffer a GPU would pin is pageable here, and uploading it would look
-like a pageable-copy. While the target is built (audit.scan.pinned's stand-in), a factory called with a false
+like a pageable-copy. While the target is built (audit.scan.standins.pinned's stand-in), a factory called with a false
 flag has the flag's expression followed back from the calling frame: through parameters to the caller's
 argument, through a local or `self.x` to its assignment, a few hops at most. A flag computed by a call (the
 probe) counts as pinned; one that is a constant or comes from a constant (`SeqLens(n, pinned=False)`) is the
@@ -20,12 +20,13 @@ import os
 import sys
 
 import torch
-from audit.scan.ast_nodes import calls_at
-from audit.scan.frame_source import function_of, tree
+from audit.scan.sources.ast_nodes import calls_at
+from audit.scan.sources.frame_source import function_of, tree
 
 __all__ = ["probed"]
 
-_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))  # torch's and the audit's frames
+_AUDIT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_SKIP = (os.path.dirname(torch.__file__), _AUDIT)  # torch's and the audit's frames
 
 
 def _gpu_test(expr):

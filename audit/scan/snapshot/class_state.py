@@ -4,7 +4,7 @@ The classes are those of the objects reachable from the target and those the sta
 (a processor the step instantiates and drops, whose metaclass counts instances on the class). Each
 is recorded under its `<class Q>` label, so the side-effect rule can read the class's (and its
 metaclass's) source for the statement that changed it. The process-wide host random generators are
-added here too (audit.scan.global_rng), and the bytes of pinned staging buffers (audit.scan.staging_bytes).
+added here too (audit.scan.snapshot.global_rng), and the bytes of pinned staging buffers (audit.scan.snapshot.staging_bytes).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import types
 
 from torch import nn
 
-from audit.scan import global_rng, staging_bytes, state
-from audit.scan.fingerprint import PLAIN
-from audit.scan.fingerprint import fp as fingerprint
+from audit.scan.snapshot import global_rng, staging_bytes, state
+from audit.scan.snapshot.fingerprint import PLAIN
+from audit.scan.snapshot.fingerprint import fp as fingerprint
 
 CLASSES: dict[str, type] = {}  # `<class Q>` state-key owner -> the class
 

@@ -23,7 +23,7 @@ __all__ = ["Sends", "forget", "sent"]
 
 _SENT: dict[int, tuple[object, str]] = {}  # storage _cdata -> (the storage, held; 'file:line' that sent it)
 _NAMES_CPU = re.compile(r"""\.cpu\(|["']cpu["']""")
-_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _asking_line() -> tuple[str, int] | None:

@@ -3,7 +3,7 @@
 A pinned host buffer exists to be refilled outside the graph and uploaded inside it. A step that refills it
 through a numpy view (`self.cpu.numpy()[:n] = lens`, `np.copyto(buf.numpy(), a)`) writes host memory with no
 torch op: the dispatch trace shows nothing, and a replay would upload the bytes of the captured step. The
-buffers are those asked to be pinned (audit.scan.pinned; `is_pinned()` on a CUDA build), up to 64K elements,
+buffers are those asked to be pinned (audit.scan.standins.pinned; `is_pinned()` on a CUDA build), up to 64K elements,
 under the owner "<pinned bytes>"; audit/detectors/staging_refill.py finds the writing statement.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from audit.scan import pinned
+from audit.scan.standins import pinned
 
 __all__ = ["OWNER", "snapshot"]
 

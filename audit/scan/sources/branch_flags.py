@@ -21,7 +21,7 @@ import inspect
 import types
 
 import torch
-from audit.scan.frame_source import function_of
+from audit.scan.sources.frame_source import function_of
 
 __all__ = ["BranchFlags", "flag_exprs"]
 

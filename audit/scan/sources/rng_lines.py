@@ -14,7 +14,7 @@ import contextlib
 import random
 import sys
 
-from audit.scan.user_code import HIDDEN, frame_kind
+from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 __all__ = ["is_rng", "recording", "watched_names"]
 

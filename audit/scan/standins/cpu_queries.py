@@ -4,7 +4,7 @@ Kernel wrappers ask about the device on every call: `with torch.cuda.device(x.de
 launch, `torch.cuda.current_device()` to key a workspace, `torch.cuda.get_device_capability()` to pick an FP8
 path, `torch.cuda.get_device_properties(d).multi_processor_count` to size a grid. On a GPU these read host-side
 driver state: no stream work, legal under capture, no finding. A CPU-only torch raises on each of them, which
-stopped a CPU scan at that line. While a step runs (warmup included) they stand in, beside audit.scan.cpu_cuda's
+stopped a CPU scan at that line. While a step runs (warmup included) they stand in, beside audit.scan.standins.cpu_cuda's
 streams and events, answering as one Hopper GPU would (device 0, capability (9, 0)); nothing is recorded.
 torch's private internals (`torch._inductor`, `torch._dynamo`, ...) asking get the real answer of the CPU-only
 torch instead: a function `torch.compile`d in warmup is compiled for this machine, and inductor keys its cache

@@ -16,7 +16,8 @@ import itertools
 import sys
 
 import torch
-from audit.scan import cpu_graphs, cpu_queries, dynamo_rules, host_sends, pinned, stream_hooks
+from audit.scan.patches import host_sends, stream_hooks
+from audit.scan.standins import cpu_graphs, cpu_queries, dynamo_rules, pinned
 
 __all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "outside_steps", "standing_in"]
 
@@ -99,7 +100,7 @@ class HostEvent:
     a real torch.cuda.Event made before the step (some CPU-only builds make one lazily, in make(); record()
     and wait() raise on a stand-in stream, elapsed_time() on events never recorded; builds that raise in make()
     get a HostEvent there, see outside_steps): they use no state of their own but the event's id. A real event's query() and synchronize() run as they are (no-ops on an
-    event never created), recorded by audit.scan.hooks."""
+    event never created), recorded by audit.scan.patches.hooks."""
 
     def __init__(self, *args, **kwargs):
         pass
@@ -214,7 +215,7 @@ def _emit_nvtx_stand_ins() -> list:
 def standing_in(tracer, patched):
     """Installs the stand-ins (torch.cuda.synchronize/empty_cache/current_stream/default_stream/set_stream,
     is_current_stream_capturing, Stream(), Event(), `with torch.cuda.stream(s)`, Tensor.record_stream, CUDA graph
-    capture: audit.scan.cpu_graphs) for one step;
+    capture: audit.scan.standins.cpu_graphs) for one step;
     restores torch afterwards."""
     host = _HOST
     host.tracer, host.default = tracer, HostStream(stream_id=0)
@@ -277,7 +278,7 @@ def standing_in(tracer, patched):
                 (torch.Tensor, "record_stream", record_stream),
                 *((cuda.Event, m, vars(HostEvent)[m]) for m in _EVENT_METHODS),
                 *cpu_graphs.stand_ins(host),  # a capture begun in the step (torch.cuda.graph, CUDAGraph)
-                *pinned.step_patches(),  # `.pin_memory()`, `pin_memory=True` in the step (noted: audit.scan.pinned)
+                *pinned.step_patches(),  # `.pin_memory()`, `pin_memory=True` in the step (noted: audit.scan.standins.pinned)
                 *cpu_queries.stand_ins()):  # current_device, get_device_capability, `with torch.cuda.device(d)`, ...
             if not isinstance(owner, type):
                 orig = getattr(owner, name)
@@ -331,7 +332,7 @@ def cpu_only_checks(tracer):
 def outside_steps(gpu_scan: bool = False):
     """Around make() and prepare() of a CPU scan, on a CPU-only torch or not (on a machine with CUDA a CPU scan
     stands in the same way, so it reports what CI's CPU-only machines report). Serving code stages through pinned buffers made in
-    __init__ (`torch.zeros(n, pin_memory=True)`): the CPU scan builds them in ordinary memory (audit.scan.pinned
+    __init__ (`torch.zeros(n, pin_memory=True)`): the CPU scan builds them in ordinary memory (audit.scan.standins.pinned
     remembers they were asked to be pinned: no pageable-copy). Timing and overlapping code makes
     its events (and streams) there: some CPU-only builds make them lazily, others raise ('Tried to instantiate
     dummy base class Event'), and those get the steps' host stand-ins (HostEvent, HostStream)."""

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import threading
 
-from audit.scan import mp_queues
+from audit.scan.patches import mp_queues
 
 __all__ = ["scheduling_state", "traced_threads"]
 

@@ -6,11 +6,11 @@
   is copied to the host, never dispatched.
 - CUDA waits: `torch.cuda.synchronize`, `Event.synchronize/query/elapsed_time`, `Stream.synchronize/query`.
   Sync-debug mode misses the first two (docs/hazards.md), so patching is the only reliable signal.
-  On a machine without CUDA they would raise: there audit.scan.cpu_cuda stands in for them, in
+  On a machine without CUDA they would raise: there audit.scan.standins.cpu_cuda stands in for them, in
   warmup too (`unaudited`), so a step written for the GPU still runs on a CPU scan.
-- Streams and events (CUDA scans): switches and cross-stream waits (audit.scan.stream_hooks).
-- `nn.Module.__setattr__`: the line of a Python state change. torch's settings: audit.scan.settings_hooks;
-  module hooks registered in the step: audit.scan.hook_registry; torch.distributed: audit.scan.dist_hooks.
+- Streams and events (CUDA scans): switches and cross-stream waits (audit.scan.patches.stream_hooks).
+- `nn.Module.__setattr__`: the line of a Python state change. torch's settings: audit.scan.patches.settings_hooks;
+  module hooks registered in the step: audit.scan.patches.hook_registry; torch.distributed: audit.scan.patches.dist_hooks.
 - GPU only: sync-debug mode "warn", each warning recorded where Python sees it (the line that synchronized),
   and torch.cuda._gpu_trace callbacks (registered once per process: they cannot be removed; idle otherwise).
 """
@@ -27,8 +27,10 @@ import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
-from audit.scan import (cpu_cuda, dist_hooks, hook_registry, hops, module_setattr, rng_lines, seed_hooks,
-                        settings_hooks, stream_hooks, torch_frames, type_hooks)
+from audit.scan import hops
+from audit.scan.patches import dist_hooks, hook_registry, module_setattr, seed_hooks, settings_hooks, stream_hooks
+from audit.scan.sources import rng_lines, torch_frames
+from audit.scan.standins import cpu_cuda, type_hooks
 
 __all__ = ["HOST_READS", "ORIG", "active", "install_gpu_trace", "is_default_generator", "is_sync_warning",
            "sync_debug_off", "sync_debug_warn", "unaudited"]
@@ -338,7 +340,7 @@ def sync_debug_warn():
         torch.cuda.set_sync_debug_mode(old)
 
 
-_SCAN_DIR = os.path.dirname(os.path.abspath(__file__))
+_SCAN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # audit/scan: the tracer's folder
 
 
 def _caller_depth(frame) -> int:

@@ -18,7 +18,7 @@ import contextlib
 import torch
 from torch.overrides import TorchFunctionMode
 
-from audit.scan import pin_flags
+from audit.scan.standins import pin_flags
 
 __all__ = ["asked", "asked_sid", "forget", "stand_in", "step_patches"]
 
@@ -90,7 +90,7 @@ def stand_in():
 
 
 def asked_sid(sid: int) -> bool:
-    """Was the storage with this id (audit.scan.state.storage_id) asked to be pinned?"""
+    """Was the storage with this id (audit.scan.snapshot.state.storage_id) asked to be pinned?"""
     return sid in _ASKED
 
 

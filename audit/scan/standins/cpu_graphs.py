@@ -5,10 +5,10 @@ A library that graphs its own blocks (`with torch.cuda.graph(g):`, `torch.cuda.m
 capture, and each of them synchronizes the device first (`torch.cuda.graph` and `make_graphed_callables` call
 `torch.cuda.synchronize()`): a host-sync at the library's line. On a CPU-only torch `torch.cuda.CUDAGraph()`
 raises ("no NVIDIA driver"), which would stop the scan at that line instead. While a step runs (warmup
-included) these stand in, beside audit.scan.cpu_cuda's streams and events: beginning a capture is recorded
+included) these stand in, beside audit.scan.standins.cpu_cuda's streams and events: beginning a capture is recorded
 as a wait at the line that begins it, the body runs eagerly (its ops are the step's ops), a replay does
 nothing (the body already ran), `make_graphed_callables` hands the callables back, `graph_pool_handle()` makes
-an id (some CPU-only builds raise there too). On a GPU the real calls run and audit.scan.hooks records their
+an id (some CPU-only builds raise there too). On a GPU the real calls run and audit.scan.patches.hooks records their
 synchronize.
 """
 

@@ -24,7 +24,7 @@ import sys
 
 import torch
 
-from audit.scan.user_code import HIDDEN, frame_kind
+from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 __all__ = ["fx_site", "script_calls", "script_site"]
 

@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from audit.scan.user_code import HIDDEN, frame_kind
+from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 __all__ = ["inside"]
 

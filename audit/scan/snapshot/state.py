@@ -1,10 +1,9 @@
 """What the audited step can reach: module names for attribution, Python state for side effects.
 
-A graph replays kernels, not Python: whatever Python state the step changes (a position counter,
-a list of past tokens, a rebound attribute) changes once at capture and never again. We find
-those by snapshotting the plain (non-tensor) attributes of every object reachable from the target,
-and of the user modules' globals, right before and right after each audited step.
-"""
+A graph replays kernels, not Python: whatever Python state the step changes (a position counter, a list of past
+tokens, a rebound attribute) changes once at capture and never again. We find those by snapshotting the plain (non-
+tensor) attributes of every object reachable from the target, and of the user modules' globals, right before and
+right after each audited step."""
 
 from __future__ import annotations
 
@@ -20,12 +19,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from audit.scan.fingerprint import PLAIN, members
-from audit.scan.fingerprint import fp as fingerprint
-from audit.scan import mp_queues, script_state, subclass_state, threads, torch_state, user_code, value_objects
-from audit.scan.held_tensors import storage_id, tensor_attrs
-from audit.scan.observer_caches import is_observer_cache
-from audit.scan.loaded import loaded_modules
+from audit.scan.snapshot.fingerprint import PLAIN, fp as fingerprint, members
+from audit.scan.patches import mp_queues, threads
+from audit.scan.snapshot import script_state, subclass_state, torch_state, value_objects
+from audit.scan.sources import user_code
+from audit.scan.snapshot.held_tensors import storage_id, tensor_attrs
+from audit.scan.snapshot.observer_caches import is_observer_cache
+from audit.scan.sources.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
 
@@ -40,7 +40,7 @@ def _is_user_object(v) -> bool:
         return True
     t = type(v)
     mod = getattr(t, "__module__", "") or ""
-    if mp_queues.is_mp_queue(v):  # compared by the items put (audit/scan/mp_queues.py), not its feeder's buffer
+    if mp_queues.is_mp_queue(v):  # compared by the items put (audit/scan/patches/mp_queues.py), not its feeder's buffer
         return False
     if torch_state.is_training_state(v):  # an optimizer, an LR scheduler: its Python attributes are step state
         return True

@@ -2,7 +2,7 @@
 
 Dynamo decides how to trace a call by looking its id up in tables it builds on first use
 (`trace_rules.get_torch_obj_rule_map`, the `FunctionIdSet`s of allowed and builtin functions) and then keeps.
-A CPU scan's step runs with `torch.arange`, `torch.zeros`, ... patched (audit.scan.pinned): if the step itself
+A CPU scan's step runs with `torch.arange`, `torch.zeros`, ... patched (audit.scan.standins.pinned): if the step itself
 compiles (a library's `torch.compile`d function) the tables are built from the stand-ins, and after the scan
 every later compile in the process breaks its graph on the real `torch.arange` ("marked as skipped"). So the
 tables built while the stand-ins were in place are dropped when they go, to be built again from torch itself.

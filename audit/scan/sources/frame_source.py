@@ -8,7 +8,7 @@ import functools
 import linecache
 import os
 
-from audit.scan.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes
 
 
 __all__ = ["function_of", "tree"]

@@ -19,8 +19,8 @@ from collections import OrderedDict, deque
 
 import torch
 
-from audit.scan import mp_queues
-from audit.scan.key_text import key_text
+from audit.scan.patches import mp_queues
+from audit.scan.snapshot.key_text import key_text
 
 __all__ = ["PLAIN", "PRIMS", "fp", "members"]
 

@@ -29,8 +29,10 @@ from audit.scan.sources.loaded import loaded_modules
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
 
-_FOREIGN = ("torch", "builtins", "numpy", "pandas", "typing", "collections", "enum", "functools")
+_FOREIGN = ("torch", "builtins", "numpy", "pandas", "typing", "collections", "enum", "functools",
+            "cupy", "triton", "cutlass", "cuda", "numba")  # kernel objects: their caches are the compiler's, not state
 _SKIP_ATTRS = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
+_SLOTS: dict[type, tuple[str, ...]] = {}  # a class -> the __slots__ names it and its bases declare
 
 
 def _is_user_object(v) -> bool:
@@ -58,9 +60,6 @@ def _slot_names(t: type) -> tuple[str, ...]:
             names += [sl] if isinstance(sl, str) else [n for n in sl if n not in ("__dict__", "__weakref__")]
         names = _SLOTS[t] = tuple(dict.fromkeys(names))
     return names
-
-
-_SLOTS: dict[type, tuple[str, ...]] = {}
 
 
 def _bound_args(p: functools.partial) -> list[tuple[str, object]]:

@@ -165,11 +165,14 @@ class Context:
                        module or "", op, round(float(count), 3), message, fix, cf, cl, cfn, extra=extra)
 
     def per_site(self, records) -> dict:
-        """Group records by (file, line, op) over all audited steps."""
+        """Group records by (file, line, op, caller) over all audited steps. The caller is the target's
+        own line that led there: a library line reached from two of the target's lines (PyG's
+        `maybe_num_nodes` under `degree(dst)` and `softmax(score, dst)`) is two places to fix, not one."""
         groups: dict = defaultdict(list)
         for r in records:
             fr = r.frame
-            groups[(fr[0] if fr else "", fr[1] if fr else 0, r.op)].append(r)
+            cfr = self.caller(r)
+            groups[(fr[0] if fr else "", fr[1] if fr else 0, r.op, cfr[:2] if cfr else None)].append(r)
         return groups
 
     def all_records(self, kinds=("aten",)):

@@ -17,7 +17,7 @@ def allocations(ctx):
     """Every call site that creates new storage during the step (info; graph pools handle it)."""
     recs = [r for r in ctx.all_records() if not r.nested and any(r.new)]
     out = []
-    for (_, _, op), group in ctx.per_site(recs).items():
+    for (_, _, op, _), group in ctx.per_site(recs).items():
         n = sum(sum(r.new) for r in group)
         m = next(o for o, new in zip(group[0].outputs, group[0].new) if new)
         msg = f"allocates {list(m.shape)} {str(m.dtype).replace('torch.', '')} inside the step"

@@ -269,7 +269,7 @@ def host_scalar_operands(ctx):
                         "the value of the capture step",
                         fix="Keep the counter on the device (a 0-dim device tensor updated in place in the step), so "
                             "the kernel reads it from memory on every replay.")
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]
 
 
 @register("baked-host-value")

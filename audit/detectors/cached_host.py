@@ -92,4 +92,4 @@ def cached_host_to_device(ctx):
                 names[id(r)] = fn
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, MSG.format(fn=names[id(g[0])]), fix=FIX,
                         severity="blocks-capture")
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]

@@ -29,4 +29,4 @@ def spanning_ops(ctx):
     devs_of = {id(r): d for r, d in recs}
     return [ctx.finding("cross-device", g[0], op, len(g) / ctx.n_steps,
                         f"`{op}` spans devices {', '.join(devs_of[id(g[0])])} inside one step")
-            for (_, _, op), g in groups.items()]
+            for (_, _, op, _), g in groups.items()]

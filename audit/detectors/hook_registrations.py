@@ -23,7 +23,7 @@ def hooks_piling_up(ctx):
     """Hook registrations of the step whose handles stay registered, two or more from one line."""
     recs = [r for r in ctx.all_records((KIND,)) if r.stack]
     out = []
-    for (_, _, op), group in ctx.per_site(recs).items():
+    for (_, _, op, _), group in ctx.per_site(recs).items():
         kept = [r for r in group if alive(r)]
         if len(kept) < 2:
             continue

@@ -193,7 +193,7 @@ def host_attrs_to_device(ctx):
                     f"a tensor computed from the host tensor `{derived[sid]}`"
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps,
                         STAGED.format(name=names[id(g[0])]), fix=STAGED_FIX, severity="blocks-capture")
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]
 
 
 def _device_made(recs, not_device: set) -> set:
@@ -266,7 +266,7 @@ def host_data_to_device(ctx):
     msg = {id(r): _pinned_in_step(r, m) for r, m in hits}
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, msg[id(g[0])][0], fix=FIX,
                         severity=msg[id(g[0])][1])
-            for (_, _, op), g in ctx.per_site(r for r, _ in hits).items()]
+            for (_, _, op, _), g in ctx.per_site(r for r, _ in hits).items()]
 
 
 def _pinned_in_step(r, message: str) -> tuple[str, str]:

@@ -247,7 +247,7 @@ def dispatched_syncs(ctx):
         if res:
             hits.append((r, res))
     out, res_of = [], {id(r): res for r, res in hits}
-    for (_, _, op), group in ctx.per_site(r for r, _ in hits).items():
+    for (_, _, op, _), group in ctx.per_site(r for r, _ in hits).items():
         msg, fix = res_of[id(group[0])]
         out.append(ctx.finding("host-sync", group[0], op, len(group) / ctx.n_steps, msg, fix=fix))
     return out
@@ -300,7 +300,7 @@ def host_reads(ctx):
     copies |= reads_after_guarded_copies(ctx)  # `if x.is_cuda: x = x.cpu()` skipped here, then `x.numpy()`
     recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r) and (r.note != "cpu?" or id(r) in to_host)
             and not (r.kind == "host" and (kept_on_host(ctx, r) or id(r) in copies))]
-    for (file, line, op), group in ctx.per_site(recs).items():
+    for (file, line, op, _), group in ctx.per_site(recs).items():
         r = group[0]
         if r.kind == "host":
             shape = tuple(r.inputs[0].shape) if r.inputs else ()
@@ -328,10 +328,11 @@ def host_reads(ctx):
 
 def _one_per_line(found: list) -> list:
     """A line's host reads as one finding: formatting a tensor (`f"{t}"`, `print(t)`) runs `__bool__`, `.item()`
-    and `.tolist()` inside torch for the one line the user wrote; the first read names the others."""
+    and `.tolist()` inside torch for the one line the user wrote; the first read names the others. A library
+    line reached from two of the target's lines stays two findings (two calls to fix)."""
     first: dict = {}
     for f in found:
-        g = first.setdefault((f.file, f.line, f.severity), f)
+        g = first.setdefault((f.file, f.line, f.caller_file, f.caller_line, f.severity), f)
         if g is not f:
             g.message += f"{'; the same line also calls ' if '; the same line' not in g.message else ', '}`{f.op}`"
     return list(first.values())
@@ -386,4 +387,4 @@ def device_values_into_host_tensors(ctx):
                         f"copies a device tensor into the host tensor `{host[g[0].inputs[0].sid]}`: on a GPU a "
                         "device->host copy into pageable memory that waits for the device (capture refuses it)",
                         fix=_DEVICE_FIX)
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]

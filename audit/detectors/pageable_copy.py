@@ -58,7 +58,7 @@ def host_device_copies(ctx):
             hits.append((r, "blocks-capture", HOST_INDEX))
     info = {id(r): (sev, msg) for r, sev, msg in hits}
     out = []
-    for (_, _, op), g in ctx.per_site(r for r, _, _ in hits).items():
+    for (_, _, op, _), g in ctx.per_site(r for r, _, _ in hits).items():
         sev, msg = info[id(g[0])]
         out.append(ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, msg, severity=sev))
     return out
@@ -85,7 +85,7 @@ def scalar_value_puts(ctx):
         if not masked_fill_dispatch(r, here, ctx.cuda) and host_scalar_put(r, here, ctx.cuda):
             hits.append(r)
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, SCALAR_PUT, fix=SCALAR_PUT_FIX)
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]
 
 
 SCALAR_OPERAND = ("`{op}` takes a 0-dim host tensor beside device tensors: torch first copies it to the device from "
@@ -125,4 +125,4 @@ def scalar_operands(ctx):
             hits.append(r)
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, SCALAR_OPERAND.format(op=op.split(".")[-1]),
                         fix=SCALAR_OPERAND_FIX, severity="blocks-capture")
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]

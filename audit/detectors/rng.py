@@ -59,7 +59,7 @@ def random_ops(ctx):
     recs = [r for r in ctx.all_records() if not r.nested and r.func is not None and _SEEDED in r.func.tags
             and _draws(r)]
     out = []
-    for (_, _, op), group in ctx.per_site(recs).items():
+    for (_, _, op, _), group in ctx.per_site(recs).items():
         gen = _generator(group[0])
         reg = registered_gens.registered(ctx, group[0]) if gen is not None and not gen[2] else None
         if reg is not None:
@@ -106,7 +106,7 @@ def reseeding(ctx):
     records = list(ctx.all_records(("seed",)))
     same = _one_seed(records)
     out = []
-    for (_, _, op), g in ctx.per_site(records).items():
+    for (_, _, op, _), g in ctx.per_site(records).items():
         if same is not None:
             out.append(ctx.finding(
                 "rng", g[0], op, len(g) / ctx.n_steps,

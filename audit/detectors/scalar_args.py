@@ -57,4 +57,4 @@ def tensor_scalar_args(ctx):
                         f"`{op}.{getattr(g[0].func, '_overloadname', '')}` takes a device tensor where a number goes "
                         "and reads it with `.item()` inside torch: on a GPU the host waits for the device",
                         fix=FIX)
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]

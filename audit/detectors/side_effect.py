@@ -340,7 +340,7 @@ def host_tensors_changed_in_place(ctx):
                         "this runs on the CPU, outside the graph, so a replay would not redo it",
                         fix="Keep the counter on the device and update it inside the step (`self.steps.add_(1)` on a "
                             "device tensor), or do the host bookkeeping in prepare().")
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]
 
 
 @register("cpu-side-effect")
@@ -353,4 +353,4 @@ def saved_by_the_step(ctx):
                         "`torch.save` in the step writes on the host: it runs once when the graph is captured, "
                         "and a replay writes nothing",
                         fix="Save after replay (outside the captured step), e.g. in prepare() or after the decode loop.")
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]

@@ -57,7 +57,7 @@ def sparse_size_from_indices(ctx):
                         "`sparse_coo_tensor` without a size infers it from the indices: their max is copied to "
                         "the host, which waits for the device",
                         fix="Pass size= (the static dense shape), so nothing is read back.")
-            for (_, _, _), group in ctx.per_site(hits).items()]
+            for (_, _, _, _), group in ctx.per_site(hits).items()]
 
 
 _COALESCE_FIX = ("Coalesce outside the step (in make() or prepare()), or build the tensor with "

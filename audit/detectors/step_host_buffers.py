@@ -81,7 +81,7 @@ def device_values_into_step_host_buffers(ctx):
                         "the CPU): on a GPU a device->host copy into pageable memory that waits for the device "
                         "(capture refuses it)",
                         fix="Keep the values on the device, or take the sizes from host metadata the step is given.")
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]
 
 
 def _kept_pageable(ctx, small: dict) -> dict[int, str]:
@@ -117,4 +117,4 @@ def device_values_into_kept_pageable_buffers(ctx):
                         "with non_blocking=True (capture refuses it)",
                         fix="Make the host buffer pinned (pin_memory=True) and copy with non_blocking=True, or keep "
                             "the data on the device.")
-            for (_, _, op), g in ctx.per_site(hits).items()]
+            for (_, _, op, _), g in ctx.per_site(hits).items()]

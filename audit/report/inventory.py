@@ -1,6 +1,6 @@
 """Findings and the Inventory that holds them: categories, severities, and what to tell a person.
 
-An Inventory is a pandas DataFrame with one row per (category, file, line, op): the table an
+An Inventory is a pandas DataFrame with one row per (category, file, line, op, caller): the table an
 engineer would otherwise keep by hand, generated from a trace. Category ids are stable; every
 category carries the default text for "why it matters under capture" and "the usual fix", which
 a finding may sharpen.
@@ -46,7 +46,7 @@ CATEGORIES: dict[str, Category] = _load_categories()
 FIELDS = ("category", "severity", "file", "line", "function", "module", "op", "count_per_step", "message", "fix",
           "caller_file", "caller_line", "caller_function")
 SCHEMA_VERSION = "1.0"  # inventory.json; a reader refuses another major version
-KEY = ["category", "file", "line", "op"]
+KEY = ["category", "file", "line", "op", "caller_file", "caller_line"]  # a library line per calling line
 
 
 @dataclass
@@ -151,7 +151,7 @@ class Inventory:
 
 
 def _merge(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (category, file, line, op): most severe severity, largest count per step."""
+    """One row per (category, file, line, op, caller): most severe severity, largest count per step."""
     if df.empty:
         return df.reset_index(drop=True)
     df = df.copy()

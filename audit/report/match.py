@@ -22,6 +22,13 @@ def _line(r: dict) -> int:
     return int(r.get("line") or 0)
 
 
+def _caller_gap(c: dict, b: dict) -> tuple:
+    """Ties on a library line are broken by the target's calling line: the same library read under two of the
+    target's calls is two findings, and the one whose call was fixed is the one gone."""
+    same = (c.get("caller_file") or "") == (b.get("caller_file") or "")
+    return (not same, abs(int(c.get("caller_line") or 0) - int(b.get("caller_line") or 0)))
+
+
 def _shifts(cur: dict, base: dict) -> dict:
     """(file, function) -> median line shift over keys with exactly one finding on each side."""
     seen = defaultdict(list)
@@ -44,9 +51,10 @@ def match(cur: list[dict], base: list[dict]) -> tuple[list[dict], list[dict], li
     for k, cs in by_c.items():
         bs = by_b.get(k, [])
         s = shift.get((k[1], k[2]), 0)
-        pairs = sorted(((abs(_line(c) - _line(b) - s), i, j) for i, c in enumerate(cs) for j, b in enumerate(bs)))
+        pairs = sorted(((abs(_line(c) - _line(b) - s), _caller_gap(c, b), i, j)
+                        for i, c in enumerate(cs) for j, b in enumerate(bs)))
         taken_c, taken_b = set(), set()
-        for _, i, j in pairs:
+        for _, _, i, j in pairs:
             if i not in taken_c and j not in taken_b:
                 taken_c.add(i)
                 taken_b.add(j)

@@ -22,6 +22,7 @@ import ast
 from collections import defaultdict
 
 from audit.detectors.source import assign_targets
+from audit.detectors.tensors import restored_dims
 from audit.detectors.source.lookup import enclosing_function, tree
 from audit.scan.sources.ast_nodes import all_nodes
 
@@ -155,14 +156,17 @@ def _number(v) -> bool:
 
 def reads_counter(frames, counters: set) -> bool:
     """The innermost statement, or a local it reads that its function binds earlier, loads a host counter
-    attribute outside its size reads (`end = self.length + t`, then `torch.ones(t, end)`)."""
+    attribute outside its size reads (`end = self.length + t`, then `torch.ones(t, end)`). A local bound to a
+    tensor a call made (`h = x.reshape(self.b, -1, d)`, then `self.proj(h)`) is an operand: the counter is that
+    call's, which the earlier varying call already reports."""
     for filename, line in frames[:1]:
         st = _statement(filename, line)
         if st is None:
             return False
         parts = _parts(st)
         names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
-        values = parts + _bound(enclosing_function(filename, line), names, st.lineno)
+        bound = _bound(enclosing_function(filename, line), names, st.lineno)
+        values = parts + [v for v in bound if not _tensor_made(v)]  # `h = x.reshape(self.b, ...)`: an operand
         return any(_attrs_read(v) & counters for v in values)
     return False
 
@@ -235,6 +239,8 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
                 buffered = all(_in_call_buffer(ctx, r) for r in mine.values())
             if buffered:
                 return True
+        if not read and len(other) == len(recs) and restored_dims.restores_input_dims(ctx, mine, theirs, dims):
+            return True  # F.linear on a 3-D input views its flat product back to the input's leading sizes
     return bool(read and unmatched and _from_arms(ctx, recs, mine, unmatched))
 
 

@@ -18,6 +18,7 @@ from torch import nn
 
 from audit.detectors import register
 from audit.detectors.branches import call_arms, control_source, other_instance
+from audit.detectors.device import eager_forks
 from audit.detectors.host import regions as _host_regions
 from audit.detectors.source import lookup
 from audit.detectors.branches.layout_picks import picked_by_layout
@@ -268,6 +269,7 @@ def op_sequence_divergence(ctx):
             continue
         codes = [c for c in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes() if c[0] != "equal"]
         shifted = _shifted_regions(ta, tb, codes)
+        pair = []
         for tag, i1, i2, j1, j2 in codes:
             if _elided_slice(tag, ra, rb, i1, i2, j1, j2) or picked_by_layout(tag, ra, rb, i1, i2, j1, j2) \
                     or (i1, j1) in shifted or _host_regions.host_work_only(ctx, ra[i1:i2], rb[j1:j2]):
@@ -287,15 +289,22 @@ def op_sequence_divergence(ctx):
             nxt = (rb[j1] if j1 < len(rb) else None) if tag == "delete" else \
                 (ra[i1] if i1 < len(ra) else None) if tag == "insert" else None
             where = _mode_switched(locate(ctx, p, a, b, q, nxt), a or b)
-            hits[where].append((what, " vs ".join(first), (a or b).module, a or b))
+            heads = [x.frame for x in ra[i1:i2][:1] + rb[j1:j2][:1] if x.frame]
+            pair.append((where, [what, " vs ".join(first), (a or b).module, a or b], heads))
+        eagers = eager_forks.eager_only([(w, ctx.caller(r[3]), h, ctx.caller_into(r[3], w[0], w[2]) is None)
+                                          for w, r, h in pair], ctx.rel)
+        for (where, region, _), eager in zip(pair, eagers):
+            hits[where].append((*region, eager))
     _fold_loops_into_guards(hits)
     out = []
     n_pairs = len(steps) - 1
     for where, regions in hits.items():
-        what, ops, mod, rec = regions[0]
+        what, ops, mod, rec, eager = regions[0]
         msg = f"{what}; a graph replays only the captured path"
-        out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs, msg, module=mod,
-                               caller=ctx.caller_into(rec, where[0], where[2])))
+        eager = eager if all(r[4] for r in regions) else None  # every fork here follows an eager-only one
+        out.append(ctx.finding("data-dependent-control", where, ops, len(regions) / n_pairs,
+                               msg + (eager_forks.message(eager) if eager else ""), module=mod,
+                               severity="info" if eager else None, caller=ctx.caller_into(rec, where[0], where[2])))
     return out
 
 

@@ -9,6 +9,9 @@ torch's, or a function it resolves to (in the calling file's module) whose every
 is true whenever a capture is: the test itself, an `or` holding one, or a local first bound from one
 (`_is_tracing = a() or capturing(); _is_tracing |= b(); return _is_tracing`), followed a few helpers down;
 a constant true return beside them (`if torch.compiler.is_compiling(): return True`) is true then as well.
+A test may hold the capture test behind a presence check of the tensor it asks about (transformers 5.25:
+`if exporting() or (mask is not None and is_tracing(mask)): return False`, then `fast_all(mask)`): for a line
+that reads that name, the name is present whenever the line runs, so the conjunct is true while capturing.
 """
 
 from __future__ import annotations
@@ -71,42 +74,68 @@ def _constant_true(e) -> bool:
     return isinstance(e, ast.Constant) and bool(e.value)
 
 
-def _negated(n, file) -> bool:
-    return isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and capturing(n.operand, file)
+def _present(n, given) -> bool:
+    """`NAME is not None` for a name the guarded line reads (`given`): true whenever that line runs."""
+    return isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.IsNot) \
+        and isinstance(n.left, ast.Name) and n.left.id in given \
+        and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value is None
 
 
-def skipped_under_capture(test: ast.AST, file: str | None = None) -> tuple[bool, bool]:
+def _true_capturing(n, file, given=frozenset()) -> bool:
+    """`n` is true while a graph is captured: the capture test, an `or` holding one, an `and` of one with
+    presence checks of names the guarded line reads (`mask is not None and is_tracing(mask)`)."""
+    if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or):
+        return any(_true_capturing(v, file, given) for v in n.values)
+    if isinstance(n, ast.BoolOp):
+        caps = [v for v in n.values if not _present(v, given)]
+        return bool(caps) and all(_true_capturing(v, file, given) for v in caps)
+    return capturing(n, file)
+
+
+def _negated(n, file, given=frozenset()) -> bool:
+    return isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and _true_capturing(n.operand, file, given)
+
+
+def skipped_under_capture(test: ast.AST, file: str | None = None, given=frozenset()) -> tuple[bool, bool]:
     """(body, orelse): which side of an `if` cannot run while a graph is being captured, so a wait
-    there never reaches the capture (`if not torch.cuda.is_current_stream_capturing(): sync()`)."""
+    there never reaches the capture (`if not torch.cuda.is_current_stream_capturing(): sync()`); `given`:
+    names the guarded line reads, present when it runs."""
     parts = test.values if isinstance(test, ast.BoolOp) else [test]
     conj = not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.And)
     disj = not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.Or)
-    return conj and any(_negated(p, file) for p in parts), disj and any(capturing(p, file) for p in parts)
+    return conj and any(_negated(p, file, given) for p in parts), \
+        disj and any(_true_capturing(p, file, given) for p in parts)
 
 
-def _short_circuited(test: ast.AST, line: int, file: str) -> bool:
+def _short_circuited(test: ast.AST, line: int, file: str, given=frozenset()) -> bool:
     """`line` is in an operand of the test that a capture never evaluates: after `not CAP` in an `and`,
     after `CAP` in an `or` (`if not is_tracing(m) and m.all():`)."""
     for n in ast.walk(test):
         if not isinstance(n, ast.BoolOp):
             continue
-        stop = _negated if isinstance(n.op, ast.And) else capturing
         for i, v in enumerate(n.values[:-1]):
-            if stop(v, file) and any(w.lineno <= line <= (w.end_lineno or w.lineno) for w in n.values[i + 1:]):
+            stop = _negated(v, file, given) if isinstance(n.op, ast.And) else _true_capturing(v, file, given)
+            if stop and any(w.lineno <= line <= (w.end_lineno or w.lineno) for w in n.values[i + 1:]):
                 return True
     return False
+
+
+def _names_on(func, line: int) -> frozenset:
+    """The plain names `line` reads in `func`."""
+    return frozenset(n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                     and n.lineno == line)
 
 
 def _exits(body: list) -> bool:
     return bool(body) and isinstance(body[-1], (ast.Return, ast.Raise))
 
 
-def _exited_before(func, line: int, file: str):
+def _exited_before(func, line: int, file: str, given=frozenset()):
     """The test of an `if CAP: return ...` (no else) ahead of `line` in `func`'s body, or None."""
     for st in getattr(func, "body", []) if isinstance(getattr(func, "body", None), list) else []:
         if st.lineno > line or (st.end_lineno or st.lineno) >= line:
             return None
-        if isinstance(st, ast.If) and not st.orelse and _exits(st.body) and skipped_under_capture(st.test, file)[1]:
+        if isinstance(st, ast.If) and not st.orelse and _exits(st.body) and skipped_under_capture(st.test, file, given)[1]:
             return st.test
     return None
 
@@ -118,18 +147,19 @@ def capture_guard(filename: str, line: int) -> str | None:
     if tree(filename) is None:
         return None
     func = enclosing_function(filename, line)
+    given = _names_on(func, line) if func is not None else frozenset()
     for node, part in chain(func, line) if func is not None else []:
         if isinstance(node, ast.If) and part in ("body", "orelse"):
-            body, orelse = skipped_under_capture(node.test, filename)
+            body, orelse = skipped_under_capture(node.test, filename, given)
             if (body and part == "body") or (orelse and part == "orelse"):
                 return ast.unparse(node.test)
     for node in ast.walk(func) if func is not None and not isinstance(func, ast.Module) else ():
         test = getattr(node, "test", None)
         if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)) and test is not None \
-                and test.lineno <= line <= (test.end_lineno or test.lineno) and _short_circuited(test, line, filename):
+                and test.lineno <= line <= (test.end_lineno or test.lineno) and _short_circuited(test, line, filename, given):
             return ast.unparse(test)
         if isinstance(node, ast.Return) and node.value is not None and node.lineno <= line <= \
-                (node.end_lineno or node.lineno) and _short_circuited(node.value, line, filename):
+                (node.end_lineno or node.lineno) and _short_circuited(node.value, line, filename, given):
             return ast.unparse(node.value)
-    exit_test = _exited_before(func, line, filename) if func is not None and not isinstance(func, ast.Module) else None
+    exit_test = _exited_before(func, line, filename, given) if func is not None and not isinstance(func, ast.Module) else None
     return f"{ast.unparse(exit_test)}: return" if exit_test is not None else None

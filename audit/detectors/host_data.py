@@ -115,14 +115,15 @@ def _sent_members(ctx, known: dict) -> dict[int, str]:
     out = {}
     root = ctx.trace.objects[0][1] if ctx.trace.objects else None
     placed = root is not None and any(places.sends_to_device(f, span) for f, span in class_spans(type(root)))
-    kept = (lambda sid: host_sends.sent(sid) or host_sends.born(sid)) if placed else host_sends.sent
+    kept = (lambda sid, t: host_sends.sent(sid) or (host_sends.born(sid) and not pinned.asked(t))) if placed \
+        else (lambda sid, t: host_sends.sent(sid))
     for path, obj in ctx.trace.objects:
         for name, v in list(getattr(obj, "__dict__", {}).items()):
             if name in ("_parameters", "_buffers"):  # Module.to(device) moves those, whatever made them
                 continue
             members = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, (list, tuple)) else [("", v)]
             for k, t in list(members)[:4096]:
-                if isinstance(t, torch.Tensor) and (sid := state.storage_id(t)) not in known and kept(sid):
+                if isinstance(t, torch.Tensor) and (sid := state.storage_id(t)) not in known and kept(sid, t):
                     label = f"{path}.{name}" if path else name
                     out[sid] = f"{label}[{k!r}]" if k != "" else label
     return out

@@ -57,7 +57,8 @@ class Sends(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func in _FACTORIES and kwargs.get("device") is None and isinstance(out, torch.Tensor):
+        if func in _FACTORIES and kwargs.get("device") is None and not kwargs.get("pin_memory") \
+                and isinstance(out, torch.Tensor):  # pinned staging is the legal form
             _note_born(out)
             return out
         if func is torch.Tensor.cuda and args and isinstance(args[0], torch.Tensor):

@@ -61,13 +61,13 @@ class Sends(TorchFunctionMode):
                 and isinstance(out, torch.Tensor):  # pinned staging is the legal form
             _note_born(out)
             return out
-        if func is torch.Tensor.cuda and args and isinstance(args[0], torch.Tensor):
+        if func is torch.Tensor.cuda and args and isinstance(args[0], torch.Tensor) and args[0].layout == torch.strided:
             _BORN.pop(args[0].untyped_storage()._cdata, None)
         if not _to_cpu(func, args, out):
             return out
         at = _asking_line()
         if at is None or not _NAMES_CPU.search(linecache.getline(*at)):
-            if func is torch.Tensor.to and _names_device(args, kwargs):  # `model.to(device)`: moved on a GPU
+            if func is torch.Tensor.to and args[0].layout == torch.strided and _names_device(args, kwargs):  # moved on a GPU
                 _BORN.pop(args[0].untyped_storage()._cdata, None)
             return out
         if out.untyped_storage()._cdata == args[0].untyped_storage()._cdata:  # the same memory here, new on a GPU
@@ -79,7 +79,7 @@ class Sends(TorchFunctionMode):
 
 def _note_born(t: torch.Tensor) -> None:
     at = _asking_line()
-    if at is not None:
+    if at is not None and t.layout == torch.strided:  # sparse and other layouts have no one storage
         s = t.untyped_storage()
         _BORN[s._cdata] = (weakref.ref(s), f"{at[0]}:{at[1]}")
 

@@ -13,7 +13,7 @@ import torch
 
 from audit.detectors import register
 from audit.detectors.host import (attr_memory, dataclass_fields, default_device, factories as _factories,
-                                  helper_alloc, sends as _host_moves)
+                                  helper_alloc, places, sends as _host_moves)
 from audit.detectors.source import lookup, mutations
 from audit.detectors.host.kept import class_spans, cpu_attrs, host_tensors, moved_elsewhere
 from audit.detectors.host.kept import factory_born, host_born, host_data, host_derived, host_factories, sent_at
@@ -99,8 +99,10 @@ def _host_attrs(ctx) -> dict[int, str]:
                       for f, span in class_spans(type(obj))) or dataclass_fields.field_memory(obj, name) == "pageable")
                  and not moved_elsewhere(obj, name))
                 or default_device.defaulted_to_cpu(ctx, obj, name, class_spans(type(obj))))}  # device="cpu" default
-    out.update({sid: label for sid, label, name, obj, _ in _host_moves.members(ctx)
-                if any(_host_moves.moved_to_host(f, name, span) for f, span in class_spans(type(obj)))})
+    out.update({sid: label for sid, label, name, obj, t in _host_moves.members(ctx)
+                if any(_host_moves.moved_to_host(f, name, span) for f, span in class_spans(type(obj)))
+                or (not pinned.asked(t) and any(_host_moves.moved_to_host(f, name, span, test=_host_moves.host_made(f))
+                                               for f, span in class_spans(type(obj))))})  # a batch collated on the host
     out.update(helper_alloc.host_buffers(ctx))  # `self.cpu_cache = self._allocate(n, "cpu")`
     out.update(_sent_members(ctx, out))  # `state_dict = {n: p.to("cpu") ...}` in a function, kept by a hook
     return out
@@ -109,15 +111,21 @@ def _host_attrs(ctx) -> dict[int, str]:
 def _sent_members(ctx, known: dict) -> dict[int, str]:
     """Storage id -> label of the tensors the target sent to host memory while it was built (`.cpu()`, `.to("cpu")`
     in its source: audit.scan.patches.host_sends) and that a reachable object still holds, as an attribute or a member
-    of a dict, list or tuple attribute, wherever that call was written."""
+    of a dict, list or tuple attribute, wherever that call was written; also of those a factory made naming no
+    device and nothing moved since, when the target's class puts its other tensors on a device (a model built
+    on the host, its state dict the weights map of offload hooks)."""
     out = {}
+    root = ctx.trace.objects[0][1] if ctx.trace.objects else None
+    placed = root is not None and any(places.sends_to_device(f, span) for f, span in class_spans(type(root)))
+    kept = (lambda sid, t: host_sends.sent(sid) or (host_sends.born(sid) and not pinned.asked(t))) if placed \
+        else (lambda sid, t: host_sends.sent(sid))
     for path, obj in ctx.trace.objects:
         for name, v in list(getattr(obj, "__dict__", {}).items()):
             if name in ("_parameters", "_buffers"):  # Module.to(device) moves those, whatever made them
                 continue
             members = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, (list, tuple)) else [("", v)]
             for k, t in list(members)[:4096]:
-                if isinstance(t, torch.Tensor) and (sid := state.storage_id(t)) not in known and host_sends.sent(sid):
+                if isinstance(t, torch.Tensor) and (sid := state.storage_id(t)) not in known and kept(sid, t):
                     label = f"{path}.{name}" if path else name
                     out[sid] = f"{label}[{k!r}]" if k != "" else label
     return out
@@ -135,13 +143,16 @@ def _from_staged(recs, staged: dict, host: set = frozenset()) -> dict[int, str]:
     table (`self.cpu_table[idx]`, `index_select`, `F.embedding(idx, self.cpu_weight)`) are host memory too, whatever
     the index: on a GPU it must be on the table's side for the op to run at all (`idx = self.ids.cpu()`, which a
     CPU scan cannot tell from the device tensor it came from)."""
-    out = dict(staged)
-    for r in recs:
-        if r.kind == "aten" and r.op in _GATHERS and r.inputs and r.inputs[0].sid in out and len(r.inputs[0].shape):
+    out, moved = dict(staged), sent_at(recs)
+    for i, r in enumerate(recs):
+        # read after its `.to(D)`: on a GPU the op reads the device copy (an offload hook's weight, moved by its
+        # pre-forward, then used by the layer), so what it computes is device memory
+        held = {m.sid for m in r.inputs if m.sid in out and moved.get(m.sid, i) >= i} if r.kind == "aten" else ()
+        if r.kind == "aten" and r.op in _GATHERS and r.inputs and r.inputs[0].sid in held and len(r.inputs[0].shape):
             for m in r.outputs:  # rows read from a host table stay in host memory, whatever indexed it (below)
                 out.setdefault(m.sid, out[r.inputs[0].sid])
-        elif r.kind == "aten" and r.inputs and all(m.sid in out or m.sid in host for m in r.inputs):
-            src = next((out[m.sid] for m in r.inputs if m.sid in out), None)
+        elif r.kind == "aten" and r.inputs and all(m.sid in held or m.sid in host for m in r.inputs):
+            src = next((out[m.sid] for m in r.inputs if m.sid in held), None)
             for m in r.outputs if src is not None else ():
                 out.setdefault(m.sid, src)
     return out

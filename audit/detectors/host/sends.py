@@ -29,15 +29,25 @@ def members(ctx):
 
     for path, obj in ctx.trace.objects:
         for name, v in list(getattr(obj, "__dict__", {}).items()):
-            if isinstance(v, dict) and len(v) <= 4096:
-                items = list(v.items())
-            elif isinstance(v, (list, tuple)) and len(v) <= 4096:
-                items = list(enumerate(v))
-            else:
-                continue
-            for k, t in items:
-                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                    yield state.storage_id(t), f"{path}.{name}[{k!r}]" if path else f"{name}[{k!r}]", name, obj, t
+            for key, t in _nested(v):
+                if t.device.type == "cpu":
+                    yield state.storage_id(t), f"{path}.{name}{key}" if path else f"{name}{key}", name, obj, t
+
+
+def _nested(v, depth: int = 3, key: str = ""):
+    """('[k]...', tensor) for the tensors a dict, list or tuple holds, also in nested ones (a collated batch
+    `{"input_ids": ..., "extra": {"position_ids": ...}}`), a few levels deep."""
+    if isinstance(v, dict) and len(v) <= 4096:
+        items = list(v.items())
+    elif isinstance(v, (list, tuple)) and len(v) <= 4096:
+        items = list(enumerate(v))
+    else:
+        return
+    for k, t in items:
+        if isinstance(t, torch.Tensor):
+            yield f"{key}[{k!r}]", t
+        elif depth > 1:
+            yield from _nested(t, depth - 1, f"{key}[{k!r}]")
 
 
 def moved_to_host(filename: str, attr: str, lines: tuple[int, int] | None = None, test=None) -> bool:
@@ -64,6 +74,19 @@ def moved_to_host(filename: str, attr: str, lines: tuple[int, int] | None = None
             return False
         seen = True
     return seen
+
+
+def host_made(filename: str):
+    """A `moved_to_host` test: a value made of tensors torch factories make in pageable host memory, naming no
+    device (`{"ids": torch.zeros(b, dtype=torch.long), "extra": {"scale": torch.ones(b)}}`), nested literals
+    included."""
+    from audit.detectors.host.attr_memory import host_memory
+
+    def test(t, value, line, depth):
+        vals = _elements(value)
+        return all(v is not None and (test(t, v, line, depth) if isinstance(v, (ast.Dict, ast.List, ast.Tuple))
+                                      else host_memory(filename, v) == "pageable") for v in vals)
+    return test
 
 
 def _elements_of(literal) -> list:

@@ -7,6 +7,12 @@ the kept copy would read as a no-op on the device's own memory. While make() and
 torch, such a call returns a new copy instead, as a GPU would, noted with the line that asked for it: the copy
 rules then know that memory as pageable host memory. A device named by a variable that happens to be the CPU
 here (`w.to(device)`) is the step's device, not a send.
+
+Memory a torch factory makes naming no device (`nn.Linear(d, d)` built with no `device=`, outside a `with
+torch.device(...)`) is host memory on a GPU too, until a `.to(<the step's device>)` or `.cuda()` moves it (a
+module's `.to(device)` moves each tensor so): a model built on the host and offloaded as it is (accelerate's
+`attach_align_device_hook(model, offload=True, weights_map=model.state_dict())`) keeps that memory in its hooks.
+Noted by storage, held weakly, with the line that made it (`born`).
 """
 
 from __future__ import annotations
@@ -15,13 +21,18 @@ import linecache
 import os
 import re
 import sys
+import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["Sends", "forget", "sent"]
+__all__ = ["Sends", "born", "forget", "sent"]
 
 _SENT: dict[int, tuple[object, str]] = {}  # storage _cdata -> (the storage, held; 'file:line' that sent it)
+_BORN: dict[int, tuple[object, str]] = {}  # storage _cdata -> (a weak reference to it; 'file:line' that made it)
+# factories that make new memory from sizes or Python data, on the default device unless `device=` says otherwise
+_FACTORIES = {getattr(torch, n) for n in ("empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange",
+                                           "linspace", "eye", "tensor", "empty_strided")}
 _NAMES_CPU = re.compile(r"""\.cpu\(|["']cpu["']""")
 _SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -46,16 +57,46 @@ class Sends(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if func in _FACTORIES and kwargs.get("device") is None and not kwargs.get("pin_memory") \
+                and isinstance(out, torch.Tensor):  # pinned staging is the legal form
+            _note_born(out)
+            return out
+        if func is torch.Tensor.cuda and args and isinstance(args[0], torch.Tensor) and args[0].layout == torch.strided:
+            _BORN.pop(args[0].untyped_storage()._cdata, None)
         if not _to_cpu(func, args, out):
             return out
         at = _asking_line()
         if at is None or not _NAMES_CPU.search(linecache.getline(*at)):
+            if func is torch.Tensor.to and args[0].layout == torch.strided and _names_device(args, kwargs):  # moved on a GPU
+                _BORN.pop(args[0].untyped_storage()._cdata, None)
             return out
         if out.untyped_storage()._cdata == args[0].untyped_storage()._cdata:  # the same memory here, new on a GPU
             out = out.clone()
         s = out.untyped_storage()
         _SENT[s._cdata] = (s, f"{at[0]}:{at[1]}")
         return out
+
+
+def _note_born(t: torch.Tensor) -> None:
+    at = _asking_line()
+    if at is not None and t.layout == torch.strided:  # sparse and other layouts have no one storage
+        s = t.untyped_storage()
+        _BORN[s._cdata] = (weakref.ref(s), f"{at[0]}:{at[1]}")
+
+
+def _names_device(args, kwargs) -> bool:
+    """A `.to(...)` that names a device (not only a dtype)."""
+    try:
+        return torch._C._nn._parse_to(*args[1:], **kwargs)[0] is not None
+    except (TypeError, RuntimeError):
+        return False
+
+
+def born(sid: int) -> str | None:
+    """'file:line' of the factory naming no device that made this storage while the target was built, if no
+    `.to(<device>)` moved it since, else None."""
+    ent = _BORN.get(sid)
+    return ent[1] if ent is not None and ent[0]() is not None else None
 
 
 def sent(sid: int) -> str | None:
@@ -67,3 +108,4 @@ def sent(sid: int) -> str | None:
 def forget() -> None:
     """At the start of a scan: an earlier target's host copies are no concern of this one."""
     _SENT.clear()
+    _BORN.clear()

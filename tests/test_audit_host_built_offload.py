@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from site_util import blocking, install_library, library_hit, table, write_target
+from site_util import blocking, install_library, marked_line, table, write_target
 
 LIB = """
 import torch
@@ -97,4 +97,7 @@ def test_a_host_built_model_offloaded_as_it_is(tmp_path, monkeypatch, kind):
     if kind != "host":
         assert not len(bad), table(bad)
         return
-    library_hit(bad, "pageable-copy", lib, path, site)
+    hit = bad[(bad.category == "pageable-copy") & bad.file.str.endswith(lib.name)
+              & (bad.line == marked_line(lib, "# LIBSITE"))]
+    assert sorted(hit.caller_line.astype(int)) == [site, site + 1], table(bad)  # each layer's call: its own finding
+    assert len(hit) == len(bad), table(bad)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from site_util import at, blocking, install_library, library_hit, table, write_target
+from site_util import at, blocking, install_library, marked_line, table, write_target
 
 LIB = """
 import torch
@@ -86,7 +86,8 @@ def test_outputs_of_moved_weights_are_no_host_data(tmp_path, monkeypatch):
                               seed=random.randrange(2**31), d=random.choice([8, 16, 32]),
                               v=random.choice([24, 40, 64]), b=random.choice([1, 2, 3]))
     bad = blocking(path, forget=mod)
-    library_hit(bad, "pageable-copy", lib, path, site)  # the move itself, at the hook
-    assert len(bad[bad.category == "pageable-copy"]) == 1, table(bad)
+    copies = bad[bad.category == "pageable-copy"]  # the moves themselves, at the hook, once per layer's call
+    assert (copies.file.str.endswith(lib.name) & (copies.line == marked_line(lib, "# LIBSITE"))).all(), table(bad)
+    assert sorted(copies.caller_line.astype(int)) == [site, site + 1], table(bad)
     copy = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "# COPY" in t)
     assert not len(at(bad, "pageable-copy", copy)), table(bad)

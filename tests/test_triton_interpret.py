@@ -181,7 +181,7 @@ def test_mix_sums_kernel_matches_float64():
     path (9+ rows), deterministic, the split counters back at zero."""
     _interpret("""
         from dsv4.kernels import _triton_mixes as K, _triton_splitk as S
-        seen = set()
+        seen, repeated = set(), set()
         for T, J, Kd in ((1, 24, 16384), (3, 24, 4096), (6, 24, 1000), (16, 7, 2048), (2, 24, 64), (16, 24, 16384),
                           (20, 24, 1000)):
             for dtype in (torch.bfloat16, torch.float32):
@@ -194,9 +194,12 @@ def test_mix_sums_kernel_matches_float64():
                 err = ((y.double() - ref)[:, :J].abs() / scale).max().item()
                 assert err < 1e-6, (T, J, Kd, dtype, err)
                 assert ((y[:, J].double() - ref[:, J]).abs() / ref[:, J]).max().item() < 1e-6
-                assert torch.equal(y, K.mix_sums(x, fn))
+                if K.tiles(T, J, Kd)[3] > 1 and dtype not in repeated:  # split-K: the bits repeat (one run per dtype)
+                    assert torch.equal(y, K.mix_sums(x, fn))
+                    repeated.add(dtype)
                 seen.add((K.tiles(T, J, Kd)[3] > 1, K.tiles(T, J, Kd)[0] >= 16))
         assert {s for s, _ in seen} == {True, False} and {d for _, d in seen} == {True, False}  # split, dot path
+        assert repeated == {torch.bfloat16, torch.float32}
         assert all(int(c.abs().sum()) == 0 for c in S._COUNTERS.values())
     """)
 

@@ -110,18 +110,23 @@ def table(bad) -> str:
     return bad[["category", "line", "op", "message"]].to_string()
 
 
-def blocking(path: Path, forget: str | None = None):
-    """The blocking findings of a CPU scan of the target at path; `forget`: a planted library module
-    dropped from sys.modules after the scan (each test plants a fresh one)."""
+def scanned(path: Path, forget: str | None = None, **kwargs):
+    """The inventory of a CPU scan of the target at path; `forget`: a planted library module dropped from
+    sys.modules after the scan (each test plants a fresh one)."""
     import sys
 
     import audit
 
     try:
-        return audit.scan(f"{path}:make", device="cpu").blocking()
+        return audit.scan(f"{path}:make", device="cpu", **kwargs)
     finally:
         if forget:
             sys.modules.pop(forget, None)
+
+
+def blocking(path: Path, forget: str | None = None):
+    """The blocking findings of a CPU scan of the target at path (see `scanned`)."""
+    return scanned(path, forget).blocking()
 
 
 def library_hit(bad, category: str, lib: Path, target: Path, caller: int, marker: str = "# LIBSITE"):
@@ -259,3 +264,15 @@ LOGITS_STEP = """
 def make(device):
     return Target(device)
 """
+
+
+STREAM_CAPTURING = """
+import torch
+
+
+def _stream_capturing():
+    try:
+        return torch.cuda.is_current_stream_capturing()
+    except Exception:
+        return False
+"""  # a library's capture probe, as transformers writes it (its tracing helpers call it)

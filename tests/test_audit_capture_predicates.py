@@ -16,18 +16,9 @@ import random
 
 import pytest
 
-from site_util import install_library, marked_line, matmul_target, table, write_target
+from site_util import STREAM_CAPTURING, install_library, marked_line, matmul_target, scanned, table, write_target
 
-LIB = """
-import torch
-
-
-def _stream_capturing():
-    try:
-        return torch.cuda.is_current_stream_capturing()
-    except Exception:
-        return False
-
+LIB = STREAM_CAPTURING + """
 
 def {tracing}(t=None):
     tracing = torch.jit.is_tracing() {capture}
@@ -61,14 +52,7 @@ def test_a_read_behind_a_library_capture_test_is_eager_only(tmp_path, monkeypatc
     mod, lib = install_library(tmp_path, monkeypatch, LIB.format(tracing=tracing, capture=capture), prefix="masks")
     path, site = write_target(tmp_path / "target" / "mask_target.py", TARGET, mod=mod, fn=fn,
                               seed=random.randrange(2**31), d=random.choice([4, 8]))
-    import audit
-
-    try:
-        inv = audit.scan(f"{path}:make", device="cpu")
-    finally:
-        import sys
-
-        sys.modules.pop(mod, None)
+    inv = scanned(path, forget=mod)
     line = marked_line(lib, "# LIBSITE") if fn == "inline" else [
         n for n, t in enumerate(lib.read_text().splitlines(), 1) if "# LIBSITE" in t][1]
     if not guarded:

@@ -15,18 +15,9 @@ import random
 
 import pytest
 
-from site_util import install_library, matmul_target, table, write_target
+from site_util import STREAM_CAPTURING, install_library, matmul_target, scanned, table, write_target
 
-LIB = """
-import torch
-
-
-def _stream_capturing():
-    try:
-        return torch.cuda.is_current_stream_capturing()
-    except Exception:
-        return False
-
+LIB = STREAM_CAPTURING + """
 
 def {tracing}(t=None):
     return torch.jit.is_tracing() or _stream_capturing()
@@ -68,14 +59,7 @@ def test_a_presence_checked_capture_test_skips_the_read(tmp_path, monkeypatch, f
     mod, lib = install_library(tmp_path, monkeypatch, LIB.format(tracing=tracing, present=present), prefix="pmask")
     path, site = write_target(tmp_path / "target" / "mask_target.py", TARGET, mod=mod, fn=fn,
                               seed=random.randrange(2**31), d=random.choice([4, 8]))
-    import audit
-
-    try:
-        inv = audit.scan(f"{path}:make", device="cpu")
-    finally:
-        import sys
-
-        sys.modules.pop(mod, None)
+    inv = scanned(path, forget=mod)
     line = [n for n, t in enumerate(lib.read_text().splitlines(), 1) if "# LIBSITE" in t][fn == "inline"]
     reads = inv.df[(inv.df.category == "host-sync") & (inv.df.line == line)]
     assert len(reads) == 1 and reads.iloc[0].caller_line == site, table(inv.df)

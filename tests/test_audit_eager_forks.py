@@ -13,18 +13,9 @@ import random
 
 import pytest
 
-from site_util import install_library, marked_line, table, write_target
+from site_util import STREAM_CAPTURING, install_library, marked_line, scanned, table, write_target
 
-LIB = """
-import torch
-
-
-def _stream_capturing():
-    try:
-        return torch.cuda.is_current_stream_capturing()
-    except Exception:
-        return False
-
+LIB = STREAM_CAPTURING + """
 
 def {tracing}(t=None):
     return torch.jit.is_tracing() {capture}
@@ -45,7 +36,7 @@ def attend(x, mask):
     return torch.softmax(x + keep, -1)
 """
 
-TARGET = """
+HEAD = """
 import torch
 import {mod} as lib
 
@@ -56,7 +47,9 @@ class Target:
         self.mask = torch.ones(2, {d})
         self.out = torch.zeros(2, {d})
         self.g = torch.Generator().manual_seed({seed})
+"""
 
+TARGET = HEAD + """
     def prepare(self, i):
         self.x.copy_(torch.randn(2, {d}, generator=self.g))
         self.mask.fill_(1)
@@ -79,14 +72,7 @@ def test_forks_after_a_capture_skipped_decision_are_eager_only(tmp_path, monkeyp
     mod, lib = install_library(tmp_path, monkeypatch, LIB.format(tracing=tracing, capture=capture), prefix="eforks")
     path, site = write_target(tmp_path / "target" / "fork_target.py", TARGET, mod=mod,
                               seed=random.randrange(2**31), d=random.choice([4, 6, 8]))
-    import audit
-
-    try:
-        inv = audit.scan(f"{path}:make", device="cpu", steps=4)
-    finally:
-        import sys
-
-        sys.modules.pop(mod, None)
+    inv = scanned(path, forget=mod, steps=4)
     forks = inv.df[inv.df.category == "data-dependent-control"]
     assert len(forks) >= 1 and set(forks.caller_line) == {site}, table(inv.df)
     decide, follow = marked_line(lib, "# DECIDE"), marked_line(lib, "# FOLLOW")
@@ -98,18 +84,7 @@ def test_forks_after_a_capture_skipped_decision_are_eager_only(tmp_path, monkeyp
     assert all("eager-only decision" in m for m in forks.message), table(forks)
 
 
-OWN = """
-import torch
-import {mod} as lib
-
-
-class Target:
-    def __init__(self):
-        self.x = torch.zeros(2, {d})
-        self.mask = torch.ones(2, {d})
-        self.out = torch.zeros(2, {d})
-        self.g = torch.Generator().manual_seed({seed})
-        self.served = 0
+OWN = HEAD + """        self.served = 0
 
     def prepare(self, i):
         self.x.copy_(torch.randn(2, {d}, generator=self.g))
@@ -138,14 +113,7 @@ def test_the_targets_own_fork_after_an_eager_only_one_stays(tmp_path, monkeypatc
                                prefix="eforks")
     path, site = write_target(tmp_path / "target" / "ab_target.py", OWN, mod=mod,
                               seed=random.randrange(2**31), d=random.choice([4, 6, 8]))
-    import audit
-
-    try:
-        inv = audit.scan(f"{path}:make", device="cpu", steps=4)
-    finally:
-        import sys
-
-        sys.modules.pop(mod, None)
+    inv = scanned(path, forget=mod, steps=4)
     hit = inv.blocking()
     hit = hit[(hit.category == "data-dependent-control") & (hit.line == site)]
     assert len(hit) == 1, table(inv.df)

@@ -18,10 +18,12 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
+import audit
+
 __all__ = ["KIND", "alive", "watching"]
 
 KIND = "hookreg"
-_AUDIT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the audit package
+_AUDIT = os.path.dirname(os.path.abspath(audit.__file__))  # the audit package
 _METHODS = ("register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
             "register_full_backward_pre_hook", "register_backward_hook")
 _GLOBAL = ("register_module_forward_hook", "register_module_forward_pre_hook", "register_module_full_backward_hook",

@@ -26,15 +26,17 @@ import weakref
 import torch
 from torch.overrides import TorchFunctionMode
 
+import audit
+from audit.scan.standins.pinned import SIZED_FACTORIES
+
 __all__ = ["Sends", "born", "forget", "sent"]
 
 _SENT: dict[int, tuple[object, str]] = {}  # storage _cdata -> (the storage, held; 'file:line' that sent it)
 _BORN: dict[int, tuple[object, str]] = {}  # storage _cdata -> (a weak reference to it; 'file:line' that made it)
-# factories that make new memory from sizes or Python data, on the default device unless `device=` says otherwise
-_FACTORIES = {getattr(torch, n) for n in ("empty", "zeros", "ones", "full", "rand", "randn", "randint", "arange",
-                                           "linspace", "eye", "tensor", "empty_strided")}
+_FACTORIES = {getattr(torch, n) for n in SIZED_FACTORIES}
 _NAMES_CPU = re.compile(r"""\.cpu\(|["']cpu["']""")
-_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+_AUDIT = os.path.dirname(os.path.abspath(audit.__file__))  # the audit package
+_SKIP = (os.path.dirname(torch.__file__), _AUDIT)  # torch's and the audit's frames
 
 
 def _asking_line() -> tuple[str, int] | None:

@@ -20,12 +20,14 @@ import os
 import sys
 
 import torch
+
+import audit
 from audit.scan.sources.ast_nodes import calls_at
 from audit.scan.sources.frame_source import function_of, tree
 
 __all__ = ["probed"]
 
-_AUDIT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_AUDIT = os.path.dirname(os.path.abspath(audit.__file__))  # the audit package
 _SKIP = (os.path.dirname(torch.__file__), _AUDIT)  # torch's and the audit's frames
 
 

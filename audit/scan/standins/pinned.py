@@ -50,8 +50,10 @@ class _StandIn(TorchFunctionMode):
         return out
 
 
-_FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like",
-              "arange", "empty_strided", "rand", "randn", "randint", "randperm", "linspace", "eye")
+# torch factories that make new memory from sizes or Python data (on the default device unless `device=` names one)
+SIZED_FACTORIES = ("tensor", "empty", "zeros", "ones", "full", "arange", "empty_strided", "rand", "randn", "randint",
+                   "randperm", "linspace", "eye")
+_FACTORIES = SIZED_FACTORIES + ("empty_like", "zeros_like", "ones_like", "full_like")
 
 
 def _unpinned(orig):

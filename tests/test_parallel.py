@@ -64,7 +64,8 @@ def test_tp_decode_matches_the_unsharded_model(tmp_path, rng, decoder):
     res = launch(2, ["-m", "dsv4.decode.tp_run", "--preset", "tiny", "--dtype", "float32", "--decoder", decoder,
                      "--steps", str(steps), "--prompt-len", str(prompt), "--seed", str(seed), "--json",
                      str(tmp_path / "res")] + (["--verify", "2"] if decoder == "eager" else []), tmp_path, decoder)
-    assert [r.returncode for r in res] == [0, 0], res[0].stdout + res[0].stderr + res[1].stderr
+    assert [r.returncode for r in res] == [0, 0], \
+        f"seed {seed}, prompt {prompt}, steps {steps}\n" + res[0].stdout + res[0].stderr + res[1].stderr
     r0, r1 = (json.loads((tmp_path / "res" / f"rank{r}.json").read_text()) for r in (0, 1))
     check = r0["check"]
     pos = [c["pos"] for c in check]

@@ -54,7 +54,7 @@ def _sync_call(call) -> str | None:
 def _guarded(file: str, test: ast.AST, *, line: int) -> bool:
     """Whether the `if` test picks a side by device (so a CPU scan only ever runs one side)."""
     tree = lookup.tree(file)
-    return tree is not None and (scopes.device_test(tree, test) or cuda_side(test, _resolver(file, line)) is not None)
+    return tree is not None and (scopes.device_test(tree, test) or cuda_side(test, _resolver(file, line), file=file) is not None)
 
 
 def _resolver(file: str, line: int):
@@ -63,7 +63,7 @@ def _resolver(file: str, line: int):
     return lambda expr: scopes.values(tree, expr, line) if tree is not None else None
 
 
-def _in_test(node: ast.If):
+def _in_test(node: ast.If, file: str):
     """The operands of an `a and b and ...` test that run only where a GPU is: those after a prefix that
     holds on CUDA alone (`if x.is_cuda and not stream.query():`, `if s is not None and s.query():`)."""
     if not isinstance(node.test, ast.BoolOp) or not isinstance(node.test.op, ast.And):
@@ -71,7 +71,7 @@ def _in_test(node: ast.If):
     vals = node.test.values
     for i in range(1, len(vals)):
         prefix = ast.BoolOp(op=ast.And(), values=vals[:i]) if i > 1 else vals[0]
-        if cuda_side(prefix, node.resolve, node.known) == "body":
+        if cuda_side(prefix, node.resolve, node.known, file) == "body":
             return vals[i:]
     return []
 
@@ -127,7 +127,7 @@ def _untaken(node: ast.If, file: str, lines: set, library: bool):
     in library code only the side the test itself says a GPU runs (device/cuda_side.py), with the plain flags the
     scan read at their values (`if self.timing and x.is_cuda:`)."""
     expr = getattr(node, "expr", False)  # a conditional expression: its sides share lines with other code
-    want = cuda_side(node.test, node.resolve, node.known) if library or expr else None
+    want = cuda_side(node.test, node.resolve, node.known, file) if library or expr else None
     if expr and not library and want is None and (held := node.seen(node.test)) is not None:
         want = "orelse" if held else "body"  # a device flag of the target's (`self.on_gpu`): the side not taken here
     if (library or expr) and want is None:
@@ -159,7 +159,7 @@ def syncs_in_untaken_device_branches(ctx):
                 return not flag_reach.blocking_flag(lookup.tree(file), func, node, side, file, ctx.trace.flags, is_device)
             sides = _untaken(node, file, lines, rec is not None) if is_device(node.test) else ()
             sts = [st for side, body in sides if reached(side) for st in body]
-            sts += _in_test(node) if reached("body") else []
+            sts += _in_test(node, file) if reached("body") else []
             waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st) if (what := _sync_call(call))]
             for wfile, line, fname, what in [*waits, *callee_waits.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
                 if (wfile, line) in seen:

@@ -58,7 +58,7 @@ def _statements(func, file: str):
         if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         if isinstance(st, ast.If):
-            side = cuda_side(st.test, resolve)
+            side = cuda_side(st.test, resolve, file=file)
             todo[:0] = st.body if side == "body" else st.orelse if side == "orelse" else [*st.body, *st.orelse]
             yield st.test
             continue

@@ -35,14 +35,14 @@ def _at(file: str, line: int):
     for g in guards(func):
         if getattr(g, "expr", False) or not (_holds(g.body, line) or _holds(g.orelse, line)):
             continue
-        side = cuda_side(g.test, lambda e, n=g.lineno: scopes.values(tree, e, n))
+        side = cuda_side(g.test, lambda e, n=g.lineno: scopes.values(tree, e, n), file=file)
         cpu = g.orelse if side == "body" else g.body if side == "orelse" else ()
         if _holds(cpu, line):
             return ast.unparse(g.test), g.lineno
-    return _whole_expression(tree, func, line)
+    return _whole_expression(tree, func, line, file)
 
 
-def _whole_expression(tree, func, line: int):
+def _whole_expression(tree, func, line: int, file: str):
     """A statement that is one conditional expression (`n = cap if x.is_cuda else int(lens.max())`, a
     return, a call's value) whose test and GPU side run no call: every op on its lines is the CPU side's."""
     for st in ast.walk(func):
@@ -53,7 +53,7 @@ def _whole_expression(tree, func, line: int):
         if isinstance(st, (ast.Assign, ast.AnnAssign)) and not all(
                 isinstance(t, ast.Name) for t in (st.targets if isinstance(st, ast.Assign) else [st.target])):
             continue  # a subscript or attribute target runs code of its own
-        side = cuda_side(v.test, lambda e, n=st.lineno: scopes.values(tree, e, n))
+        side = cuda_side(v.test, lambda e, n=st.lineno: scopes.values(tree, e, n), file=file)
         gpu = v.body if side == "body" else v.orelse if side == "orelse" else None
         if gpu is not None and not any(isinstance(n, ast.Call) for part in (v.test, gpu) for n in ast.walk(part)):
             return ast.unparse(v.test), v.lineno

@@ -6,26 +6,37 @@ a process group's backend compared with NCCL (`dist.get_backend(group) == "nccl"
 and `not` / `and` / `or` of those. A comparison of one of the CUDA caching allocator's byte counters
 (`torch.cuda.memory_reserved() > limit`, `memory_allocated`, `max_memory_*`, `memory_cached`) is read the same
 way: without CUDA they read 0, so the side where the counter exceeds the bound never runs on a CPU scan,
-and a GPU holding memory takes it. A test on anything else (an MPS workaround, a flag, data) is left
-alone: the side a CPU scan skipped need not be the one a GPU runs.
+and a GPU holding memory takes it. A call of a helper (`elif is_cuda_available():`, accelerate's
+`clear_device_cache()`) is read through the helper when the file it is called from is known: its value is
+the one every return of the helper settles (`available = torch.cuda.is_available(); return available`), a
+few helpers down. A test on anything else (an MPS workaround, a flag, data) is left alone: the side a CPU
+scan skipped need not be the one a GPU runs.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
+import inspect
 
+from audit.detectors.source.lookup import enclosing_function
+from audit.detectors.state import handoff
+
+DEPTH = 3  # helpers of helpers read for a device test
 _CUDA, _CPU = "cuda", "cpu"
 _COUNTERS = {f"torch.cuda.{n}" for n in ("memory_allocated", "memory_reserved", "max_memory_allocated",
                                           "max_memory_reserved", "memory_cached", "max_memory_cached")}
 
 
-def cuda_side(test: ast.AST, resolve=None, known=None):
+def cuda_side(test: ast.AST, resolve=None, known=None, file: str | None = None):
     """"body" or "orelse": the side of an `if` with this test that runs on CUDA and not on the CPU;
     None when the test does not settle it. `resolve(expr)`: the (value, line) assignments of a name or
     `self.attr` (`scopes.values`), for a test on an object made only on one device (`s is not None`).
     `known(expr)`: the value a plain flag held through the scan on any device (`self.timing` in
-    `if self.timing and x.is_cuda:`; audit/detectors/device/flag_reach.py), None when not known."""
-    on_cuda, on_cpu = _eval(test, _CUDA, resolve, known), _eval(test, _CPU, resolve, known)
+    `if self.timing and x.is_cuda:`; audit/detectors/device/flag_reach.py), None when not known. `file`: the
+    file the test is written in, whose helpers a call in the test is read through."""
+    on_cuda, on_cpu = _eval(test, _CUDA, resolve, known, file), _eval(test, _CPU, resolve, known, file)
     if on_cuda is True and on_cpu is False:
         return "body"
     if on_cuda is False and on_cpu is True:
@@ -33,15 +44,15 @@ def cuda_side(test: ast.AST, resolve=None, known=None):
     return None
 
 
-def _eval(n, dev: str, resolve=None, known=None):
+def _eval(n, dev: str, resolve=None, known=None, file=None, depth=0):
     """The test's truth value on device type `dev`, or None when it depends on more than the device."""
     if known is not None and (held := known(n)) is not None:
         return held
     if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
-        v = _eval(n.operand, dev, resolve, known)
+        v = _eval(n.operand, dev, resolve, known, file, depth)
         return None if v is None else not v
     if isinstance(n, ast.BoolOp):
-        vals = [_eval(v, dev, resolve, known) for v in n.values]
+        vals = [_eval(v, dev, resolve, known, file, depth) for v in n.values]
         if any(v is None for v in vals):
             return None
         return all(vals) if isinstance(n.op, ast.And) else any(vals)
@@ -57,6 +68,8 @@ def _eval(n, dev: str, resolve=None, known=None):
         return dev == _CUDA  # a CUDA build of torch, as torch.cuda.is_available() on a machine with a GPU
     if resolve is not None and (held := _made_on(n, dev, resolve)) is not None:
         return held
+    if isinstance(n, ast.Call) and file is not None and depth < DEPTH and (held := _helper(file, n.func, dev, depth)) is not None:
+        return held
     if isinstance(n, ast.Compare) and len(n.ops) == 1:
         sides = [n.left, n.comparators[0]]
         name = next((_device_name(s) for s in sides if _device_name(s) is not None), None)
@@ -68,6 +81,60 @@ def _eval(n, dev: str, resolve=None, known=None):
         if isinstance(op, (ast.NotEq, ast.IsNot)):
             return dev != name
     return None
+
+
+def _helper(file: str, func: ast.expr, dev: str, depth: int):
+    """The value on `dev` of a call of the helper `func` names in `file` (`is_cuda_available()`), when
+    every return of the helper settles it alike; None otherwise."""
+    code = None
+    with contextlib.suppress(Exception):
+        code = inspect.unwrap(handoff.resolve(file, func)).__code__
+    return None if code is None else _returns(code.co_filename, code.co_firstlineno, code.co_name, dev, depth + 1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _returns(file: str, first: int, name: str, dev: str, depth: int):
+    """The one truth value on `dev` of every return of the function defined at `first` of `file` (outside
+    `except` and nested functions), each read through the locals bound once (`available = ...; return
+    available`); None when one is not settled or they differ."""
+    func = enclosing_function(file, first + 1)
+    if func is None or getattr(func, "name", None) != name:
+        return None
+    own = list(_own_nodes(func))
+    bound: dict = {}
+    for node in own:
+        for t in node.targets if isinstance(node, ast.Assign) else ():
+            if isinstance(t, ast.Name):
+                bound[t.id] = node.value if t.id not in bound else None
+        if isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(node.target, ast.Name):
+            bound[node.target.id] = None
+    held, seen = set(), []
+
+    def local(e):  # a local's value, read from its one assignment
+        if not isinstance(e, ast.Name) or bound.get(e.id) is None or e.id in seen or len(seen) > 4:
+            return None
+        seen.append(e.id)
+        try:
+            return _eval(bound[e.id], dev, None, local, file, depth)
+        finally:
+            seen.pop()
+    for r in (n for n in own if isinstance(n, ast.Return)):
+        v = None if r.value is None else _eval(r.value, dev, None, local, file, depth)
+        if v is None:
+            return None
+        held.add(bool(v))
+    return held.pop() if len(held) == 1 else None
+
+
+def _own_nodes(func):
+    """The nodes of a function's body, not those of nested functions, classes or `except` handlers."""
+    todo = list(func.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ExceptHandler)):
+            continue
+        yield n
+        todo.extend(ast.iter_child_nodes(n))
 
 
 def _made_on(n, dev: str, resolve):

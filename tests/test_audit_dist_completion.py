@@ -29,7 +29,7 @@ def sp_reduce(x, how):
         _rs(out, x.contiguous())
     if how == "read":
         scale = float(out.abs().max())  # LIBSITE
-        out = out * (1.0 if scale < 1e30 else 0.0)
+        out = out * (1.0 if scale < 1e30 else 0.0)  # BRANCH
     return out * {k}
 """
 
@@ -44,4 +44,5 @@ def test_ops_inside_a_collectives_wait_are_not_the_steps(tmp_path, monkeypatch, 
         assert not len(bad), table(bad)
         return
     library_hit(bad, "host-sync", lib, path, site)
-    assert len(bad) == 1, table(bad)
+    library_hit(bad, "data-dependent-control", lib, path, site, marker="# BRANCH")  # the value read decides it
+    assert len(bad) == 2, table(bad)

@@ -26,7 +26,7 @@ FAMILIES = ("host_sync", "guarded_sync", "allocation", "control", "baked", "stal
             "cross_device", "pageable_copy", "host_data", "streams", "settings", "global_rng", "staging_refill",
             "step_host_buffers", "scalar_args", "hook_registrations", "sparse_sizes", "nested_masks",
             "host_clock", "cached_host", "runtime_syncs", "grouped_mm", "optimizer_capture", "linalg_kernels",
-            "kernel_checks", "counter_branches")
+            "kernel_checks", "counter_branches", "read_branches")
 
 
 @dataclass(frozen=True)
@@ -198,4 +198,13 @@ def run(trace, target_obj=None, cuda: bool = False) -> list[Finding]:
                 out.extend(rule.fn(ctx))
     finally:
         factories.DEFAULT_DEVICE_SET.reset(token)
-    return out
+    return _traced_first(out)
+
+
+def _traced_first(found: list[Finding]) -> list[Finding]:
+    """A branch the traced rule names (the steps forked there) drops the source rules' finding on the same line
+    (op `if`: a counter or a read value the audited steps never turned): one branch, one finding."""
+    traced = {(f.file, f.line, f.caller_file, f.caller_line) for f in found
+              if f.category == "data-dependent-control" and f.op != "if"}
+    return [f for f in found if not (f.category == "data-dependent-control" and f.op == "if"
+                                     and (f.file, f.line, f.caller_file, f.caller_line) in traced)]

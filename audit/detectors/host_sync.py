@@ -295,12 +295,7 @@ def host_reads(ctx):
     one finding: on a GPU its copy lands in pageable memory, which the message says (the copy is
     not a second, pageable-copy finding)."""
     out = []
-    to_host = _to_host(ctx)
-    copies = reads_of_copies(ctx)  # `ids = t.cpu()` then `int(ids[0])`: host memory, the copy was the wait
-    copies |= reads_after_guarded_copies(ctx)  # `if x.is_cuda: x = x.cpu()` skipped here, then `x.numpy()`
-    recs = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r) and (r.note != "cpu?" or id(r) in to_host)
-            and not (r.kind == "host" and (kept_on_host(ctx, r) or id(r) in copies))]
-    for (file, line, op, _), group in ctx.per_site(recs).items():
+    for (file, line, op, _), group in ctx.per_site(read_records(ctx)).items():
         r = group[0]
         if r.kind == "host":
             shape = tuple(r.inputs[0].shape) if r.inputs else ()
@@ -324,6 +319,21 @@ def host_reads(ctx):
             sev, msg = "info", f"{msg}; skipped while a graph is captured (`{guard}`): an eager-only stall"
         out.append(ctx.finding("host-sync", r, op, len(group) / ctx.n_steps, msg, fix=fix, severity=sev))
     return _one_per_line(out)
+
+
+def read_records(ctx) -> list:
+    """The host reads and explicit waits host_reads reports (each a wait on a GPU), computed once per scan: not
+    a read of host memory (a tensor kept on the host, a copy the step already made) nor a wait the runtime
+    reported."""
+    if (cached := getattr(ctx, "_read_records", None)) is not None:
+        return cached
+    to_host = _to_host(ctx)
+    copies = reads_of_copies(ctx)  # `ids = t.cpu()` then `int(ids[0])`: host memory, the copy was the wait
+    copies |= reads_after_guarded_copies(ctx)  # `if x.is_cuda: x = x.cpu()` skipped here, then `x.numpy()`
+    ctx._read_records = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r)
+                         and (r.note != "cpu?" or id(r) in to_host)
+                         and not (r.kind == "host" and (kept_on_host(ctx, r) or id(r) in copies))]
+    return ctx._read_records
 
 
 def _one_per_line(found: list) -> list:

@@ -34,7 +34,7 @@ from audit.scan.patches import mp_queues
 from audit.scan.snapshot import class_state, global_rng, script_state, staging_bytes, state
 from audit.scan.sources import loaded
 from audit.detectors.source import methods as _methods
-from audit.detectors.state import queue_puts
+from audit.detectors.state import first_use, queue_puts
 from audit.scan.sources.user_code import HIDDEN, LIBRARY, OWN, frame_kind, is_user_file
 
 
@@ -245,7 +245,7 @@ def python_state_changes(ctx):
     setattrs = defaultdict(list)  # "owner\0attr" -> records
     for r in ctx.all_records(("setattr",)):
         setattrs[r.note].append(r)
-    out, unsited, sited = [], [], set()
+    out, unsited, sited, filled = [], [], set(), set()
     escaped = escape_lines(ctx)
     own_files = {ent[0].co_filename for ent in ctx.trace.codes.values() if ent[1] == 2}
     for (owner, attr), hits in changed.items():
@@ -297,12 +297,17 @@ def python_state_changes(ctx):
                           or implicit.inline_uses(own_files, site, library_callers.executed(ctx, s, own_only=True))
                           or called_by_name(ctx, site, s, elements.held_names(ctx, c.owner))
                           or elements.handed_call(ctx, c.owner, own_files, library_callers.executed(ctx, s, True)))
+            if first_use.first_fill(ctx, owner, attr, hits, caller, changed):  # einops' backend registry, first filled here
+                text, sev = text + first_use.NOTE, "info"
+                filled.add((owner, attr))
             out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
                                    caller=caller))
     for c, count, msg, owner in unsited:  # one object reached two ways (an attribute and a closure cell): once
         if state_fps(c) not in sited:
+            fill = first_use.under_fill(owner, c.attr, c.before, filled)
             out.append(ctx.finding("cpu-side-effect", ("<python state>", 0, ""), "mutate", count,
-                                   msg + " (no source line found)", module=owner))
+                                   msg + " (no source line found)" + (first_use.NOTE if fill else ""), module=owner,
+                                   severity="info" if fill else None))
     return out
 
 

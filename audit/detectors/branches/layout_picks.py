@@ -6,6 +6,10 @@ and broadcasting ops choose the same way. When a dynamic shape flows into such a
 1 to 3 pending tokens: `[2, 4, 1, 8]` is viewable, `[2, 4, 3, 8]` transposed is not) the two steps' op sequences
 fork at that statement although no Python branch decided anything: the varying shape is the hazard, reported
 as dynamic-shape (or baked-host-value) where it starts, and the fork it causes is no data-dependent-control.
+The same holds for inputs of one shape and other strides: after a Python branch picks one of two kernels
+(a gated-delta-rule layer taking the chunked reference past a context length, the recurrent one before), the
+output of one arm is contiguous and the other's a transposed view, so the next `o.reshape(...)` is a `view` in
+one step and a `clone` in the other; the branch is the fork, reported at its `if`, and the reshape follows it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ __all__ = ["picked_by_layout"]
 def picked_by_layout(tag, ra, rb, i1, i2, j1, j2) -> bool:
     """A replaced region whose ops, on both sides, were all issued by one statement (the same frames, which
     the next op of each side still runs in: the statement goes on), and whose first ops read inputs of other
-    shapes in the two steps."""
+    shapes, or of the same shapes in other layouts, in the two steps."""
     if tag != "replace":
         return False
     ea, eb = ra[i1:i2], rb[j1:j2]
@@ -25,4 +29,5 @@ def picked_by_layout(tag, ra, rb, i1, i2, j1, j2) -> bool:
     stack = ea[0].stack
     if not stack or any(r.stack != stack for r in (*ea, *eb, ra[i2], rb[j2])):
         return False
-    return [tuple(m.shape) for m in ea[0].inputs] != [tuple(m.shape) for m in eb[0].inputs]
+    return [(tuple(m.shape), tuple(m.stride)) for m in ea[0].inputs] != \
+        [(tuple(m.shape), tuple(m.stride)) for m in eb[0].inputs]

@@ -57,8 +57,10 @@ def container_call(ctx, owner: str, own_files, ran: set, site_fn: str, site_attr
         for i in range(len(parts) - 1, 0, -1):
             if not isinstance(_reach(ctx.target, parts[:i]), (list, tuple, dict)):
                 continue
+            holder = _reach(ctx.target, parts[:i - 1])  # `self.layers` in a class of another object is not it
+            classes = None if holder is None else {c.__name__ for c in type(holder).__mro__}
             hits = [((f, fn) not in ran, line, f, fn) for f in sorted(own_files)
-                    for line, fn in element_calls(f, parts[i - 1], site_fn)]
+                    for line, fn in element_calls(f, parts[i - 1], site_fn, classes)]
             if hits:
                 return _best(hits)
     return None
@@ -192,31 +194,55 @@ def _holds(n, attr: str) -> bool:
     return False
 
 
+def _method_classes(t) -> dict:
+    """id(function node) -> the name of the class whose body (or a method's body) holds it."""
+    out = {}
+    for cls in nodes_of(t, (ast.ClassDef,)):  # outer classes first: a nested class's methods end up its own
+        out.update({id(f): cls.name for f in ast.walk(cls) if isinstance(f, _FUNC)})
+    return out
+
+
+def _self_attr(n) -> bool:
+    """`self.attr`, or a view of it (`enumerate(self.attr)`, `self.attr.values()`)."""
+    while isinstance(n, ast.Call):
+        n = n.args[0] if isinstance(n.func, ast.Name) and n.args else getattr(n.func, "value", None)
+    return isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+
+
 def _names(target) -> set:
     return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
 
 
-def element_calls(filename: str, attr: str, site_fn: str) -> list[tuple[int, str]]:
+def element_calls(filename: str, attr: str, site_fn: str, classes=None) -> list[tuple[int, str]]:
     """(line, function) of the calls in `filename` on an element of the container held in `<x>.attr`:
     through a loop or comprehension variable over it, a lambda handed it with the container (`map`,
     `functools.reduce`), or a subscript of it; `site_fn` is the element's
     method that ran (`__call__`: the element called itself; another name: that method called on it), or,
-    when no line makes that call, any call on an element (a method that calls the site's)."""
+    when no line makes that call, any call on an element (a method that calls the site's).
+    `classes`: the class names of the object holding the container, when known: `self.attr` in a method of
+    another class is another object's container (the target's `self.layers` of modules is not the
+    `layers` list inside a library cache the target keeps, `self.cache.layers`)."""
     t = tree(filename)
     if t is None:
         return []
+    owners = _method_classes(t)
     out = []
     for func in nodes_of(t, _FUNC):
+        other = classes is not None and owners.get(id(func)) not in (None, *classes)
+
+        def holds(n) -> bool:
+            return _holds(n, attr) and not (other and _self_attr(n))
+
         loop = set()
         for n in ast.walk(func):
-            if isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)) and _holds(n.iter, attr):
+            if isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)) and holds(n.iter):
                 loop |= _names(n.target)
-            elif isinstance(n, ast.Call) and any(_holds(a, attr) for a in n.args):  # map(lambda c: c(ids), self.crits)
+            elif isinstance(n, ast.Call) and any(holds(a) for a in n.args):  # map(lambda c: c(ids), self.crits)
                 loop |= {p.arg for a in n.args if isinstance(a, ast.Lambda) for p in a.args.args}
 
         def element(n) -> bool:
             return (isinstance(n, ast.Name) and n.id in loop) or \
-                (isinstance(n, ast.Subscript) and _holds(n.value, attr))
+                (isinstance(n, ast.Subscript) and holds(n.value))
 
         name = getattr(func, "name", "<lambda>")
         for n in ast.walk(func):

@@ -221,6 +221,7 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
     if not dims:
         return False
     mine = {r.step: r for r in recs}
+    whole = next((g for g in aligned.values() if r0 in g and len(g) > len(recs)), None)  # recs: some of its steps
     buffered = None
     unmatched = set(dims)  # each varying size on its own: an image's height and width follow two dimensions
     for other in aligned.values():
@@ -230,7 +231,9 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         if theirs.keys() != mine.keys() or any(theirs[s].index >= _before(mine[s]) for s in mine):
             continue  # earlier in the step, and not inside this call's own traced body
         # the earlier call in the same steps: all of them, or the few with equal inputs baked's check compares
-        for k, d in _varying_dims([theirs[s] for s in sorted(theirs)]) if read else ():
+        # (then the earlier call ran in every step the whole group ran in)
+        same = read and len(other) == (len(recs) if whole is None else len(whole))
+        for k, d in _varying_dims([theirs[s] for s in sorted(theirs)]) if same else ():
             unmatched -= {(j, e) for j, e in unmatched
                           if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine)}
             if not unmatched:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from audit.scan.snapshot import state
 from audit.detectors import register
+from audit.detectors.tensors import moved_home
 
 
 @register("step-allocation")
@@ -38,13 +39,15 @@ def escapes(ctx) -> dict:
     if (cached := getattr(ctx, "_escapes", None)) is not None:
         return cached
     born = ctx.trace.born
+    moved = moved_home.moved_home(ctx)
     out: dict = {}
     for s, recs in enumerate(ctx.steps):
         for r in recs:
             for m in r.inputs:
                 b = born.get(m.sid)
-                if b is not None and b[0] < s and b not in out:
-                    out[b] = r
+                if b is not None and b[0] < s and b not in out \
+                        and not moved_home.rereads_host_copy(ctx, r, m.sid, b[0], moved):
+                    out[b] = r  # (a later `.to("cpu")` of what its step moved home reads the host copy)
     ctx._escapes = out
     return out
 

@@ -7,7 +7,7 @@ baked-host-value at a line whose only fix is the first one. A call is downstream
 size (`t.size(d)`, `t.shape`, `t.numel()`, `len(t)`) and, in every audited step, each output size that
 changes equals one dimension (the same one each step) of an earlier call's output in that step whose shape
 varies too; each size on its own (a position table interpolated to `(H, W)` read off an image's patch grid
-follows two dimensions, the height's and the width's). Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
+follows two dimensions, the height's and the width's). The steps compared may be a few of them: baked's check takes the steps with equal inputs alone (timm's EVA rotary grid expands `arange(h)` to `(h, w)`, and two crops of one height differ in w only), and the earlier call is matched in those steps. Both conditions: a Python counter that happens to grow with a cache (`torch.arange(self.pos)`)
 reads no size, and stays a baked value where it enters. A value that comes in through a parameter is followed
 to the caller's statement that passed it (`gcn_norm(ei, w, x.size(0))` -> `torch.arange(0, N)` two calls down).
 A size read mixed with a host counter is no such read: `t = ids.shape[0]; end = self.length + t;
@@ -221,6 +221,7 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
     if not dims:
         return False
     mine = {r.step: r for r in recs}
+    whole = next((g for g in aligned.values() if r0 in g and len(g) > len(recs)), None)  # recs: some of its steps
     buffered = None
     unmatched = set(dims)  # each varying size on its own: an image's height and width follow two dimensions
     for other in aligned.values():
@@ -229,7 +230,10 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         theirs = {u.step: u for u in other if u.step in mine}  # (composites: the steps of `recs` with equal inputs)
         if theirs.keys() != mine.keys() or any(theirs[s].index >= _before(mine[s]) for s in mine):
             continue  # earlier in the step, and not inside this call's own traced body
-        for k, d in _varying_dims(other) if read and len(other) == len(recs) else ():
+        # the earlier call in the same steps: all of them, or the few with equal inputs baked's check compares
+        # (then the earlier call ran in every step the whole group ran in)
+        same = read and len(other) == (len(recs) if whole is None else len(whole))
+        for k, d in _varying_dims([theirs[s] for s in sorted(theirs)]) if same else ():
             unmatched -= {(j, e) for j, e in unmatched
                           if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine)}
             if not unmatched:

@@ -29,7 +29,7 @@ from audit.detectors.state.sites import (called_by_name, caller_of, closure_func
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
 from audit.detectors.host.kept import from_device, host_tensors, in_place_updates, kept_on_host
-from audit.detectors.allocation import escape_lines, escaped_members
+from audit.detectors.allocation import escape_lines, escaped_members, shifted_members
 from audit.scan.patches import mp_queues
 from audit.scan.snapshot import class_state, global_rng, script_state, staging_bytes, state
 from audit.scan.sources import loaded
@@ -264,8 +264,10 @@ def python_state_changes(ctx):
         if foreign_threads.other_threads_only(sites, library_callers.executed(ctx, s)) or \
                 foreign_threads.thread_work_only(ctx, s, sites, library_callers.executed(ctx, s)):  # a thread's own
             continue
-        if c.tensor_members_only:  # a container slot rebound to a tensor made on that same line:
-            sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]  # step-allocation reports it
+        if c.tensor_members_only and not shifted_members(c):  # a container slot rebound to a tensor made on
+            # that same line: step-allocation reports it. A window whose older members moved (a full deque
+            # appended to, `frames.append(obs.clone())`) is state of its own, even on the allocating line.
+            sites = [x for x in sites if (ctx.rel(x[0]), x[1]) not in escaped]
             if not sites:
                 continue
         sites = [x for x in sites if not tensor_slot_line(ctx, c, x, escaped)]

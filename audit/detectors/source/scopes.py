@@ -291,11 +291,29 @@ def device_test(tree: ast.Module, test: ast.AST, line: int | None = None, depth:
         return True
     if _backend_call(test):
         return True
-    if isinstance(test, ast.Call):  # a helper named for the device: `if is_cuda(x):`
-        return "cuda" in _dotted(test.func).rpartition(".")[2].lower()
+    if isinstance(test, ast.Call):  # a helper named for the device (`if is_cuda(x):`), or one of this file
+        # whose every `return` is a device test (`def on_gpu(d): return torch.device(d).type == "cuda"`)
+        return "cuda" in _dotted(test.func).rpartition(".")[2].lower() or \
+            (depth > 0 and _helper_test(tree, test, depth - 1))
     if not isinstance(test, (ast.Name, ast.Attribute)):
         return False
     vals = values(tree, test, line) if depth > 0 else None
     if vals:
         return all(device_test(tree, v, ln, depth - 1) for v, ln in vals)
     return "cuda" in _dotted(test).rpartition(".")[2].lower()  # unresolved (a parameter): `if use_cuda:`
+
+
+def _helper_test(tree: ast.Module, call: ast.Call, depth: int) -> bool:
+    """Whether the function a call names (`on_gpu(...)`: a function of this file; `self.on_gpu(...)`: a method
+    of a class of this file) returns a device test on every `return`, read from its source."""
+    f = call.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) and \
+        isinstance(f.value, ast.Name) and f.value.id in ("self", "cls") else None
+    if name is None:
+        return False
+    scopes = tree.body if isinstance(f, ast.Name) else \
+        [st for c in tree.body if isinstance(c, ast.ClassDef) for st in c.body]
+    defs = [d for d in scopes if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)) and d.name == name]
+    rets = [r for d in defs for r in ast.walk(d) if isinstance(r, ast.Return)]
+    return len(defs) == 1 and bool(rets) and all(
+        r.value is not None and device_test(tree, r.value, r.lineno, depth) for r in rets)

@@ -6,7 +6,9 @@ default generator's does. The registration is written where the target captures 
 a scan never runs), so it is read from the source: the `generator=` expression of the draw (`self.gen`, followed
 out through a parameter of the same name to the caller's keyword: a sampler helper taking `generator=`) names
 the generator by its last name, and a `register_generator_state(...)` call in the target's own files, or in a
-file on the draw's stack, whose argument ends in the same name (`self.sampler.gen`) registers it. A generator
+file on the draw's stack, whose argument ends in the same name (`self.sampler.gen`) registers it, unless both name
+generator objects on the traced target and they differ (a runner's `self.gen` beside a noise helper's own
+`self.gen`: the helper's draw stays unregistered). A generator
 handed to another object under another name (`DDPMStep(..., self.gen)` keeping it as `self.generator`) is matched
 by the object itself: both expressions, rooted at `self`, are followed on the traced objects whose class defines
 the function they are written in.
@@ -28,16 +30,16 @@ def _last(expr) -> str | None:
     return expr.attr if isinstance(expr, ast.Attribute) else expr.id if isinstance(expr, ast.Name) else None
 
 
-def registrations(files) -> dict[str, tuple[str, int]]:
-    """last name -> (file, line) of each `X.register_generator_state(gen)` call in the files."""
-    out: dict[str, tuple[str, int]] = {}
+def registrations(files) -> dict[str, list[tuple[str, int, ast.expr]]]:
+    """last name -> [(file, line, argument)] of the `X.register_generator_state(gen)` calls in the files."""
+    out: dict[str, list] = {}
     for f in sorted(set(files)):
         t = tree(f)
         for c in nodes_of(t, ast.Call) if t is not None else ():
             if isinstance(c.func, ast.Attribute) and c.func.attr == "register_generator_state" and c.args:
                 name = _last(c.args[0])
                 if name is not None:
-                    out.setdefault(name, (f, c.lineno))
+                    out.setdefault(name, []).append((f, c.lineno, c.args[0]))
     return out
 
 
@@ -115,7 +117,14 @@ def registered(ctx, rec) -> tuple[str, str, int] | None:
     """(name, file, line) of the registration of the generator `rec` draws from, or None."""
     if not rec.stack:
         return None
-    name = drawn_from(rec.stack)
+    found = _drawn_expr(rec.stack)
+    name = None if found is None else _last(found[2])
     files = list(ctx.own_files()) + [code.co_filename for code, _ in rec.stack]
-    hit = registrations(files).get(name) if name is not None else None
-    return (name, *hit) if hit is not None else _by_object(ctx, rec.stack, files)
+    drawn = {id(g) for g in _generators(ctx, found[0].co_filename, found[1], found[2])} if found else set()
+    for f, line, arg in registrations(files).get(name, []) if name is not None else ():
+        # the same last name is trusted unless both sides resolve to generator objects and differ: a runner
+        # registering its sampling `self.gen` says nothing of a noise helper's own `self.gen`
+        regd = _generators(ctx, f, line, arg) if drawn else []
+        if not regd or any(id(g) in drawn for g in regd):
+            return name, f, line
+    return _by_object(ctx, rec.stack, files)

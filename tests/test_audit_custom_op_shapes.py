@@ -38,11 +38,14 @@ BODIES = {
     "fixed": "out = torch.where(x > 0, x, 0.0).flatten()  # LIBSITE",
 }
 
+# the shift makes the count of positive entries 1, 2, 3, 1, ... whatever the random data (equal counts in every
+# audited step would leave no shape to vary)
 TARGET = matmul_target(imports="import {mod}  # registers torch.ops.{ns}.pick", step="""\
-        h = torch.ops.{ns}.pick(self.x @ self.w)  # SITE
+        h = torch.ops.{ns}.pick(self.x @ self.w + self.shift)  # SITE
         self.out.zero_()
         self.out[0, :h.shape[0]] = h
-        return self.out""")
+        return self.out""", init="        self.shift = torch.zeros(1, {d})",
+                       prepare="        self.shift.fill_(-100.0)\n        self.shift[0, :i % 3 + 1] = 100.0")
 
 
 @pytest.mark.parametrize("kind", sorted(BODIES))

@@ -1,6 +1,6 @@
 """A Python branch on a value the step read back from the device, found in the source even when every
 audited step took the same side: `n = int(t.sum())` ... `if n > limit:` (or a name computed from it, a `for`
-variable over `t.tolist()`, `range(n)`). A test on its own read's line is host-sync's alone; a raising check,
+variable over `t.tolist()`, `range(n)`, a function of the file it is passed to). A test on its own read's line is host-sync's alone; a raising check,
 a test on other data or on the read's size alone (`len(ids)`), and a read skipped while capturing are no such
 branch.
 """
@@ -59,9 +59,22 @@ INIT = """        self.vocab = ["a", "b", "c", "d"]
         self.flag = False"""
 
 
+# a module function of the target's file the read value is passed to: the branch is in it
+HELPER = """
+def _scale_for(v, limit):
+    if v > limit:  # HELPER BRANCH
+        return 0.5
+    return 1.0
+"""
+FOUND["passed to a function"] = """        s = float((self.x @ self.w).abs().sum())
+        self.out.mul_(_scale_for(s, limit={big}))"""
+NOT_FOUND["function given other data"] = """        s = float((self.x @ self.w).abs().sum())
+        self.out.mul_(_scale_for(self.vocab.index("a"), limit={big}))"""
+
+
 def _scan(tmp_path, body: str):
     step = body.format(big=random.randrange(10**9, 10**10), tag=random.randrange(10**6))
-    tpl = matmul_target(init=INIT, step=f"""        self.out.copy_(torch.tanh(self.x @ self.w))
+    tpl = matmul_target(init=INIT, imports=HELPER, step=f"""        self.out.copy_(torch.tanh(self.x @ self.w))
 {step}
         return self.out""")
     path, _ = write_target(tmp_path / "read_branch.py", tpl, marker="def step", seed=random.randrange(2**31),
@@ -72,7 +85,7 @@ def _scan(tmp_path, body: str):
 @pytest.mark.parametrize("kind", sorted(FOUND))
 def test_a_branch_on_a_read_value_is_found_at_the_branch(tmp_path, kind):
     bad, path = _scan(tmp_path, FOUND[kind])
-    line = marked_line(path, "# BRANCH")
+    line = marked_line(path, "# HELPER BRANCH" if kind == "passed to a function" else "  # BRANCH")
     hit = bad[(bad.category == "data-dependent-control") & (bad.line == line)]
     assert len(hit) == 1, table(bad)
     assert "read back from the device" in hit.iloc[0].message

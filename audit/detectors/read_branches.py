@@ -7,7 +7,8 @@ the audited steps happen to take the same side (the stop word never came), the o
 trace shows no fork; the source does. For each host read the step made (host_sync.read_records), the names its
 statement binds (`n = int(t)`, `a, b = t.tolist()`, `for v in t.tolist():`) and those later bound from them
 in the same function (`word = vocab[n]`) are followed to the tests that read them: an `if`, `elif`, `while`,
-a conditional expression, or `range(n)` that sets a loop's trip count. A test on the same line as its read
+a conditional expression, or `range(n)` that sets a loop's trip count; also into a function of the same file they
+are passed to (`self.check_stop(tok)`, then `if tok in self.stops:`), two calls down. A test on the same line as its read
 (`if t.item() > 0:`) is left to host-sync (one place to act); so is a check whose body only raises, a read
 skipped while capturing, and a branch whose side the audited steps already took both ways (the traced rule,
 control.py, names it).
@@ -104,6 +105,41 @@ def _tests(func, after: int, names: set[str]):
             yield n, n.iter
 
 
+def _branches(tree, func, first: int, after: int, names: set[str], depth: int = 2):
+    """(function, node, test, how the value got there) for each branch on `names` (bound at line `first`) below
+    line `after` of `func`, and in the functions of this file it passes them to (`self.check(tok)`, then `if tok
+    in self.stops:` in `check`), `depth` calls down."""
+    names = _tainted(func, first, names)
+    yield from ((func, node, test, "") for node, test in _tests(func, after, names))
+    if depth <= 0:
+        return
+    for call in (n for n in ast.walk(func) if isinstance(n, ast.Call) and n.lineno > first):
+        callee, skip = _callee(tree, func, call)
+        if callee is None:
+            continue
+        params = [a.arg for a in callee.args.posonlyargs + callee.args.args][skip:]
+        passed = {params[i] for i, a in enumerate(call.args) if i < len(params) and _reads(a, names)}
+        passed |= {k.arg for k in call.keywords if k.arg in params + [a.arg for a in callee.args.kwonlyargs]
+                   and _reads(k.value, names)}
+        for fn, node, test, via in _branches(tree, callee, callee.lineno, callee.lineno, passed, depth - 1) if passed else ():
+            yield fn, node, test, via or f", passed to `{callee.name}()` at line {call.lineno}"
+
+
+def _callee(tree, func, call: ast.Call):
+    """(def, leading parameters the call does not pass) of a function of this file a call names: `f(...)` a
+    module-level function, `self.f(...)` a method of the class holding `func`; (None, 0) otherwise."""
+    f = call.func
+    if isinstance(f, ast.Name):
+        defs = [d for d in tree.body if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef)) and d.name == f.id]
+        return (defs[0], 0) if len(defs) == 1 else (None, 0)
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+        cls = next((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and func in c.body), None)
+        defs = [d for d in (cls.body if cls else ()) if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and d.name == f.attr]
+        return (defs[0], 1) if len(defs) == 1 else (None, 0)
+    return None, 0
+
+
 def _lines_ran(ctx) -> list[set]:
     """Per complete audited step, the (file, line) pairs any op's stack passed through."""
     return [{(c.co_filename, ln) for r in ctx.steps[s] for c, ln in r.stack} for s in ctx.complete]
@@ -133,11 +169,11 @@ def branches_on_read_values(ctx):
         names = _bound(st, line) if st is not None else set()
         if not names:
             continue
-        names = _tainted(func, st.lineno, names)
         loop = isinstance(st, (ast.For, ast.AsyncFor))  # its body runs after the read in its iterable
         caller = ctx.caller(r)
         caller = caller if caller and caller[0] != file else None  # in the target's own code the branch is its own line
-        for node, test in _tests(func, (st.iter.end_lineno if loop else st.end_lineno) or st.lineno, names):
+        after = (st.iter.end_lineno if loop else st.end_lineno) or st.lineno
+        for fn, node, test, via in _branches(lookup.tree(file), func, st.lineno, after, names):
             key = (file, node.lineno, caller[:2] if caller else None)
             if key in seen:
                 continue
@@ -147,8 +183,8 @@ def branches_on_read_values(ctx):
             seen.add(key)
             kind = "sets the trip count of a loop" if isinstance(node, (ast.For, ast.AsyncFor)) else "decides a branch"
             out.append(ctx.finding(
-                "data-dependent-control", (file, node.lineno, func.name), "if", len(group) / ctx.n_steps,
-                f"`{ast.unparse(test)}` {kind} on a value read back from the device at line {line} (`{op}`): a "
+                "data-dependent-control", (file, node.lineno, fn.name), "if", len(group) / ctx.n_steps,
+                f"`{ast.unparse(test)}` {kind} on a value read back from the device at line {line} (`{op}`{via}): a "
                 "graph replays the path of the step it captured, whatever later data says (found in the source; "
                 "the audited steps all took the same path)",
                 fix="Decide on the device (`torch.where`, a masked update), or end the captured step before the "

@@ -1,7 +1,8 @@
 """A Python branch on a value the step read back from the device, found in the source even when every
 audited step took the same side: `n = int(t.sum())` ... `if n > limit:` (or a name computed from it, a `for`
 variable over `t.tolist()`, `range(n)`, a function of the file it is passed to). A test on its own read's line is host-sync's alone; a raising check,
-a test on other data or on the read's size alone (`len(ids)`), and a read skipped while capturing are no such
+a test on other data or on the read's size alone (`len(ids)`), on an object the value was stored into (`self.last =
+n`, then `if self.flag:`), on a list of tensors cut to the read size, and a read skipped while capturing are no such
 branch.
 """
 
@@ -46,6 +47,14 @@ NOT_FOUND = {
             raise ValueError("overflow")""",
     "size only": """        ids = (self.x @ self.w).argmax(-1).tolist()
         if len(ids) > 1:
+            self.out.mul_(0.5)""",
+    "stored on self": """        n = int((self.x @ self.w).abs().sum())
+        self.last = n
+        if self.flag:
+            self.out.mul_(0.5)""",
+    "cut to a size": """        k = int(((self.x @ self.w) > 0).sum()) + 1
+        parts = [t[:, :k] for t in (self.out, self.x)]
+        if not parts:
             self.out.mul_(0.5)""",
     "other data": """        n = int((self.x @ self.w).abs().sum())
         if self.flag:

@@ -40,6 +40,17 @@ def _statement(func, line: int):
     return best
 
 
+def _stored(target) -> set[str]:
+    """The plain names an assignment target binds (`a`, `a, (b, *c)`), not the objects it stores into."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return {n for e in target.elts for n in _stored(e)}
+    if isinstance(target, ast.Starred):
+        return _stored(target.value)
+    return set()
+
+
 def _bound(st, line: int) -> set[str]:
     """The names the statement holding the read binds from it: assignment targets, or a `for` loop's
     variables when the read is in its iterable."""
@@ -50,18 +61,21 @@ def _bound(st, line: int) -> set[str]:
         targets = [st.target]
     elif isinstance(st, (ast.For, ast.AsyncFor)) and st.iter.lineno <= line <= (st.iter.end_lineno or line):
         targets = [st.target]
-    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return {n for t in targets for n in _stored(t)}
 
 
 _SHAPE_ATTRS = {"shape", "ndim", "dtype", "device", "is_cuda", "layout"}
 _SHAPE_CALLS = {"numel", "size", "dim"}
 
 
-def _reads(expr, names: set[str]) -> bool:
+def _reads(expr, names: set[str], bounds: bool = True) -> bool:
     """`expr` reads the value of one of `names`, not only its shape (`len(ids)`, `a.shape`, `a.numel()`: fixed
-    by the tensor's size, which a capture fixes too) or presence (`a is None`)."""
+    by the tensor's size, which a capture fixes too) or presence (`a is None`); with `bounds` False, not as a
+    slice bound either (`rows[:, :k]` holds the container's values, cut to a size)."""
     shape_only = set()
     for n in ast.walk(expr):
+        if not bounds and isinstance(n, ast.Slice):
+            shape_only |= {id(x) for x in ast.walk(n)}
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.attr in _SHAPE_ATTRS | _SHAPE_CALLS:
             shape_only.add(id(n.value))
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "len" and len(n.args) == 1:
@@ -73,7 +87,9 @@ def _reads(expr, names: set[str]) -> bool:
 
 
 def _tainted(func, first: int, names: set[str]) -> set[str]:
-    """`names` and those assigned, after line `first`, from an expression reading one of them (to a fixpoint)."""
+    """`names` and those assigned, after line `first`, from an expression reading one of them (to a fixpoint):
+    plain names only (`self.last = n` stores into `self`, it does not make `self` a read value), and not through a
+    slice bound (`cut = x[:, :n]` is a tensor cut to a size: a test on it reads it again, on its own line)."""
     names = set(names)
     assigns = [n for n in ast.walk(func) if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.lineno > first
                and n.value is not None]
@@ -81,9 +97,9 @@ def _tainted(func, first: int, names: set[str]) -> set[str]:
     while grew:
         grew = False
         for a in assigns:
-            if _reads(a.value, names):
+            if _reads(a.value, names, bounds=False):
                 for t in (a.targets if isinstance(a, ast.Assign) else [a.target]):
-                    new = {n.id for n in ast.walk(t) if isinstance(n, ast.Name)} - names
+                    new = _stored(t) - names
                     names |= new
                     grew = grew or bool(new)
     return names

@@ -37,8 +37,9 @@ def _one_thread():
 
 @pytest.fixture(autouse=True)
 def _fresh_global_rng():
-    """Inputs drawn from torch's global RNG are fresh every run; the seed is shown on failure."""
-    seed = int.from_bytes(os.urandom(4), "little")
+    """Inputs drawn from torch's global RNG are fresh every run; the seed is shown on failure, and
+    TEST_TORCH_SEED=<seed> replays it."""
+    seed = int(os.environ.get("TEST_TORCH_SEED") or int.from_bytes(os.urandom(4), "little"))
     print(f"global torch seed {seed}")
     torch.manual_seed(seed)
 

@@ -134,9 +134,9 @@ def _branches(tree, func, first: int, after: int, names: set[str], depth: int = 
         if callee is None:
             continue
         params = [a.arg for a in callee.args.posonlyargs + callee.args.args][skip:]
-        passed = {params[i] for i, a in enumerate(call.args) if i < len(params) and _reads(a, names)}
+        passed = {params[i] for i, a in enumerate(call.args) if i < len(params) and _reads(a, names, bounds=False)}
         passed |= {k.arg for k in call.keywords if k.arg in params + [a.arg for a in callee.args.kwonlyargs]
-                   and _reads(k.value, names)}
+                   and _reads(k.value, names, bounds=False)}
         for fn, node, test, via in _branches(tree, callee, callee.lineno, callee.lineno, passed, depth - 1) if passed else ():
             yield fn, node, test, via or f", passed to `{callee.name}()` at line {call.lineno}"
 

@@ -270,12 +270,14 @@ def _covered(ctx) -> set:
     return out
 
 
-def _to_host(ctx):
-    """The `.to(<cpu>)` candidates that would copy device->host on a GPU: the source names the CPU and
+def to_host(ctx):
+    """ids of the `.to(<cpu>)` candidates that would copy device->host on a GPU: the source names the CPU and
     the tensor is not a host tensor already (built from host data, or by a factory on the host).
     `non_blocking=True` is none: torch allocates that destination pinned (`_to_copy`'s pin_out) and the
-    copy does not wait (under capture it is a memcpy node)."""
-    keep = set()
+    copy does not wait (under capture it is a memcpy node). Computed once per scan."""
+    if (cached := getattr(ctx, "_to_host", None)) is not None:
+        return cached
+    keep = ctx._to_host = set()
     for recs in ctx.steps:
         born = None
         for r in recs:
@@ -322,16 +324,14 @@ def host_reads(ctx):
 
 
 def read_records(ctx) -> list:
-    """The host reads and explicit waits host_reads reports (each a wait on a GPU), computed once per scan: not
-    a read of host memory (a tensor kept on the host, a copy the step already made) nor a wait the runtime
-    reported."""
+    """The host reads and waits host_reads reports (not of host memory, nor ones the runtime reported); cached."""
     if (cached := getattr(ctx, "_read_records", None)) is not None:
         return cached
-    to_host = _to_host(ctx)
+    to_host_ids = to_host(ctx)
     copies = reads_of_copies(ctx)  # `ids = t.cpu()` then `int(ids[0])`: host memory, the copy was the wait
     copies |= reads_after_guarded_copies(ctx)  # `if x.is_cuda: x = x.cpu()` skipped here, then `x.numpy()`
     ctx._read_records = [r for r in ctx.all_records(("host", "sync")) if not _runtime(r)
-                         and (r.note != "cpu?" or id(r) in to_host)
+                         and (r.note != "cpu?" or id(r) in to_host_ids)
                          and not (r.kind == "host" and (kept_on_host(ctx, r) or id(r) in copies))]
     return ctx._read_records
 

@@ -17,9 +17,9 @@ def host_copies(ctx) -> set:
     """ids of the records that copy a tensor to the host on a GPU (`.cpu()`, and the `.to(<cpu>)` host-sync
     keeps); computed once."""
     if (got := getattr(ctx, "_host_copies", None)) is None:
-        from audit.detectors.host_sync import _to_host
+        from audit.detectors.host_sync import to_host
 
-        keep = _to_host(ctx)
+        keep = to_host(ctx)
         got = ctx._host_copies = {id(r) for recs in ctx.steps for r in recs if r.kind == "host" and r.op in _COPIES
                                   and (r.note != "cpu?" or id(r) in keep)}
     return got

@@ -52,7 +52,7 @@ NOT_FOUND = {
         self.last = n
         if self.flag:
             self.out.mul_(0.5)""",
-    "cut to a size": """        k = int(((self.x @ self.w) > 0).sum()) + 1
+    "cut to a size": """        k = int(((self.x @ self.w) > 0).sum()) % 2 + 1  # 1 or 2, under the width (4 or more): a real cut
         parts = [t[:, :k] for t in (self.out, self.x)]
         if not parts:
             self.out.mul_(0.5)""",

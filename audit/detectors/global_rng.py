@@ -11,13 +11,13 @@ that led there as caller); a reseed in the step (`random.seed(s)`, `np.random.se
 from __future__ import annotations
 
 import ast
-import sys
 from collections import defaultdict
 
 from audit.detectors import register
 from audit.detectors.state import called_objects
 from audit.detectors.source import lookup
 from audit.detectors.state.sites import _calls, called_by_name, caller_of
+from audit.scan.sources import loaded
 from audit.scan.sources.ast_nodes import all_nodes
 from audit.scan.snapshot import global_rng
 from audit.scan.sources.user_code import OWN
@@ -83,10 +83,9 @@ def _sites(file: str, first: int | None, fn: str | None, which: set) -> list[tup
 def _called_files(codes) -> set[str]:
     """The files of the Python functions that `codes` call by a plain name, resolved in their modules' globals
     (`from lib import accept` in the target): a library function that ran no torch op is still found."""
-    by_file = {getattr(m, "__file__", None): m for m in list(sys.modules.values()) if m is not None}
     out = set()
     for code in codes:
-        mod, t = by_file.get(code.co_filename), lookup.tree(code.co_filename)
+        mod, t = loaded.module_in(code.co_filename, last=True), lookup.tree(code.co_filename)
         if mod is None or t is None:
             continue
         for node in all_nodes(t):

@@ -26,9 +26,8 @@ def host_globals(ctx) -> dict[int, str]:
 
     files = {code.co_filename for recs in ctx.steps for r in recs for code, _ in r.stack}
     out = {}
-    for name, mod in loaded.loaded_modules():
-        file = getattr(mod, "__file__", None)
-        if mod is None or file not in files:
+    for name, mod, file in loaded.with_files():
+        if file not in files:
             continue
         for g in _made_on_host(file):
             t = vars(mod).get(g)

@@ -16,8 +16,7 @@ from audit.scan.sources import loaded
 
 def module_numbers(code) -> dict:
     """name -> value of the plain numbers (not bools) in the globals of the module that defines `code`."""
-    mod = next((m for _, m in loaded.loaded_modules()
-                if getattr(m, "__file__", None) == code.co_filename), None)
+    mod = loaded.module_in(code.co_filename)
     if mod is None:
         return {}
     return {k: v for k, v in vars(mod).items()

@@ -27,7 +27,7 @@ def resolve(filename: str, func: ast.expr):
         chain.insert(0, v.attr)
         v = v.value
     chain = [v.id] + chain if isinstance(v, ast.Name) else None
-    mod = next((m for _, m in loaded.loaded_modules() if getattr(m, "__file__", None) == filename), None)
+    mod = loaded.module_in(filename)
     if not chain or mod is None:
         return None
     obj = mod

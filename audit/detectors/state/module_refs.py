@@ -24,10 +24,9 @@ def referring_files(mod, attr: str, ran) -> list[tuple[str, None, bool]]:
     own = getattr(mod, "__file__", None)
     if mod is None or own is None:
         return []
-    by_file = {getattr(m, "__file__", None): m for _, m in loaded.loaded_modules() if m is not None}
     out = []
     for file in sorted({f for f, _ in ran} - {own}):
-        m = by_file.get(file)
+        m = loaded.module_in(file, last=True)
         names = [n for n, v in vars(m).items() if v is mod] if m is not None else []
         if names and _writes_through(file, names, attr):
             out.append((file, None, False))

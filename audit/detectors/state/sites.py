@@ -121,8 +121,8 @@ def closure_functions(ctx, owner: str) -> list:
     classes = [c for _, obj in ctx.trace.objects for c in type(obj).__mro__[:-1]]  # this target's classes first
     cands += [getattr(v, "__func__", v) for cls in dict.fromkeys(classes + list(class_state.CLASSES.values()))
               for v in list(vars(cls).values()) if isinstance(getattr(v, "__func__", v), types.FunctionType)]
-    cands += [v for name, m in loaded.loaded_modules() if name.split(".")[0] not in sys.stdlib_module_names
-              and getattr(m, "__file__", None) and frame_kind(m.__file__, ctx.trace.roots) != HIDDEN
+    cands += [v for name, m, f in loaded.with_files() if name.split(".")[0] not in sys.stdlib_module_names
+              and frame_kind(f, ctx.trace.roots) != HIDDEN
               for v in list(vars(m).values()) if isinstance(v, types.FunctionType)]
     for fn in cands:
         if fn.__qualname__ == qual and id(fn) not in seen and fn.__closure__:
@@ -195,8 +195,7 @@ def generated_sites(ctx, change, own_files: set, ran: set) -> list:
             code.co_filename, change.attr.split(".")[0].split("[")[0], code_span(code), global_name=True)]
     held = {id(fn) for fn in fns}
     names = {k for _, obj in ctx.trace.objects for k, v in list(getattr(obj, "__dict__", {}).items()) if id(v) in held}
-    names |= {k for _, m in loaded.loaded_modules() if getattr(m, "__file__", None) in own_files
-              for k, v in list(vars(m).items()) if id(v) in held}
+    names |= {k for f in own_files for _, m in loaded.modules_in(f) for k, v in list(vars(m).items()) if id(v) in held}
     hits = []
     for f in sorted(own_files):
         t = mutations.tree(f)

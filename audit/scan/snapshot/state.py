@@ -25,7 +25,7 @@ from audit.scan.snapshot import script_state, subclass_state, torch_state, value
 from audit.scan.sources import user_code
 from audit.scan.snapshot.held_tensors import storage_id, tensor_attrs
 from audit.scan.snapshot.observer_caches import is_observer_cache
-from audit.scan.sources.loaded import loaded_modules
+from audit.scan.sources import loaded
 
 __all__ = ["StateChange", "diff", "module_names", "reachable", "snapshot", "storage_id", "tensor_attrs"]
 
@@ -219,9 +219,8 @@ def _cells(fn) -> list[tuple[str, object]]:
 def user_modules(is_user) -> list[tuple[str, types.ModuleType]]:
     """Imported modules whose source counts as user code (their globals are state too)."""
     out = []
-    for name, mod in loaded_modules():
-        f = getattr(mod, "__file__", None)
-        if f and os.path.isabs(f) and name.split(".")[0] not in _FOREIGN and is_user(f):
+    for name, mod, f in loaded.with_files():
+        if os.path.isabs(f) and name.split(".")[0] not in _FOREIGN and is_user(f):
             out.append((name, mod))
     return out
 
@@ -230,9 +229,8 @@ def installed_modules(files: set) -> list[tuple[str, types.ModuleType]]:
     """The imported modules whose source is one of `files` (real paths): installed library modules
     whose code a step ran, added to the state modules by the tracer."""
     out = []
-    for name, mod in loaded_modules():
-        f = getattr(mod, "__file__", None)
-        if f and name.split(".")[0] not in _FOREIGN and user_code.real_path(f) in files:
+    for name, mod, f in loaded.with_files():
+        if name.split(".")[0] not in _FOREIGN and user_code.real_path(f) in files:
             out.append((name, mod))
     return out
 

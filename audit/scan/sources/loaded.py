@@ -33,6 +33,56 @@ def loaded_modules() -> list[tuple[str, types.ModuleType]]:
     return list(sys.modules.items()) + loose_modules()
 
 
+# Detectors and stand-ins look modules up by their file many times a scan, over thousands of modules once a
+# large library is imported. The lookup is rebuilt whenever the set of loaded modules changes: the names and
+# objects in sys.modules (a module swapped in under a name it had is a change) and the loose ones.
+_INDEX: dict = {}
+
+
+def _index() -> dict:
+    keys, mods, loose = list(sys.modules), list(sys.modules.values()), loose_modules()
+    try:
+        same = bool(_INDEX) and _INDEX["keys"] == keys and _INDEX["mods"] == mods and _INDEX["loose"] == loose
+    except Exception:  # an odd object in sys.modules whose == raises: rebuild
+        same = False
+    if not same:
+        with_files, by_file = [], {}
+        for name, mod in list(zip(keys, mods)) + loose:
+            f = getattr(mod, "__file__", None) if mod is not None else None
+            if isinstance(f, str) and f:
+                with_files.append((name, mod, f))
+                by_file.setdefault(f, []).append((name, mod))
+        _INDEX.update(keys=keys, mods=mods, loose=loose, with_files=with_files, by_file=by_file, memo={})
+    return _INDEX
+
+
+def until_changed(key: str, build):
+    """build(sys.modules' (name, module) pairs), remembered under `key` until the loaded modules change."""
+    idx = _index()
+    memo = idx["memo"]
+    if key not in memo:
+        memo[key] = build(list(zip(idx["keys"], idx["mods"])))
+    return memo[key]
+
+
+def with_files() -> list[tuple[str, types.ModuleType, str]]:
+    """(name, module, __file__) of each loaded module that has a source file, in loaded_modules' order."""
+    return _index()["with_files"]
+
+
+def modules_in(file: str) -> list[tuple[str, types.ModuleType]]:
+    """The loaded modules whose __file__ is `file` (as written), in loaded_modules' order: usually one; a
+    file run under two names (a target loaded by path that is also importable) has two."""
+    return _index()["by_file"].get(file, [])
+
+
+def module_in(file: str, last: bool = False):
+    """The first (or last: a loose module loaded again from a file that sys.modules also has) loaded module
+    whose __file__ is `file`, or None."""
+    found = modules_in(file)
+    return found[-1 if last else 0][1] if found else None
+
+
 def loose_modules() -> list[tuple[str, types.ModuleType]]:
     """The modules loaded by path that the step's code ran in."""
     return [(n, m) for n, m in list(_LOOSE.items()) if sys.modules.get(n) is not m]

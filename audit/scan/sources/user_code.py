@@ -26,6 +26,8 @@ import sysconfig
 
 import torch
 
+from audit.scan.sources import loaded
+
 __all__ = ["HIDDEN", "LIBRARY", "OWN", "display_path", "frame_kind", "is_import_root", "is_user_file", "norm_dir",
            "norm_root", "real_path"]
 
@@ -63,12 +65,9 @@ def _defines_ops(f: str) -> bool:
     the kernels of the ops it defines). Unknown until the module is loaded (then False, not remembered)."""
     if f in _OP_MODULES:
         return _OP_MODULES[f]
-    import sys
-
     lib_type = getattr(getattr(torch, "library", None), "Library", None)
-    for mod in list(sys.modules.values()):
-        file = getattr(mod, "__file__", None)
-        if file and real_path(file) == f:
+    for _, mod, file in loaded.with_files():
+        if real_path(file) == f:
             found = lib_type is not None and any(isinstance(v, lib_type) for v in list(vars(mod).values()))
             _OP_MODULES[f] = found
             return found
@@ -209,9 +208,8 @@ def _package_path(f: str, skip: tuple[str, ...]) -> str | None:
     target file loaded under a private name is not found by any finder and keeps its full path)."""
     import sys
 
-    for name, mod in list(sys.modules.items()):
-        file = getattr(mod, "__file__", None)
-        if not file or real_path(file) != f:
+    for name, _, file in loaded.with_files():
+        if real_path(file) != f:
             continue
         top = name.partition(".")[0]
         for finder in sys.meta_path:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import sys
 
 import torch
 from audit.scan.patches import host_sends, stream_hooks
 from audit.scan.standins import cpu_graphs, cpu_queries, dynamo_rules, pinned
+from audit.scan.sources import loaded
 
 __all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "outside_steps", "standing_in"]
 
@@ -140,12 +140,7 @@ def alias_sites(originals) -> list:
     if len(_ALIAS_SEEN) > 16:  # the sets of originals are few and fixed; keep no stale modules alive
         _ALIAS_SEEN.clear()
     seen = _ALIAS_SEEN.setdefault(frozenset(originals), {})
-    for mname, mod in list(sys.modules.items()):
-        if mod is None or mname.partition(".")[0] in ("torch", "audit"):
-            continue
-        d = getattr(mod, "__dict__", None)
-        if not isinstance(d, dict):
-            continue
+    for mname, mod, d in _module_globals():
         known = seen.get(mname)
         if known is None or known[0] is not mod or known[1] != len(d):
             known = seen[mname] = (mod, len(d), _bound_originals(d, originals))
@@ -163,6 +158,18 @@ def alias_sites(originals) -> list:
 # imported, so each module's bindings are remembered per set of originals until its globals change in
 # number (an import adds names; our own patches rebind and restore without adding any).
 _ALIAS_SEEN: dict = {}
+
+
+def _module_globals() -> list:
+    """(name, module, globals dict) of the modules in sys.modules outside torch and the auditor."""
+    def listed(items):
+        out = []
+        for mname, mod in items:
+            d = getattr(mod, "__dict__", None) if mod is not None else None
+            if isinstance(d, dict) and mname.partition(".")[0] not in ("torch", "audit"):
+                out.append((mname, mod, d))
+        return out
+    return loaded.until_changed("cpu_cuda.module_globals", listed)
 
 
 def _bound_originals(d: dict, originals) -> list:

@@ -4,7 +4,8 @@ sentence-transformers' maxsim warns about empty documents behind `not compiling(
 "cpu" and empty.any()`: on a GPU the device test is False and `and` stops before `empty.any()`; a CPU scan
 runs the read. So it is info naming the test, as for a read in the CPU's side of an `if`. The same holds for
 `x.is_cuda or ...`, and for the body of an `if` whose `and` test holds such a conjunct. A read before the device
-test in the chain, or after a test the device does not settle, stays a hazard.
+test in the chain, elsewhere in the statement on that line, or after a test the device does not settle, stays a
+hazard.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ FORMS = {  # (helper body, the read runs on the CPU's side only)
                  "        z = z * (1 + n)\n    return z", True),
     "read-before-test": ('if z.abs().max() > {t} and z.device.type == "cpu":  # LIBSITE\n        z = z * 0.5\n'
                          "    return z", False),
+    "statement-reads-too": ("n = int(z.abs().sum() > {t}) + int(z.is_cpu and bool(z.abs().max() > {t}))  # LIBSITE\n"
+                            "    return z * (1 + n)", False),
     "mps-test": ('if z.device.type != "mps" and z.abs().max() > {t}:  # LIBSITE\n        z = z * 0.5\n    return z',
                  False),
 }

@@ -4,9 +4,9 @@
 warning about empty documents): on a GPU the device test is False, `and` stops there, and neither `empty.any()`
 nor the warning runs; a CPU scan runs both and traces the read. Likewise `x.is_cuda or int(x.max()) > 0`, and an
 `if` whose `and` test holds a conjunct false on CUDA (its body) or whose `or` test holds a disjunct true on CUDA
-(its other side). Only a test the device settles counts (device/cuda_side.py, per operand), and the operands
-before it on the finding's line may call nothing but argument-less functions (`is_torchdynamo_compiling()`):
-they run on a GPU too, and a read there would share the line.
+(its other side). Only a test the device settles counts (device/cuda_side.py, per operand), and the rest of the
+statement on the finding's line (the operands before it, what the chain's value feeds) may call nothing but
+argument-less functions (`is_torchdynamo_compiling()`): it runs on a GPU too, and a read there would share the line.
 """
 
 from __future__ import annotations
@@ -24,13 +24,33 @@ def _stops_on_cuda(operand, op, resolve, file) -> bool:
     return side == ("orelse" if isinstance(op, ast.And) else "body")
 
 
-def _quiet(nodes, line: int) -> bool:
-    """No call on `line` in `nodes` that could read a tensor (a call with arguments, or a method of an object)."""
-    for n in (x for node in nodes for x in ast.walk(node)):
+def _quiet(nodes, line: int, skip=frozenset()) -> bool:
+    """No call on `line` in `nodes` (outside the subtrees `skip`) that could read a tensor (a call with arguments,
+    or a method of an object)."""
+    for n in _walk(nodes, skip):
         if isinstance(n, ast.Call) and n.lineno <= line <= (n.end_lineno or n.lineno):
             if n.args or n.keywords or not (isinstance(n.func, ast.Name) or ast.unparse(n.func).startswith("torch.")):
                 return False
     return True
+
+
+def _walk(nodes, skip):
+    todo = list(nodes)
+    while todo:
+        n = todo.pop()
+        if id(n) in skip:
+            continue
+        yield n
+        todo.extend(ast.iter_child_nodes(n))
+
+
+def _statement(func, node):
+    """The innermost statement of `func` holding `node`."""
+    best = None
+    for st in ast.walk(func):
+        if isinstance(st, ast.stmt) and st is not func and any(x is node for x in ast.walk(st)):
+            best = st if best is None or st.lineno >= best.lineno else best
+    return best
 
 
 def _holds(nodes, line: int) -> bool:
@@ -46,7 +66,8 @@ def cpu_only_test(func, line: int, resolve, file: str):
             if not _stops_on_cuda(operand, chain.op, resolve, file):
                 continue
             later = chain.values[i + 1:]
-            if _holds(later, line) and _quiet(chain.values[:i + 1], line):
+            st = _statement(func, chain) if _holds(later, line) else None
+            if st is not None and _quiet([st], line, {id(v) for v in later}):
                 return ast.unparse(operand), operand.lineno
     for g in (n for n in ast.walk(func) if isinstance(n, (ast.If, ast.While, ast.IfExp))):
         test = g.test

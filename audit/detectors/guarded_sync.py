@@ -6,7 +6,9 @@ function the step ran, we read its source and report the synchronizing calls ins
 that tests the device whose branch ran no op during the scan; in an installed library's functions
 only the side the test itself says a GPU runs (`x.is_cuda`, `dev.type == "cuda"`: device/cuda_side.py). The test is read structurally
 (scopes.device_test): `x.device != torch.device("cpu")`, `x.is_cuda`, `torch.cuda.*()`, or a flag
-assigned such a test (`self.on_accelerator = device != "cpu"`); a test on ordinary data is not one.
+assigned such a test (`self.on_accelerator = device != "cpu"`); a test on ordinary data is not one. A read of a
+name holding host data (`int(lengths.max())` with `lengths` built by `torch.tensor(...)`, in the function or by every
+caller in the file: host/host_args.py) waits for nothing.
 CUDA scans skip this rule: there the branch either ran (and was traced) or is not taken.
 """
 
@@ -18,6 +20,7 @@ import inspect
 
 from audit.detectors import register
 from audit.detectors.device import callee_waits, capture_guards, flag_reach
+from audit.detectors.host import host_args
 from audit.detectors.state import handoff
 from audit.detectors.source import lookup, scopes
 from audit.detectors.device.device_branches import guards as _guards
@@ -160,7 +163,8 @@ def syncs_in_untaken_device_branches(ctx):
             sides = _untaken(node, file, lines, rec is not None) if is_device(node.test) else ()
             sts = [st for side, body in sides if reached(side) for st in body]
             sts += _in_test(node, file) if reached("body") else []
-            waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st) if (what := _sync_call(call))]
+            waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st)
+                     if (what := _sync_call(call)) and not host_args.reads_host(file, call)]
             for wfile, line, fname, what in [*waits, *callee_waits.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
                 if (wfile, line) in seen:
                     continue

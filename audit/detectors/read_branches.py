@@ -9,7 +9,8 @@ statement binds (`n = int(t)`, `a, b = t.tolist()`, `for v in t.tolist():`) and 
 in the same function (`word = vocab[n]`) are followed to the tests that read them: an `if`, `elif`, `while`,
 a conditional expression, or `range(n)` that sets a loop's trip count; also into a function of the same file they
 are passed to (`self.check_stop(tok)`, then `if tok in self.stops:`), two calls down. A test on the same line as its read
-(`if t.item() > 0:`) is left to host-sync (one place to act); so is a check whose body only raises, a read
+(`if t.item() > 0:`) is left to host-sync (one place to act); a test in the `elif`/`else` of the `if` whose body
+read the value never sees it, and a type test (`isinstance(v, list)`) reads the shape, not the data; so is a check whose body only raises, a read
 skipped while capturing, and a branch whose side the audited steps already took both ways (the traced rule,
 control.py, names it).
 """
@@ -66,6 +67,7 @@ def _bound(st, line: int) -> set[str]:
 
 _SHAPE_ATTRS = {"shape", "ndim", "dtype", "device", "is_cuda", "layout"}
 _SHAPE_CALLS = {"numel", "size", "dim"}
+_TYPE_CALLS = {"len", "isinstance", "type"}  # what the read's shape and dtype fix: `isinstance(v, list)` after tolist()
 
 
 def _reads(expr, names: set[str], bounds: bool = True) -> bool:
@@ -78,12 +80,24 @@ def _reads(expr, names: set[str], bounds: bool = True) -> bool:
             shape_only |= {id(x) for x in ast.walk(n)}
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.attr in _SHAPE_ATTRS | _SHAPE_CALLS:
             shape_only.add(id(n.value))
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "len" and len(n.args) == 1:
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _TYPE_CALLS and n.args:
             shape_only.add(id(n.args[0]))
         elif isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Is, ast.IsNot)):
             shape_only.add(id(n.left))
     return any(isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load) and id(n) not in shape_only
                for n in ast.walk(expr))
+
+
+def _other_arm(func, line: int, node) -> bool:
+    """`node` sits in the `elif`/`else` of an `if` whose body holds the read at `line`, outside any loop of `func`:
+    quantize_embeddings' `if isinstance(e, Tensor): e = e.cpu().numpy()` then `elif isinstance(e, list):` never
+    tests the value read, since a pass that read it skipped the other arm."""
+    def within(sts, at):
+        return any(st.lineno <= at <= (st.end_lineno or st.lineno) for st in sts)
+    looped = {id(x) for lp in ast.walk(func) if isinstance(lp, (ast.For, ast.AsyncFor, ast.While))
+              for st in lp.body + lp.orelse for x in ast.walk(st)}
+    return any(isinstance(g, ast.If) and id(g) not in looped and within(g.body, line) and within(g.orelse, node.lineno)
+               for g in ast.walk(func))
 
 
 def _tainted(func, first: int, names: set[str]) -> set[str]:
@@ -191,7 +205,7 @@ def branches_on_read_values(ctx):
         after = (st.iter.end_lineno if loop else st.end_lineno) or st.lineno
         for fn, node, test, via in _branches(lookup.tree(file), func, st.lineno, after, names):
             key = (file, node.lineno, caller[:2] if caller else None)
-            if key in seen:
+            if key in seen or (fn is func and _other_arm(func, line, node)):
                 continue
             ran = _lines_ran(ctx) if ran is None else ran
             if _forked(node, file, ran):

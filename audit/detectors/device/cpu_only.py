@@ -5,7 +5,8 @@ the reference and traces its read, yet on a GPU the kernel runs instead and the 
 traced finding whose stack passes through such a side (one the test itself settles: cuda_side.py) stays in
 the inventory as info, naming the test, not as a hazard of the GPU step. A conditional expression's sides
 share their line with the rest of the statement: only a statement that is the expression alone, with a
-GPU side that calls nothing, is read.
+GPU side that calls nothing, is read. What a boolean chain evaluates after a device test that stops it on a
+GPU (`empty.device.type == "cpu" and empty.any()`) is the CPU's too (short_circuits.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import functools
 from audit.detectors.source import lookup, scopes
 from audit.detectors.device.cuda_side import cuda_side
 from audit.detectors.device.device_branches import guards
+from audit.detectors.device.short_circuits import cpu_only_test
 from audit.scan.standins.cpu_kernels import KERNELS as CPU_KERNELS
 
 __all__ = ["cpu_side"]
@@ -39,7 +41,8 @@ def _at(file: str, line: int):
         cpu = g.orelse if side == "body" else g.body if side == "orelse" else ()
         if _holds(cpu, line):
             return ast.unparse(g.test), g.lineno
-    return _whole_expression(tree, func, line, file)
+    return _whole_expression(tree, func, line, file) or \
+        cpu_only_test(func, line, lambda e: scopes.values(tree, e, line), file)
 
 
 def _whole_expression(tree, func, line: int, file: str):

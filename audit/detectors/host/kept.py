@@ -14,6 +14,7 @@ import torch
 from audit.detectors.host import attr_memory, factories as _factories, module_tensors, places as _places
 from audit.detectors.source import lookup, mutations
 from audit.detectors.device import optimizer_steps
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources.ast_nodes import all_nodes
 from audit.scan.standins import pinned
 
@@ -24,7 +25,7 @@ def cpu_attrs(ctx):
     from audit.scan.snapshot import state
 
     for path, obj in ctx.trace.objects:
-        for name, t in list(getattr(obj, "__dict__", {}).items()):
+        for name, t in list(own_dict(obj).items()):
             if isinstance(t, torch.Tensor) and t.device.type == "cpu":
                 yield state.storage_id(t), f"{path}.{name}" if path else name, name, obj, t
 

@@ -17,6 +17,7 @@ import sys
 
 import torch
 from audit.scan.patches import host_sends, stream_hooks
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.standins import cpu_graphs, cpu_queries, dynamo_rules, pinned
 
 __all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "outside_steps", "standing_in"]
@@ -143,7 +144,7 @@ def alias_sites(originals) -> list:
     for mname, mod in list(sys.modules.items()):
         if mod is None or mname.partition(".")[0] in ("torch", "audit"):
             continue
-        d = getattr(mod, "__dict__", None)
+        d = own_dict(mod)
         if not isinstance(d, dict):
             continue
         known = seen.get(mname)

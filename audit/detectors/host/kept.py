@@ -94,10 +94,12 @@ def _assigned_after_super(init: ast.FunctionDef, name: str) -> bool:
 def pageable_beside_device(obj, name: str, ctx=None) -> bool:
     """Attribute `name` of `obj` is made by a factory naming no device or the CPU, not pinned, in a class that
     puts other tensors on a device (host memory on a GPU too) or, given the scan (`ctx`), in a plain class that
-    names no device at all (`_places.unplaced`), and no class of the hierarchy moves it there."""
+    names no device at all (`_places.unplaced`) or as a module's plain attribute, which `.to()` leaves where it
+    is (`_places.left_by_to`), and no class of the hierarchy moves it there."""
     spans = class_spans(type(obj))
     return any(attr_memory.host_factory_attr(f, name, span) == "pageable" and (
-        _places.sends_to_device(f, span) or (ctx is not None and _places.unplaced(ctx, obj, name)))
+        _places.sends_to_device(f, span) or (ctx is not None and (_places.unplaced(ctx, obj, name)
+                                                                or _places.left_by_to(ctx, obj, name))))
         for f, span in spans) and not moved_elsewhere(obj, name)
 
 
@@ -184,7 +186,8 @@ def host_factories(recs) -> set:
     facs = factory_born(recs)
     if sent & facs:
         return facs
-    return facs if sent & host_derived(recs, set(facs)) else set()
+    # with host data lifted beside them (a sinc kernel `torch.where(t == 0, torch.tensor(1.0), t.sin() / t)`)
+    return facs if sent & host_derived(recs, facs | host_born(recs)) else set()
 
 
 def factory_born(recs) -> set:

@@ -5,13 +5,12 @@ from one feeds a device op)."""
 from __future__ import annotations
 
 import ast
-import functools
-import inspect
 import itertools
 
 import torch
 
 from audit.detectors.host import attr_memory, factories as _factories, module_tensors, places as _places
+from audit.detectors.host.places import class_spans
 from audit.detectors.source import lookup, mutations
 from audit.detectors.device import optimizer_steps
 from audit.scan.snapshot.own_dict import own_dict
@@ -107,19 +106,6 @@ def pinned_host(ctx) -> set[int]:
     """Storage ids of the host_tensors that are pinned staging buffers (asked for at run time, or so written)."""
     host_tensors(ctx)
     return ctx._pinned_host
-
-
-@functools.lru_cache(maxsize=1024)
-def class_spans(t: type) -> tuple:
-    """(file, (first, last line)) of a class and its bases that have source."""
-    spans = []
-    for cls in t.__mro__:
-        try:
-            lines, start = inspect.getsourcelines(cls)
-            spans.append((inspect.getsourcefile(cls), (start, start + len(lines))))
-        except (OSError, TypeError):
-            continue
-    return tuple(x for x in spans if x[0])
 
 
 def in_place_updates(ctx, host: dict[int, str]) -> list:

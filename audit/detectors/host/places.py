@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import inspect
 
 import torch
 
@@ -71,8 +72,6 @@ def left_by_to(ctx, obj, name: str) -> bool:
         return False
     if any(k in vars(c) for c in type(obj).__mro__ if not (c.__module__ or "").startswith("torch.") for k in _MOVERS):
         return False
-    from audit.detectors.host.kept import class_spans  # kept imports this module
-
     spans = class_spans(type(obj))
     for f in ctx.own_files():
         t = tree(f)
@@ -83,3 +82,16 @@ def left_by_to(ctx, obj, name: str) -> bool:
                and not any(sf == f and a <= n.lineno <= b for sf, (a, b) in spans) for n in all_nodes(t)):
             return False
     return True
+
+
+@functools.lru_cache(maxsize=1024)
+def class_spans(t: type) -> tuple:
+    """(file, (first, last line)) of a class and its bases that have source."""
+    spans = []
+    for cls in t.__mro__:
+        try:
+            lines, start = inspect.getsourcelines(cls)
+            spans.append((inspect.getsourcefile(cls), (start, start + len(lines))))
+        except (OSError, TypeError):
+            continue
+    return tuple(x for x in spans if x[0])

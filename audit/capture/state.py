@@ -21,6 +21,8 @@ from collections import deque
 import torch
 from torch import nn
 
+from audit.scan.snapshot.own_dict import has_own_dict
+
 __all__ = ["Snapshot", "clone_tree", "tensor_leaves", "RandomFeed", "compare_trees", "compare_changed",
            "bits_equal", "max_abs_diff"]
 
@@ -36,7 +38,7 @@ _MODULE_INTERNALS = {"_parameters", "_buffers", "_modules", "_non_persistent_buf
 
 def _user_object(v) -> bool:
     """Instances of user classes (and dataclasses) whose attributes are program state."""
-    if isinstance(v, _OPAQUE) or not hasattr(v, "__dict__"):
+    if isinstance(v, _OPAQUE) or not has_own_dict(v):
         return False
     mod = (getattr(type(v), "__module__", "") or "").split(".")[0]
     return mod not in _FOREIGN

@@ -21,6 +21,7 @@ from audit.detectors.branches import call_arms, control_source, other_instance
 from audit.detectors.device import eager_forks
 from audit.detectors.host import regions as _host_regions
 from audit.detectors.source import lookup
+from audit.detectors.branches.elided_slices import elided_slice
 from audit.detectors.branches.layout_picks import picked_by_layout
 from audit.detectors.branches.element_guards import element_guard
 
@@ -271,7 +272,7 @@ def op_sequence_divergence(ctx):
         shifted = _shifted_regions(ta, tb, codes)
         pair = []
         for tag, i1, i2, j1, j2 in codes:
-            if _elided_slice(tag, ra, rb, i1, i2, j1, j2) or picked_by_layout(tag, ra, rb, i1, i2, j1, j2) \
+            if elided_slice(tag, ra, rb, i1, i2, j1, j2) or picked_by_layout(tag, ra, rb, i1, i2, j1, j2) \
                     or (i1, j1) in shifted or _host_regions.host_work_only(ctx, ra[i1:i2], rb[j1:j2]):
                 continue  # (the last: CPU work on host memory alone, which no graph records)
             a = ra[i1] if i1 < len(ra) and tag != "insert" else None  # an insert's ra[i1] is the op after it:
@@ -348,28 +349,6 @@ def _switched(e) -> bool:
     if name != "autocast" and e.args:
         flags.append(e.args[-1])
     return any(not isinstance(f, ast.Constant) for f in flags)
-
-
-def _elided_slice(tag, ra, rb, i1, i2, j1, j2) -> bool:
-    """torch dispatches nothing for a full-range slice (`x[:n]` with n == x.size(0) is x itself), so a
-    statement slicing by a bound that varies (`self.out[: len(drafts)] = ...`) runs aten.slice in some
-    steps and not in others; and `out[idx] = v` flattens a value of one leading row (`aten.view`) only when
-    the index picks one row. When the only extra ops are such slices or views, made by the very statement
-    (same frames) whose next op both steps ran (for a view: on inputs of other shapes), no branch chose
-    anything: the varying bound or length is baked-host-value / dynamic-shape, reported there."""
-    if tag not in ("insert", "delete"):
-        return False
-    extra, rest, other = (ra[i1:i2], ra[i2:], rb[j1:]) if tag == "delete" else (rb[j1:j2], rb[j2:], ra[i1:])
-    if not extra or not rest or any(r.op not in _SHAPE_ELIDED for r in extra) or \
-            not all(r.stack == rest[0].stack for r in extra):
-        return False
-    if all(r.op == "aten.slice" for r in extra):
-        return True
-    return bool(other) and other[0].op == rest[0].op and other[0].stack == rest[0].stack and \
-        [m.shape for m in other[0].inputs] != [m.shape for m in rest[0].inputs]
-
-
-_SHAPE_ELIDED = ("aten.slice", "aten.view", "aten.squeeze", "aten.unsqueeze", "aten.alias")
 
 
 def _fold_loops_into_guards(hits: dict) -> None:

@@ -28,6 +28,7 @@ from audit.detectors.branches.raising_checks import as_ifs
 from audit.detectors.state.sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
 from audit.scan.snapshot import class_state
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources import loaded
 from audit.scan.sources.ast_nodes import attr_chain, nodes_of
 from audit.scan.sources.frame_source import function_of
@@ -212,7 +213,7 @@ def _compiled(test, counter, refs, bound, selves, consts=None, names=None):
             ch = attr_chain(e)
             v = selves[0] if ch and len(selves) == 1 else None
             for a in ch[1:] if v is not None else ():
-                v = getattr(v, "__dict__", {}).get(a)
+                v = own_dict(v).get(a)
             if not _number(v):
                 return None
             env[f"_a{len(env)}"] = v

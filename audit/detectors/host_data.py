@@ -21,6 +21,7 @@ from audit.detectors.host_sync import index_tensors
 from audit.detectors.pageable_copy import FROM_DATA, PINNED_STEP
 from audit.scan.patches import host_sends
 from audit.scan.snapshot import state
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.standins import pinned
 
 TO_DEVICE = ("a tensor built from host data in the step is moved to the device: on a GPU that is a copy "
@@ -120,7 +121,7 @@ def _sent_members(ctx, known: dict) -> dict[int, str]:
     kept = (lambda sid, t: host_sends.sent(sid) or (host_sends.born(sid) and not pinned.asked(t))) if placed \
         else (lambda sid, t: host_sends.sent(sid))
     for path, obj in ctx.trace.objects:
-        for name, v in list(getattr(obj, "__dict__", {}).items()):
+        for name, v in list(own_dict(obj).items()):
             if name in ("_parameters", "_buffers"):  # Module.to(device) moves those, whatever made them
                 continue
             members = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, (list, tuple)) else [("", v)]

@@ -32,6 +32,7 @@ from audit.detectors.host.kept import from_device, host_tensors, in_place_update
 from audit.detectors.allocation import escape_lines, escaped_members, shifted_members
 from audit.scan.patches import mp_queues
 from audit.scan.snapshot import class_state, global_rng, script_state, staging_bytes, state
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources import loaded
 from audit.detectors.source import methods as _methods
 from audit.detectors.state import first_use, queue_puts
@@ -179,7 +180,7 @@ def _held_by_global(obj, attr: str):
         return None
     for name in parts[1:-1]:  # attributes, and the positions of the lists they hold (`_buckets.1`)
         obj = obj[int(name)] if name.isdigit() and isinstance(obj, (list, tuple)) and int(name) < len(obj) \
-            else getattr(obj, "__dict__", {}).get(name)
+            else own_dict(obj).get(name)
     return obj
 
 

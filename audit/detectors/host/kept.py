@@ -5,15 +5,15 @@ from one feeds a device op)."""
 from __future__ import annotations
 
 import ast
-import functools
-import inspect
 import itertools
 
 import torch
 
 from audit.detectors.host import attr_memory, factories as _factories, module_tensors, places as _places
+from audit.detectors.host.places import class_spans
 from audit.detectors.source import lookup, mutations
 from audit.detectors.device import optimizer_steps
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources.ast_nodes import all_nodes
 from audit.scan.standins import pinned
 
@@ -24,7 +24,7 @@ def cpu_attrs(ctx):
     from audit.scan.snapshot import state
 
     for path, obj in ctx.trace.objects:
-        for name, t in list(getattr(obj, "__dict__", {}).items()):
+        for name, t in list(own_dict(obj).items()):
             if isinstance(t, torch.Tensor) and t.device.type == "cpu":
                 yield state.storage_id(t), f"{path}.{name}" if path else name, name, obj, t
 
@@ -93,10 +93,12 @@ def _assigned_after_super(init: ast.FunctionDef, name: str) -> bool:
 def pageable_beside_device(obj, name: str, ctx=None) -> bool:
     """Attribute `name` of `obj` is made by a factory naming no device or the CPU, not pinned, in a class that
     puts other tensors on a device (host memory on a GPU too) or, given the scan (`ctx`), in a plain class that
-    names no device at all (`_places.unplaced`), and no class of the hierarchy moves it there."""
+    names no device at all (`_places.unplaced`) or as a module's plain attribute, which `.to()` leaves where it
+    is (`_places.left_by_to`), and no class of the hierarchy moves it there."""
     spans = class_spans(type(obj))
     return any(attr_memory.host_factory_attr(f, name, span) == "pageable" and (
-        _places.sends_to_device(f, span) or (ctx is not None and _places.unplaced(ctx, obj, name)))
+        _places.sends_to_device(f, span) or (ctx is not None and (_places.unplaced(ctx, obj, name)
+                                                                or _places.left_by_to(ctx, obj, name))))
         for f, span in spans) and not moved_elsewhere(obj, name)
 
 
@@ -104,19 +106,6 @@ def pinned_host(ctx) -> set[int]:
     """Storage ids of the host_tensors that are pinned staging buffers (asked for at run time, or so written)."""
     host_tensors(ctx)
     return ctx._pinned_host
-
-
-@functools.lru_cache(maxsize=1024)
-def class_spans(t: type) -> tuple:
-    """(file, (first, last line)) of a class and its bases that have source."""
-    spans = []
-    for cls in t.__mro__:
-        try:
-            lines, start = inspect.getsourcelines(cls)
-            spans.append((inspect.getsourcefile(cls), (start, start + len(lines))))
-        except (OSError, TypeError):
-            continue
-    return tuple(x for x in spans if x[0])
 
 
 def in_place_updates(ctx, host: dict[int, str]) -> list:
@@ -183,7 +172,8 @@ def host_factories(recs) -> set:
     facs = factory_born(recs)
     if sent & facs:
         return facs
-    return facs if sent & host_derived(recs, set(facs)) else set()
+    # with host data lifted beside them (a sinc kernel `torch.where(t == 0, torch.tensor(1.0), t.sin() / t)`)
+    return facs if sent & host_derived(recs, facs | host_born(recs)) else set()
 
 
 def factory_born(recs) -> set:

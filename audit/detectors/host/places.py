@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import inspect
 
 import torch
 
@@ -55,3 +56,42 @@ def unplaced(ctx, obj, name: str) -> bool:
     own = ctx.own_files()
     return not any(isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.ctx, ast.Store)
                    for f in own for n in ast.walk(tree(f) or ast.Module(body=[], type_ignores=[])))
+
+
+_MOVERS = ("_apply", "to", "cuda")  # how nn.Module.to() reaches its tensors; a class overriding one may move more
+
+
+def left_by_to(ctx, obj, name: str) -> bool:
+    """A module's plain tensor attribute (neither parameter nor buffer): `module.to(device)` moves parameters
+    and buffers only, so a tensor its class made with a factory naming no device (a streaming encoder's frame
+    counter `self.offset = torch.zeros((), dtype=torch.long)` beside its registered tables) stays in host
+    memory on a GPU. Not when a class of the hierarchy outside torch overrides how `.to()` moves tensors, nor
+    when the target's own code stores that attribute outside the hierarchy's classes (a holder moving it:
+    `blk.cache = blk.cache.to(device)`); an in-place update there (`+=`) stores nothing new."""
+    if not isinstance(obj, torch.nn.Module) or name in obj._buffers or name in obj._parameters:
+        return False
+    if any(k in vars(c) for c in type(obj).__mro__ if not (c.__module__ or "").startswith("torch.") for k in _MOVERS):
+        return False
+    spans = class_spans(type(obj))
+    for f in ctx.own_files():
+        t = tree(f)
+        if t is None:
+            continue
+        aug = {id(n.target) for n in all_nodes(t) if isinstance(n, ast.AugAssign)}
+        if any(isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.ctx, ast.Store) and id(n) not in aug
+               and not any(sf == f and a <= n.lineno <= b for sf, (a, b) in spans) for n in all_nodes(t)):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def class_spans(t: type) -> tuple:
+    """(file, (first, last line)) of a class and its bases that have source."""
+    spans = []
+    for cls in t.__mro__:
+        try:
+            lines, start = inspect.getsourcelines(cls)
+            spans.append((inspect.getsourcefile(cls), (start, start + len(lines))))
+        except (OSError, TypeError):
+            continue
+    return tuple(x for x in spans if x[0])

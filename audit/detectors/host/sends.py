@@ -19,6 +19,7 @@ import torch
 from audit.detectors.source import scopes
 from audit.detectors.host.kept import class_spans
 from audit.detectors.source.lookup import tree
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources.ast_nodes import all_nodes
 
 
@@ -28,7 +29,7 @@ def members(ctx):
     from audit.scan.snapshot import state
 
     for path, obj in ctx.trace.objects:
-        for name, v in list(getattr(obj, "__dict__", {}).items()):
+        for name, v in list(own_dict(obj).items()):
             for key, t in _nested(v):
                 if t.device.type == "cpu":
                     yield state.storage_id(t), f"{path}.{name}{key}" if path else f"{name}{key}", name, obj, t

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 
 from audit.detectors.source import mutations
+from audit.scan.snapshot.own_dict import own_dict
 
 __all__ = ["instead"]
 
@@ -35,7 +36,7 @@ def _holders(ctx, obj, own: set) -> list[str]:
     for path, other in ctx.trace.objects:
         if not path or other is obj or "." in path or _source_file(type(other)) in own:
             continue
-        if any(v is obj for v in list(getattr(other, "__dict__", {}).values())):
+        if any(v is obj for v in list(own_dict(other).values())):
             out.append(path)
     return out
 

@@ -17,6 +17,7 @@ import types
 from audit.detectors.source.implicit import implicit_uses
 from audit.detectors.source.mutations import method_calls, tree
 from audit.detectors.state.sites import closure_functions
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources.ast_nodes import nodes_of
 from audit.scan.snapshot import class_state
 
@@ -156,7 +157,7 @@ def _paths_to(root, ids: set, depth: int = 3) -> list[list[str]]:
         elif isinstance(obj, dict):
             items = [(str(k), v) for k, v in obj.items()]
         else:
-            items = list(getattr(obj, "__dict__", {}).items()) if not isinstance(obj, type) else []
+            items = list(own_dict(obj).items()) if not isinstance(obj, type) else []
         for k, v in items:
             walk(v, path + [k])
 

@@ -15,6 +15,7 @@ import types
 
 from audit.detectors.state import hook_guards, keyed_writes
 from audit.detectors.source import lookup, mutations
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources.ast_nodes import all_nodes, nodes_of
 from audit.scan.patches import module_hooks
 from audit.scan.snapshot import class_state, state
@@ -194,7 +195,7 @@ def generated_sites(ctx, change, own_files: set, ran: set) -> list:
         return [(code.co_filename, line, f) for line, f in mutations.mutation_sites(
             code.co_filename, change.attr.split(".")[0].split("[")[0], code_span(code), global_name=True)]
     held = {id(fn) for fn in fns}
-    names = {k for _, obj in ctx.trace.objects for k, v in list(getattr(obj, "__dict__", {}).items()) if id(v) in held}
+    names = {k for _, obj in ctx.trace.objects for k, v in list(own_dict(obj).items()) if id(v) in held}
     names |= {k for f in own_files for _, m in loaded.modules_in(f) for k, v in list(vars(m).items()) if id(v) in held}
     hits = []
     for f in sorted(own_files):

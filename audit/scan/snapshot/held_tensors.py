@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from audit.scan.snapshot.key_text import key_text
+from audit.scan.snapshot.own_dict import own_dict
 
 __all__ = ["storage_id", "tensor_attrs"]
 
@@ -18,7 +19,7 @@ def tensor_attrs(objects: list[tuple[str, object]]):
     buffers, tensor attributes and tensors in list/tuple/dict attributes (`extras[0]`)."""
     for path, obj in objects:
         pre = f"{path}." if path else ""
-        items = list(getattr(obj, "__dict__", {}).items())
+        items = list(own_dict(obj).items())
         if isinstance(obj, nn.Module):
             items += list(obj._parameters.items()) + list(obj._buffers.items())
         for name, v in items:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.standins import pinned
 
 __all__ = ["OWNER", "snapshot"]
@@ -21,7 +22,7 @@ OWNER = "<pinned bytes>"
 def snapshot(objects) -> dict:
     out = {}
     for path, obj in objects:
-        for k, v in list(getattr(obj, "__dict__", {}).items()):
+        for k, v in list(own_dict(obj).items()):
             if not (isinstance(v, torch.Tensor) and v.device.type == "cpu" and 0 < v.numel() <= 1 << 16):
                 continue
             try:

@@ -22,6 +22,7 @@ from torch import nn
 from audit.scan.snapshot.fingerprint import PLAIN, fp as fingerprint, members
 from audit.scan.patches import mp_queues, threads
 from audit.scan.snapshot import script_state, subclass_state, torch_state, value_objects
+from audit.scan.snapshot.own_dict import has_own_dict, own_dict
 from audit.scan.sources import user_code
 from audit.scan.snapshot.held_tensors import storage_id, tensor_attrs
 from audit.scan.snapshot.observer_caches import is_observer_cache
@@ -46,7 +47,7 @@ def _is_user_object(v) -> bool:
         return False
     if torch_state.is_training_state(v):  # an optimizer, an LR scheduler: its Python attributes are step state
         return True
-    return (hasattr(v, "__dict__") or bool(_slot_names(t))) and not isinstance(
+    return (has_own_dict(v) or bool(_slot_names(t))) and not isinstance(
         v, (type, types.ModuleType, types.FunctionType, types.MethodType)) and mod.split(".")[0] not in _FOREIGN
 
 
@@ -76,7 +77,7 @@ def _instance_items(obj) -> list[tuple[str, object]]:
     frozen arguments, by the names of its function's parameters."""
     if isinstance(obj, functools.partial):  # a bound method it wraps: its object (`partial(counter.on_step)`)
         return _bound_args(obj) + ([("func", obj.func)] if isinstance(obj.func, types.MethodType) else [])
-    items = list(getattr(obj, "__dict__", {}).items()) + script_state.attrs(obj)  # a scripted module's, in C++
+    items = list(own_dict(obj).items()) + script_state.attrs(obj)  # a scripted module's, in C++
     for name in _slot_names(type(obj)):
         try:
             items.append((name, getattr(obj, name)))
@@ -162,7 +163,7 @@ def _attrs(obj):
 def _plain_dict(obj) -> list[tuple[str, object]]:
     """(name, fingerprint) of the plain values in an object's own __dict__ (a tensor's or a function's
     Python attributes: `note_step.calls`)."""
-    d = getattr(obj, "__dict__", None)
+    d = own_dict(obj)
     if not isinstance(d, dict):
         return []
     return [(k, fingerprint(x)) for k, x in list(d.items()) if not k.startswith("__") and isinstance(x, PLAIN)]
@@ -172,7 +173,7 @@ def _functions(obj):
     """Plain functions hung on an object: attributes, and members of its list / tuple / dict attributes
     (a list of logits-processor closures, a module's forward-hook dict), also behind a bound method or a
     partial (a patched `mod.forward = types.MethodType(fwd, mod)` or `partial(fwd, mod, orig)`)."""
-    for k, v in list(getattr(obj, "__dict__", {}).items()):
+    for k, v in list(own_dict(obj).items()):
         if (fn := _plain_function(v)) is not None:
             yield fn
         elif isinstance(v, (list, tuple, dict)) and len(v) <= 4096:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from audit.scan.snapshot.own_dict import own_dict
+
 __all__ = ["held_weights"]
 
 _TORCH = ("torch",)
@@ -32,4 +34,4 @@ def _python_subclass(t) -> bool:
     if not isinstance(t, torch.Tensor) or type(t) in (torch.Tensor, nn.Parameter, nn.Buffer):
         return False
     mod = getattr(type(t), "__module__", "") or ""
-    return mod.split(".")[0] not in _TORCH and bool(getattr(t, "__dict__", None))
+    return mod.split(".")[0] not in _TORCH and bool(own_dict(t))

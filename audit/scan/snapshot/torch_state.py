@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import types
 
+from audit.scan.snapshot.own_dict import has_own_dict
+
 __all__ = ["is_training_state"]
 
 _MODULES = ("torch.optim.", "torch.amp.grad_scaler", "torch.cuda.amp.grad_scaler", "torch.profiler.")
@@ -19,7 +21,7 @@ def is_training_state(v) -> bool:
     """An instance of a class torch defines for training state: an optimizer, an LR scheduler, a
     gradient scaler (user subclasses are user objects anyway)."""
     mod = getattr(type(v), "__module__", "") or ""
-    return hasattr(v, "__dict__") and not isinstance(v, _NOT_STATE) and mod.startswith(_MODULES)
+    return has_own_dict(v) and not isinstance(v, _NOT_STATE) and mod.startswith(_MODULES)
 
 
 _NOT_STATE = (type, types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType)

@@ -21,6 +21,7 @@ import inspect
 import types
 
 import torch
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources.frame_source import function_of
 
 __all__ = ["BranchFlags", "flag_exprs"]
@@ -95,7 +96,7 @@ def _attr(obj, name: str):
                 if name in held:
                     return held[name]
         return _UNKNOWN
-    own = getattr(obj, "__dict__", None)
+    own = own_dict(obj)
     if not isinstance(obj, type) and isinstance(own, dict) and name in own:
         return own[name]  # an instance's (a module's) own attribute, `F.linear`: no descriptor runs on it
     if isinstance(v, types.MemberDescriptorType):  # a __slots__ field

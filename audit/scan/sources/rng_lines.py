@@ -14,6 +14,7 @@ import contextlib
 import random
 import sys
 
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 __all__ = ["is_rng", "recording", "watched_names"]
@@ -29,7 +30,7 @@ def watched_names(objects) -> set[str]:
     properties whose getter reads one."""
     names: set[str] = set()
     for _, obj in objects:
-        d = getattr(obj, "__dict__", None)
+        d = own_dict(obj)
         if not isinstance(d, dict):
             continue
         for k, v in list(d.items()):

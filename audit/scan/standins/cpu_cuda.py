@@ -16,6 +16,7 @@ import itertools
 
 import torch
 from audit.scan.patches import host_sends, stream_hooks
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.standins import cpu_graphs, cpu_queries, dynamo_rules, pinned
 from audit.scan.sources import loaded
 
@@ -165,7 +166,7 @@ def _module_globals() -> list:
     def listed(items):
         out = []
         for mname, mod in items:
-            d = getattr(mod, "__dict__", None) if mod is not None else None
+            d = own_dict(mod) if mod is not None else None
             if isinstance(d, dict) and mname.partition(".")[0] not in ("torch", "audit"):
                 out.append((mname, mod, d))
         return out

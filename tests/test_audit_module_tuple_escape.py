@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from site_util import blocking, marked_line, table, write_target
+from site_util import blocking, table, write_target
 
 TARGET = """
 import torch

@@ -5,6 +5,8 @@ A rotary helper (rotary_embedding_torch's `rotate_queries_or_keys(t, offset=pos)
 `arange` on one line of its own, and a decode step calls it for the queries and again for the keys: each call
 is a place to fix (pass a device position there). The baked-host-value and dynamic-shape rules grouped the
 aligned calls by the library line alone, so only the first caller was named and fixing it hid the second.
+So did step-allocation for a cache grown by one library helper (torch_einops_utils' `safe_cat([self.k, k])`
+and `safe_cat([self.v, v])`): one escape was reported, holding `v`, at the keys' line.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ def rotate(t, offset=0):
 
 def window(t, n):
     return t[..., :n, :]  # LIBSITE shape
+
+
+def grow(cache, new):
+    return torch.cat((cache, new))  # LIBSITE escape
 """
 
 TARGET = """
@@ -81,3 +87,43 @@ def test_each_calling_line_of_a_library_value_is_a_finding(tmp_path, monkeypatch
     hits = bad[(bad.category == CATEGORY[kind]) & bad.file.str.endswith(lib.name) & (bad.line == site)]
     callers = {marked_line(path, "# FIRST"), marked_line(path, "# SECOND")}
     assert set(hits.caller_line.astype(int)) == callers and len(hits) == 2, table(bad)
+
+
+ESCAPE = """
+import torch
+from {mod} import grow
+
+D = {d}
+
+
+class Target:
+    def __init__(self):
+        self.x = torch.zeros(1, D)
+        self.k = torch.zeros({n}, D)
+        self.v = torch.zeros({n}, D)
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, D))
+
+    def step(self):
+        self.k = grow(self.k, self.x * 2)  # FIRST
+        self.v = grow(self.v, self.x + 1)  # SECOND
+        return (self.k * self.v).sum(0)
+
+
+def make(device):
+    return Target()
+"""
+
+
+def test_each_calling_line_of_a_library_escape_is_a_finding(tmp_path, monkeypatch):
+    mod, lib = install_library(tmp_path, monkeypatch, LIB, prefix="growutil")
+    path, _ = write_target(tmp_path / "target" / "two_caches.py", ESCAPE, marker="# FIRST", mod=mod,
+                           d=random.choice([4, 8, 16]), n=random.randrange(1, 5))
+    bad = blocking(path, forget=mod)
+    site = marked_line(lib, "# LIBSITE escape")
+    hits = bad[(bad.category == "step-allocation") & bad.file.str.endswith(lib.name) & (bad.line == site)]
+    callers = {marked_line(path, "# FIRST"): "`k`", marked_line(path, "# SECOND"): "`v`"}
+    assert set(hits.caller_line.astype(int)) == set(callers) and len(hits) == 2, table(bad)
+    for _, h in hits.iterrows():  # each names the attribute its own call rebinds
+        assert callers[int(h.caller_line)] in h.message, table(bad)

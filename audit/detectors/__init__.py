@@ -164,6 +164,13 @@ class Context:
         return Finding(category, severity or CATEGORIES[category].severity, file, int(line), fn,
                        module or "", op, round(float(count), 3), message, fix, cf, cl, cfn, extra=extra)
 
+    def site_key(self, rec) -> tuple:
+        """(site, op, caller line): the key rules group aligned calls by, so a library line reached from two
+        of the target's lines (rotary's `arange(n) + offset` under `rotate(q, offset=pos)` and
+        `rotate(k, offset=pos)`) is two findings, one per place to fix, as `per_site` groups records."""
+        cfr = self.caller(rec)
+        return self.where(rec), rec.op, cfr[:2] if cfr else None
+
     def per_site(self, records) -> dict:
         """Group records by (file, line, op, caller) over all audited steps. The caller is the target's
         own line that led there: a library line reached from two of the target's lines (PyG's

@@ -120,13 +120,13 @@ def escaped_into_state(ctx):
     by_site: dict = {}
     for (s, i), reader in found.items():
         alloc = ctx.steps[s][i]
-        by_site.setdefault(ctx.where(alloc) + (alloc.op,), []).append((alloc, reader))
+        by_site.setdefault(ctx.site_key(alloc), []).append((alloc, reader))  # per calling line too
     held_at = {}
     for sid, attr in holders.items():
         b = born.get(sid)
         if b is not None:
             a = ctx.steps[b[0]][b[1]]
-            held_at[ctx.where(a) + (a.op,)] = attr
+            held_at[ctx.site_key(a)] = attr
     out = []
     for key, pairs in by_site.items():
         alloc, reader = pairs[0]
@@ -137,6 +137,6 @@ def escaped_into_state(ctx):
                f"{rf}:{rl}{via}: the tensor escaped into state, replay would keep reading the captured buffer")
         fix = ("Preallocate this state once and update it in place (copy_, out=, index_copy_) instead of "
                f"rebinding{' `' + attr + '`' if attr else ''} to a new tensor each step.")
-        out.append(ctx.finding("step-allocation", alloc, key[3], len(pairs) / ctx.n_steps, msg,
+        out.append(ctx.finding("step-allocation", alloc, key[1], len(pairs) / ctx.n_steps, msg,
                                severity="silent-corruption", fix=fix))
     return out

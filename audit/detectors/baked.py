@@ -103,10 +103,10 @@ def varying_shapes(ctx):
         if origin and read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # `torch.ones(e.size(1))` after `e = e[:, mask]`: the shape varied upstream
         if origin:
-            groups[(ctx.where(recs[0]), recs[0].op)].append((recs, outs))
+            groups[ctx.site_key(recs[0])].append((recs, outs))
     reshaped = None
     out = []
-    for ((file, line, fn), op), items in groups.items():
+    for ((file, line, fn), op, _), items in groups.items():
         recs, outs = items[0]
         if any(r.note.startswith("body:") for rs, _ in items for r in rs):
             reshaped = _changed(ctx, shapes_only=True) if reshaped is None else reshaped
@@ -217,10 +217,10 @@ def varying_host_values(ctx):
             continue  # the value is a size read off a tensor whose shape varies: dynamic-shape's, upstream
         if read_values.read_back_on_line(ctx, recs):
             continue  # torch read it back from a 0-dim device tensor for the op: the host-sync's (tensors/read_values.py)
-        groups[(ctx.where(recs[0]), recs[0].op)].append(recs)
+        groups[ctx.site_key(recs[0])].append(recs)
     changed = _changed(ctx)
     out = []
-    for ((file, line, fn), op), items in groups.items():
+    for ((file, line, fn), op, _), items in groups.items():
         recs = items[0]
         if any(j in changed for rs in items for r in rs for j in _body_of(r)):
             continue  # a custom op whose traced body bakes the value: reported there, with this call as caller
@@ -290,11 +290,11 @@ def host_scalar_values(ctx):
             continue
         values = [dict(x.host_scalars).get(mine[0]) for x in recs]
         if len(set(map(repr, values))) > 1:
-            groups[(ctx.where(r), r.op)].append((recs, host[r.inputs[mine[0]].sid], values))
+            groups[ctx.site_key(r)].append((recs, host[r.inputs[mine[0]].sid], values))
     return [ctx.finding("baked-host-value", items[0][0][0], op, len(items),
                         f"`{op}` takes the 0-dim host tensor `{items[0][1]}` as a scalar operand and its value "
                         f"changes between steps ({_show(items[0][2])}): the kernel gets the value at launch, so "
                         "a graph replays the value of the capture step",
                         fix="Keep the value in a 0-dim device tensor that prepare() (or the step) updates in place: "
                             "the kernel then reads it from memory on every replay.")
-            for ((_, _, _), op), items in groups.items()]
+            for (_, op, _), items in groups.items()]

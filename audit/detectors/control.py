@@ -17,7 +17,7 @@ from difflib import SequenceMatcher
 from torch import nn
 
 from audit.detectors import register
-from audit.detectors.branches import call_arms, control_source, other_instance
+from audit.detectors.branches import call_arms, control_source, fork_keys, other_instance
 from audit.detectors.device import eager_forks
 from audit.detectors.host import regions as _host_regions
 from audit.detectors.source import lookup
@@ -295,11 +295,11 @@ def op_sequence_divergence(ctx):
         eagers = eager_forks.eager_only([(w, ctx.caller(r[3]), h, ctx.caller_into(r[3], w[0], w[2]) is None)
                                           for w, r, h in pair], ctx.rel)
         for (where, region, _), eager in zip(pair, eagers):
-            hits[where].append((*region, eager))
-    _fold_loops_into_guards(hits)
+            hits[(where, fork_keys.caller_key(ctx, region[3], where))].append((*region, eager))
+    fork_keys.fold_loops_into_guards(hits)
     out = []
     n_pairs = len(steps) - 1
-    for where, regions in hits.items():
+    for (where, _), regions in hits.items():
         what, ops, mod, rec, eager = regions[0]
         msg = f"{what}; a graph replays only the captured path"
         eager = eager if all(r[4] for r in regions) else None  # every fork here follows an eager-only one
@@ -351,15 +351,6 @@ def _switched(e) -> bool:
     return any(not isinstance(f, ast.Constant) for f in flags)
 
 
-def _fold_loops_into_guards(hits: dict) -> None:
-    """A loop line blamed next to a guard clause of its own body (`if ...: continue`) that was also
-    blamed: the iterations differ because of the guard, so its finding takes the loop's regions
-    (when a different iteration is skipped each step the alignment also cuts across the loop)."""
-    for where in list(hits):
-        guards = lookup.loop_guards(where[0], where[1])
-        into = next((w for w in hits if w[0] == where[0] and w[1] in guards), None) if guards else None
-        if into is not None:
-            hits[into].extend(hits.pop(where))
 
 
 def _what(ctx, tag, s0, s1, extra_a, extra_b, a, b) -> str:

@@ -82,7 +82,8 @@ def rebound_inputs(ctx):
         if not any(s > 0 and (m.sid not in held[s - 1] or key in aligned.get(s, ())) for s, _, m in reads3):
             continue  # persistent storages read at a misaligned call, not a rebound input
         reads = [(r, m) for _, r, m in reads3]
-        groups[ctx.where(reads[0][0])].append((j, reads))  # one finding per source line
+        site, _, caller = ctx.site_key(reads[0][0])  # one finding per source line and calling line: a library
+        groups[(site, caller)].append((j, reads))  # helper reading two rebound inputs from two lines is two fixes
     out = []
     for items in groups.values():
         j, reads = items[0]

@@ -1,0 +1,32 @@
+"""Which finding a fork of the op sequences belongs to: its branch's line and the target's line that led
+there (a library branch reached from two of the target's calls is two places to fix), and the loop whose
+guard clause was blamed beside it (the guard takes the loop's regions)."""
+
+from __future__ import annotations
+
+from audit.detectors.source import lookup
+
+__all__ = ["caller_key", "fold_loops_into_guards"]
+
+
+def caller_key(ctx, rec, where) -> tuple | None:
+    """The target's line that led into the fork at `where`: a library branch reached from two of the
+    target's lines (rotary's cached-or-computed freqs under `rotate(q, offset=pos)` and `rotate(k, ...)`)
+    is two places to fix, so two findings, as `Context.per_site` keeps them apart."""
+    cal = ctx.caller_into(rec, where[0], where[2])
+    if cal is not None and not isinstance(cal, tuple):
+        cal = ctx.caller(cal)
+    return tuple(cal[:2]) if cal else None
+
+
+def fold_loops_into_guards(hits: dict) -> None:
+    """A loop line blamed next to a guard clause of its own body (`if ...: continue`) that was also
+    blamed: the iterations differ because of the guard, so its finding takes the loop's regions
+    (when a different iteration is skipped each step the alignment also cuts across the loop)."""
+    for key in list(hits):
+        (file, line, _), caller = key
+        guards = lookup.loop_guards(file, line)
+        into = next((k for k in hits if k[0][0] == file and k[0][1] in guards and k[1] == caller), None) \
+            if guards else None
+        if into is not None:
+            hits[into].extend(hits.pop(key))

@@ -7,6 +7,8 @@ still turned into an inventory, attached to the TargetFailed error.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import platform
 import time
 from collections.abc import Callable
@@ -67,12 +69,13 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     res = _build(target, device, path, tp, options)
     obj, total = res.obj, warmup + steps
     tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
-    try:
-        with compiled_frames.unfused_scripts():  # the scan runs scripts op by op
-            failure = _run_steps(obj, tracer, res.label, warmup, total, progress)
-    finally:
-        tracer.close()  # the detectors below only read the trace
-    findings = detectors.run(tracer.trace, obj, cuda=tracer.cuda)
+    with _no_cyclic_gc():
+        try:
+            with compiled_frames.unfused_scripts():  # the scan runs scripts op by op
+                failure = _run_steps(obj, tracer, res.label, warmup, total, progress)
+        finally:
+            tracer.close()  # the detectors below only read the trace
+        findings = detectors.run(tracer.trace, obj, cuda=tracer.cuda)
     tr = tracer.trace
     meta = {
         "target": res.label, "path": path, "device": device, "warmup": warmup, "steps": steps,
@@ -95,6 +98,22 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     if failure:
         raise TargetFailed(failure, inv)
     return inv
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """Python's cyclic collector off while the steps are traced and the detectors read the trace, back as it was
+    after. A full pass visits every object of the process (torch, transformers, the target's model: millions),
+    and the records, snapshots and parsed sources a scan makes set off several. Nothing here needs it (the
+    trace is acyclic; what is left in cycles is collected after). Building the target keeps it: loading weights
+    may leave large cycles behind."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _build(target, device: str, path: str, tp: int, options: dict | None = None):

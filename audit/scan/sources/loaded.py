@@ -21,11 +21,18 @@ def note_globals(g: dict) -> None:
     name = g.get("__name__")
     known = sys.modules.get(name) if isinstance(name, str) else None
     if not isinstance(name, str) or (known is not None and known.__dict__ is g) or \
-            any(m.__dict__ is g for m in _LOOSE.values()):
+            any(m.__dict__ is g for m in _LOOSE.values()) or _NO_MODULE.get(id(g)) is g:
         return
     mod = next((r for r in gc.get_referrers(g) if isinstance(r, types.ModuleType) and r.__dict__ is g), None)
     if mod is not None and getattr(mod, "__file__", None):
         _LOOSE[name if known is None else f"{name}@{mod.__file__}"] = mod
+    else:  # code exec'd in a plain dict (`exec(src, {"__name__": ...})`, pytest-xdist's worker), a module of no file
+        if len(_NO_MODULE) > 256:
+            _NO_MODULE.clear()
+        _NO_MODULE[id(g)] = g  # held, so its id is not reused; get_referrers walks the whole heap
+
+
+_NO_MODULE: dict[int, dict] = {}  # id -> a globals dict no module owns: asked once, not at every frame
 
 
 def loaded_modules() -> list[tuple[str, types.ModuleType]]:

@@ -276,3 +276,23 @@ def _stream_capturing():
     except Exception:
         return False
 """  # a library's capture probe, as transformers writes it (its tracing helpers call it)
+
+
+def helper_reads(tmp_path: Path, monkeypatch, lib_src: str, prefix: str):
+    """The host-sync findings in a planted library (`lib_src`, called from HELPER_TARGET's marked line) of a CPU
+    scan, after asserting they sit at the library's `# LIBSITE` line with that target line as their caller."""
+    import sys
+
+    import audit
+
+    mod, lib = install_library(tmp_path, monkeypatch, lib_src, prefix)
+    path, site = write_target(tmp_path / "target" / f"{prefix}_target.py", HELPER_TARGET, mod=mod,
+                              d=random.choice([4, 8, 16]), scale=round(random.uniform(0.5, 2.0), 3))
+    try:
+        df = audit.scan(f"{path}:make", device="cpu").df
+    finally:
+        sys.modules.pop(mod, None)
+    hit = df[(df.category == "host-sync") & df.file.str.endswith(lib.name)]
+    assert set(hit.line) == {marked_line(lib, "# LIBSITE")}, hit.to_string()
+    assert hit.caller_file.str.endswith(path.name).all() and (hit.caller_line == site).all(), hit.to_string()
+    return hit

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from site_util import HELPER_LIB, HELPER_TARGET, install_library, marked_line, write_target
+from site_util import HELPER_LIB, HELPER_TARGET, helper_reads, install_library, marked_line, write_target
 
 FORMS = {  # (helper body, the read is on the CPU's side only)
     "early-return": ("if z.is_cuda:\n        return z * 2\n    n = 1 + int(z.abs().max())  # LIBSITE\n"
@@ -35,21 +35,8 @@ LIB, TARGET = HELPER_LIB, HELPER_TARGET
 
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_a_read_on_the_cpus_side_of_a_device_test_is_info(tmp_path, monkeypatch, form):
-    import sys
-
-    import audit
-
     body, cpu_only = FORMS[form]
-    mod, lib = install_library(tmp_path, monkeypatch, LIB.format(body=body), "cpu_side_lib")
-    path, site = write_target(tmp_path / "target" / "cpu_side_target.py", TARGET, mod=mod,
-                              d=random.choice([4, 8, 16]), scale=round(random.uniform(0.5, 2.0), 3))
-    try:
-        df = audit.scan(f"{path}:make", device="cpu").df
-    finally:
-        sys.modules.pop(mod, None)
-    hit = df[(df.category == "host-sync") & df.file.str.endswith(lib.name)]
-    assert set(hit.line) == {marked_line(lib, "# LIBSITE")}, hit.to_string()
-    assert hit.caller_file.str.endswith(path.name).all() and (hit.caller_line == site).all(), hit.to_string()
+    hit = helper_reads(tmp_path, monkeypatch, LIB.format(body=body), "cpu_side_lib")
     if cpu_only:
         assert (hit.severity == "info").all() and hit.message.str.contains("on the CPU only").all(), hit.to_string()
     else:  # (a GPU side that reads too is read from the source: a second finding on the line)

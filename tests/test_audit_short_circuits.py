@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from site_util import HELPER_LIB, HELPER_TARGET, install_library, marked_line, write_target
+from site_util import HELPER_LIB, helper_reads
 
 FORMS = {  # (helper body, the read runs on the CPU's side only)
     "and-after-test": ('if not _compiling() and z.device.type == "cpu" and z.abs().max() > {t}:  # LIBSITE\n'
@@ -36,22 +36,9 @@ PRELUDE = "\n\ndef _compiling():\n    return False\n\n\ndef _enabled():\n    ret
 
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_a_read_after_a_short_circuiting_device_test_is_info(tmp_path, monkeypatch, form):
-    import sys
-
-    import audit
-
     body, cpu_only = FORMS[form]
     src = HELPER_LIB.format(body=body.format(t=round(random.uniform(0.2, 0.8), 3))) + PRELUDE
-    mod, lib = install_library(tmp_path, monkeypatch, src, "short_circuit_lib")
-    path, site = write_target(tmp_path / "target" / "short_circuit_target.py", HELPER_TARGET, mod=mod,
-                              d=random.choice([4, 8, 16]), scale=round(random.uniform(0.5, 2.0), 3))
-    try:
-        df = audit.scan(f"{path}:make", device="cpu").df
-    finally:
-        sys.modules.pop(mod, None)
-    hit = df[(df.category == "host-sync") & df.file.str.endswith(lib.name)]
-    assert set(hit.line) == {marked_line(lib, "# LIBSITE")}, hit.to_string()
-    assert hit.caller_file.str.endswith(path.name).all() and (hit.caller_line == site).all(), hit.to_string()
+    hit = helper_reads(tmp_path, monkeypatch, src, "short_circuit_lib")
     if cpu_only:
         assert (hit.severity == "info").all() and hit.message.str.contains("on the CPU only").all(), hit.to_string()
     else:

@@ -104,7 +104,8 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
 def _no_cyclic_gc():
     """Python's cyclic collector off while the steps are traced and the detectors read the trace, back as it was
     after. A full pass visits every object of the process (torch, transformers, the target's model: millions),
-    and the records, snapshots and parsed sources a scan makes set off several. Nothing here needs it (the
+    and the trace (~10 tracked objects per op), snapshots and parsed sources a scan makes set off several: with
+    it on, the passes cost more than the tracing. Nothing here needs it (the
     trace is acyclic; what is left in cycles is collected after). Building the target keeps it: loading weights
     may leave large cycles behind."""
     was = gc.isenabled()

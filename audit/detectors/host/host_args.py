@@ -12,27 +12,16 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors.host.factories import follows_default
-from audit.detectors.source import lookup, scopes
+from audit.detectors.source import lookup, mutations, scopes
 
 __all__ = ["reads_host"]
 
-_BUILDERS = {"tensor", "as_tensor", "asarray", "from_numpy", *lookup.HOST_FACTORIES}
 _DEPTH = 2
 
 
-def _host_call(file: str, n: ast.Call) -> bool:
-    """`torch.<builder>(...)` naming no device (no default device in force) or the CPU."""
-    if not (isinstance(n.func, ast.Attribute) and n.func.attr in _BUILDERS and isinstance(n.func.value, ast.Name)
-            and n.func.value.id == "torch"):
-        return False
-    dev = lookup._device_kw(n, file)
-    return lookup._on_cpu(file, dev) if dev is not None else not follows_default(file, n.lineno)
-
-
 def _host_value(file: str, tree, expr, line: int, depth: int) -> bool:
-    if isinstance(expr, ast.Call):
-        return _host_call(file, expr)
+    if isinstance(expr, ast.Call):  # `torch.tensor([...])`, a factory naming no device (none in force) or the CPU
+        return mutations._host_factory(file, expr)
     if isinstance(expr, ast.Name) and depth > 0:
         return _host_name(file, tree, expr, line, depth - 1)
     return False

@@ -23,7 +23,7 @@ import numbers
 from audit.detectors import register
 from audit.detectors.device import callee_waits
 from audit.detectors.source.module_numbers import module_numbers
-from audit.detectors.source.property_aliases import returned_attr
+from audit.detectors.source.property_aliases import returned_attr_at
 from audit.detectors.branches.passed_counters import callers, passed
 from audit.detectors.branches.raising_checks import as_ifs
 from audit.detectors.state.sites import object_at, objects_defining
@@ -105,7 +105,7 @@ def _refs(func, code, ctx, counters, paths: list) -> dict:
             continue
         for base in selves:
             owner = ".".join(p for p in (base, *ch[1:-1]) if p)
-            attr = ch[-1] if (owner, ch[-1]) in counters else returned_attr(object_at(ctx, owner), ch[-1])
+            attr = ch[-1] if (owner, ch[-1]) in counters else returned_attr_at(ctx, owner, ch[-1])
             if (owner, attr) in counters:  # `self.step_index`, a property returning `self._step_index`
                 out[id(n)] = (owner, attr)
     return out

@@ -26,3 +26,13 @@ def returned_attr(obj, name: str) -> str | None:
     me = func.args.args[0].arg
     ok = isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == me and v.attr != name
     return v.attr if ok else None
+
+
+def returned_attr_at(ctx, path: str, name: str) -> str | None:
+    """returned_attr for the traced object at `path` (the paths looked up once per scan)."""
+    objs = ctx.__dict__.get("_objects_by_path")
+    if objs is None:
+        objs = ctx.__dict__["_objects_by_path"] = {}
+        for p, obj in ctx.trace.objects:
+            objs.setdefault(p, obj)
+    return returned_attr(objs.get(path), name)

@@ -23,6 +23,7 @@ import numbers
 from audit.detectors import register
 from audit.detectors.device import callee_waits
 from audit.detectors.source.module_numbers import module_numbers
+from audit.detectors.source.property_aliases import returned_attr_at
 from audit.detectors.branches.passed_counters import callers, passed
 from audit.detectors.branches.raising_checks import as_ifs
 from audit.detectors.state.sites import object_at, objects_defining
@@ -104,8 +105,9 @@ def _refs(func, code, ctx, counters, paths: list) -> dict:
             continue
         for base in selves:
             owner = ".".join(p for p in (base, *ch[1:-1]) if p)
-            if (owner, ch[-1]) in counters:
-                out[id(n)] = (owner, ch[-1])
+            attr = ch[-1] if (owner, ch[-1]) in counters else returned_attr_at(ctx, owner, ch[-1])
+            if (owner, attr) in counters:  # `self.step_index`, a property returning `self._step_index`
+                out[id(n)] = (owner, attr)
     return out
 
 
@@ -244,11 +246,15 @@ def _scheduled(test, counter, refs, bound) -> bool:
     def reads(e, depth):
         return any(id(n) in refs and refs[id(n)] == counter or isinstance(n, ast.Name) and n.id in bound and
                    depth < 4 and reads(bound[n.id], depth + 1) for n in ast.walk(e))
-    for n in ast.walk(test):
-        if isinstance(n, ast.Compare) and not isinstance(n.ops[0], (ast.In, ast.NotIn, ast.Is, ast.IsNot)) and \
-                any(reads(x, 0) for x in (n.left, *n.comparators)):
-            return True
-    return False
+
+    def compares(e, depth):  # the test's comparisons, and those of the locals it reads (`last = self.i == n - 1`)
+        for n in ast.walk(e):
+            if isinstance(n, ast.Compare):
+                yield n
+            elif isinstance(n, ast.Name) and n.id in bound and depth < 4:
+                yield from compares(bound[n.id], depth + 1)
+    return any(not isinstance(n.ops[0], (ast.In, ast.NotIn, ast.Is, ast.IsNot)) and
+               any(reads(x, 0) for x in (n.left, *n.comparators)) for n in compares(test, 0))
 
 
 def _ran(ctx) -> tuple[dict, list]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from audit.detectors import register
 from audit.detectors.source import lookup
 from audit.detectors.host.kept import from_kept, host_data, host_made
+from audit.detectors.host.step_copies import made_on_host
 from audit.detectors.host_sync import (INDEX_PUT, SCALAR_COPIED, copy_sides, from_host_data, host_index,
                                        host_scalar_put, lifted_here, masked_fill_dispatch, non_blocking,
                                        scalar_operand_copy)
@@ -125,4 +126,39 @@ def scalar_operands(ctx):
             hits.append(r)
     return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, SCALAR_OPERAND.format(op=op.split(".")[-1]),
                         fix=SCALAR_OPERAND_FIX, severity="blocks-capture")
+            for (_, _, op, _), g in ctx.per_site(hits).items()]
+
+
+COPIED_BACK = ("copies back to the device a host copy the step made at {at} (`.cpu()` makes pageable host memory on a "
+               "GPU): capture raises 'Cannot copy between CPU and CUDA tensors ... unless the CPU tensor is pinned', "
+               "and eager decode waits for both copies")
+COPIED_BACK_FIX = ("Keep the copy on the device (`p.detach().clone()`), or in a pinned buffer made once outside the step "
+                   "and filled with `copy_(..., non_blocking=True)`.")
+
+
+@register("pageable-copy")
+def host_copies_sent_back(ctx):
+    """CPU scans: a host copy the step made itself (`[p.detach().cpu().clone() for p in ps]`, diffusers' EMA
+    `store()`) copied into device memory (`param.data.copy_(c)` in `restore()`) or sent with `.to(D)`. A CUDA scan
+    sees the copy itself."""
+    if ctx.cuda:
+        return []
+    hits, at = [], {}
+    for r in ctx.all_records(("aten", "host")):
+        if r.nested or not r.frame or not r.inputs:
+            continue
+        host = made_on_host(ctx, r.step)
+        if r.kind == "aten" and r.op == "aten.copy_" and len(r.inputs) > 1:
+            src, dst = r.inputs[1].sid, r.inputs[0].sid
+            hit = src in host and dst not in host and src not in _sent(ctx, r.step) and \
+                dst not in host_data(ctx, r.step) | from_kept(ctx, r.step)  # `copy_(c.to(D))`: the `.to` is the copy
+        else:
+            src = r.inputs[0].sid
+            hit = src in host and r.inputs[0].sid in _sent(ctx, r.step) and r.op == "Tensor.to"
+        if hit:
+            hits.append(r)
+            at[id(r)] = host[src]
+    return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps,
+                        COPIED_BACK.format(at=f"{ctx.rel(at[id(g[0])][0])}:{at[id(g[0])][1]}"),
+                        fix=COPIED_BACK_FIX, severity="blocks-capture")
             for (_, _, op, _), g in ctx.per_site(hits).items()]

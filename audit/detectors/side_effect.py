@@ -254,8 +254,9 @@ def python_state_changes(ctx):
         count = len(hits) / ctx.n_steps
         msg = _message(c)
         recs = [r for r in setattrs.get(f"{owner}\x00{attr}", ()) if r.stack]
-        if recs and escaped_members(ctx, c):  # a module's `self.cache = (k, v)` of tensors a later step reads:
-            continue  # step-allocation reports the escape at the allocating line, as for a plain object's slot
+        if recs and (escaped_members(ctx, c) or fresh_slots.rewritten_each_step(ctx, hits)):  # a module's
+            continue  # `self.cache = (k, v)` a later step reads (step-allocation's escape), or a list of the step's
+            # own clones no later step reads (LitEma's `collected_params`): as for a plain object's slot
         if recs:  # the step's last assignment left the value it ended with (`reset()` zeroing it came before)
             rec = ([r for r in recs if r.step == s] or recs)[-1]
             text, sev = _guarded(msg, rec.stack[-1][0].co_filename, rec.stack[-1][1])

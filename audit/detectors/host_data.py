@@ -124,6 +124,8 @@ def _sent_members(ctx, known: dict) -> dict[int, str]:
         for name, v in list(own_dict(obj).items()):
             if name in ("_parameters", "_buffers"):  # Module.to(device) moves those, whatever made them
                 continue
+            if isinstance(v, torch.Tensor) and moved_elsewhere(obj, name):
+                continue  # `self.eos = self.eos.to(ids.device)` in the call: on the device from the first step on
             members = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, (list, tuple)) else [("", v)]
             for k, t in list(members)[:4096]:
                 if isinstance(t, torch.Tensor) and (sid := state.storage_id(t)) not in known and kept(sid, t):

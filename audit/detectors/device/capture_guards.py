@@ -75,7 +75,14 @@ def _constant_true(e) -> bool:
 
 
 def _present(n, given) -> bool:
-    """`NAME is not None` for a name the guarded line reads (`given`): true whenever that line runs."""
+    """`NAME is not None` for a name the guarded line reads (`given`): true whenever that line runs; likewise
+    `isinstance(NAME, torch.Tensor)`: the line can only read a tensor back through NAME when it is one
+    (transformers 5.25: `if isinstance(q_offset, torch.Tensor) and is_tracing(q_offset): return False`, then
+    `q_offset == 0` in a test)."""
+    if isinstance(n, ast.Call) and ast.unparse(n.func) == "isinstance" and len(n.args) == 2:
+        kind = n.args[1]
+        return isinstance(n.args[0], ast.Name) and n.args[0].id in given \
+            and isinstance(kind, (ast.Name, ast.Attribute)) and ast.unparse(kind).endswith("Tensor")
     return isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.IsNot) \
         and isinstance(n.left, ast.Name) and n.left.id in given \
         and isinstance(n.comparators[0], ast.Constant) and n.comparators[0].value is None
@@ -102,9 +109,9 @@ def skipped_under_capture(test: ast.AST, file: str | None = None, given=frozense
     names the guarded line reads, present when it runs."""
     parts = test.values if isinstance(test, ast.BoolOp) else [test]
     conj = not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.And)
-    disj = not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.Or)
-    return conj and any(_negated(p, file, given) for p in parts), \
-        disj and any(_true_capturing(p, file, given) for p in parts)
+    # the orelse is skipped when the whole test holds while capturing: an `or` with the capture test, or an
+    # `and` of it with presence checks (`isinstance(q, torch.Tensor) and is_tracing(q)`)
+    return conj and any(_negated(p, file, given) for p in parts), _true_capturing(test, file, given)
 
 
 def _short_circuited(test: ast.AST, line: int, file: str, given=frozenset()) -> bool:

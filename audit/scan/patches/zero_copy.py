@@ -1,5 +1,5 @@
-"""Tensors made over existing memory without dispatching an op: `torch.frombuffer(shm)` and
-`torch.from_dlpack(x)` in the step.
+"""Tensors made over existing memory in the step: `torch.from_numpy(a)`, `torch.frombuffer(shm)`,
+`torch.from_dlpack(x)`.
 
 Over host memory (a numpy array, a shared-memory buffer) the result is host data, as `torch.tensor(data)`
 is: it is passed through `aten.lift_fresh` (an identity op) so the trace records it at the user's line; moved
@@ -8,6 +8,11 @@ Over a torch tensor's own memory (`torch.from_dlpack(h)`, or a capsule `to_dlpac
 activation handed to another framework and back) it is a view of that tensor: on a CUDA scan device
 memory, on a CPU scan a tensor that only stands in for it. Its storage object is new each time, so it is
 returned as `h.detach()` instead, a dispatched view the trace follows to the storage `h` lives in.
+Over a pinned staging buffer's memory (`torch.from_numpy(self.stage_np)`, `self.stage_np = self.stage.numpy()`
+of a tensor made with `pin_memory=True`) it is that buffer: on a GPU `is_pinned()` asks the driver about the
+address, and the upload is the pinned copy a captured memcpy node repeats on replay, reading what prepare()
+wrote there. On a CPU scan (where nothing is pinned, audit.scan.standins.pinned) it is returned as a view of the
+buffer's storage, made outside the trace, so the rules see the buffer itself.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ import contextlib
 
 import torch
 import torch.utils.dlpack
+from torch.utils._python_dispatch import _disable_current_modes
+
+from audit.scan.standins import pinned
 
 __all__ = ["TARGETS", "watching"]
 
-TARGETS = [(torch, "frombuffer"), (torch, "from_dlpack"), (torch.utils.dlpack, "from_dlpack")]
+TARGETS = [(torch, "from_numpy"), (torch, "frombuffer"), (torch, "from_dlpack"), (torch.utils.dlpack, "from_dlpack")]
 _EXPORTS = [(torch.utils.dlpack, "to_dlpack"), (torch, "to_dlpack"), (torch.Tensor, "__dlpack__")]
 
 
@@ -64,11 +72,17 @@ def _export_wrapper(orig, capsules: dict, active):
 
 def _import_wrapper(orig, capsules: dict, active):
     def wrapper(*args, **kwargs):
-        out = orig(*args, **kwargs)
-        tr = active()
-        if not _auditing(tr) or not isinstance(out, torch.Tensor):
-            return out
-        src = _torch_source(args[0] if args else kwargs.get("ext_tensor"), capsules)
+        if not _auditing(active()):
+            return orig(*args, **kwargs)
+        with _disable_current_modes():  # from_numpy dispatches its own lift_fresh: made here, recorded below
+            out = orig(*args, **kwargs)
+            if not isinstance(out, torch.Tensor):
+                return out
+            src = _torch_source(args[0] if args else kwargs.get("ext_tensor"), capsules)
+            buf = pinned.holder(out) if src is None and out.device.type == "cpu" else None
+            if buf is not None:  # the pinned buffer itself, unrecorded: no host data made in the step
+                return torch.empty(0, dtype=out.dtype).set_(
+                    buf, (out.data_ptr() - buf.data_ptr()) // out.element_size(), out.shape, out.stride())
         if src is not None:
             return _view_of(src, out)
         if out.device.type == "cpu":

@@ -1,7 +1,7 @@
 """A pinned staging buffer wrapped again in the step through its numpy view is the pinned buffer.
 
 Batch builders keep a numpy view of a pinned tensor (`self.stage_np = self.stage.numpy()`), write it in
-prepare() and upload `torch.from_numpy(self.stage_np)` with `non_blocking=True` in the step. On a GPU the new
+prepare() and upload `torch.from_numpy(self.stage_np)` (or `torch.as_tensor` of it, zero-copy) with `non_blocking=True` in the step. On a GPU the new
 tensor's `is_pinned()` asks the driver about its address, so the upload is the pinned copy a captured memcpy
 node repeats on replay, reading what prepare() wrote: no pageable copy, nothing baked. The same code over an
 ordinary numpy array is host data sent to the device (the hit twin)."""
@@ -18,6 +18,8 @@ WRAPS = {
     "from_numpy": "torch.from_numpy(self.stage_np{cut})",
     "frombuffer": "torch.frombuffer(self.stage_np{cut}, dtype=torch.float32)",
     "from_dlpack": "torch.from_dlpack(self.stage_np{cut})",
+    "as_tensor": "torch.as_tensor(self.stage_np{cut})",
+    "asarray": "torch.asarray(self.stage_np{cut})",
 }
 TEMPLATE = """
 import numpy as np

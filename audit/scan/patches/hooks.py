@@ -108,6 +108,8 @@ def _as_tensor_wrapper(name: str, orig):
     def wrapper(data, *args, **kwargs):
         if _host_candidate(data, (kwargs.get("device"),) + args[1:2]):  # as_tensor(data, dtype, device)
             _ACTIVE.record_event("host", label, data, note="cpu?")
+        elif (view := zero_copy.pinned_view(_ACTIVE, orig, data, args, kwargs)) is not None:
+            return view  # a numpy view of a pinned buffer, wrapped without a copy: that buffer
         return orig(data, *args, **kwargs)
 
     wrapper.__name__ = name

@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from audit.scan.standins import pinned
 
-__all__ = ["TARGETS", "watching"]
+__all__ = ["TARGETS", "pinned_view", "watching"]
 
 TARGETS = [(torch, "from_numpy"), (torch, "frombuffer"), (torch, "from_dlpack"), (torch.utils.dlpack, "from_dlpack")]
 _EXPORTS = [(torch.utils.dlpack, "to_dlpack"), (torch, "to_dlpack"), (torch.Tensor, "__dlpack__")]
@@ -79,10 +79,8 @@ def _import_wrapper(orig, capsules: dict, active):
             if not isinstance(out, torch.Tensor):
                 return out
             src = _torch_source(args[0] if args else kwargs.get("ext_tensor"), capsules)
-            buf = pinned.holder(out) if src is None and out.device.type == "cpu" else None
-            if buf is not None:  # the pinned buffer itself, unrecorded: no host data made in the step
-                return torch.empty(0, dtype=out.dtype).set_(
-                    buf, (out.data_ptr() - buf.data_ptr()) // out.element_size(), out.shape, out.stride())
+            if src is None and (view := _over_pinned(out)) is not None:
+                return view  # the pinned buffer itself, unrecorded: no host data made in the step
         if src is not None:
             return _view_of(src, out)
         if out.device.type == "cpu":
@@ -106,3 +104,25 @@ def _view_of(src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     same = (out.data_ptr() == src.data_ptr() and out.shape == src.shape and out.stride() == src.stride()
             and out.dtype == src.dtype and out.device == src.device)
     return src.detach() if same else out
+
+
+def _over_pinned(out: torch.Tensor):
+    """A view of the pinned buffer whose memory `out` wraps (made outside the trace), or None."""
+    buf = pinned.holder(out) if out.device.type == "cpu" else None
+    if buf is None:
+        return None
+    return torch.empty(0, dtype=out.dtype).set_(buf, (out.data_ptr() - buf.data_ptr()) // out.element_size(),
+                                                out.shape, out.stride())
+
+
+def pinned_view(tr, orig, data, args, kwargs):
+    """`torch.as_tensor(a)` / `asarray(a)` in the step over a numpy array (or anything exposing the array
+    interface) that shares its memory with the result, lying in a pinned buffer: that buffer's view, else None
+    (the call then runs as traced)."""
+    if not _auditing(tr) or not hasattr(data, "__array_interface__"):
+        return None
+    with _disable_current_modes():
+        out = orig(data, *args, **kwargs)
+        if not isinstance(out, torch.Tensor) or out.data_ptr() != data.__array_interface__["data"][0]:
+            return None  # a copy (another dtype or device): host data of its own
+        return _over_pinned(out)

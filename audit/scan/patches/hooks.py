@@ -23,12 +23,12 @@ import sys
 import warnings
 
 import torch
-import torch.utils.dlpack
 from torch import nn
 
 from audit.errors import AuditError
 from audit.scan import hops
-from audit.scan.patches import dist_hooks, hook_registry, module_setattr, seed_hooks, settings_hooks, stream_hooks
+from audit.scan.patches import (dist_hooks, hook_registry, module_setattr, seed_hooks, settings_hooks, stream_hooks,
+                                zero_copy)
 from audit.scan.sources import rng_lines, torch_frames
 from audit.scan.standins import cpu_cuda, type_hooks
 
@@ -108,6 +108,8 @@ def _as_tensor_wrapper(name: str, orig):
     def wrapper(data, *args, **kwargs):
         if _host_candidate(data, (kwargs.get("device"),) + args[1:2]):  # as_tensor(data, dtype, device)
             _ACTIVE.record_event("host", label, data, note="cpu?")
+        elif (view := zero_copy.pinned_view(_ACTIVE, orig, data, args, kwargs)) is not None:
+            return view  # a numpy view of a pinned buffer, wrapped without a copy: that buffer
         return orig(data, *args, **kwargs)
 
     wrapper.__name__ = name
@@ -145,29 +147,6 @@ def _save_wrapper(orig):
 
     save.__wrapped__ = orig
     return save
-
-
-# Constructors that wrap host memory without dispatching any op (zero-copy): unlike torch.tensor or
-# from_numpy (`lift_fresh`), the trace would not see where their tensor came from.
-ZERO_COPY = [(torch, "frombuffer"), (torch, "from_dlpack"), (torch.utils.dlpack, "from_dlpack")]
-
-
-def _zero_copy_wrapper(orig):
-    """`torch.frombuffer(shm)` / `torch.from_dlpack(np_array)` in the step: a tensor over host data, as
-    `torch.tensor(data)` is. Its result is passed through `aten.lift_fresh` (an identity op) so the trace
-    records it as host data at the user's line, like every other tensor built from host data: moved to
-    the device it is a pageable copy, and its new storage each step is not a rebound input."""
-
-    def wrapper(*args, **kwargs):
-        out = orig(*args, **kwargs)
-        tr = _ACTIVE
-        if tr is not None and not tr.host_depth and tr._step >= 0 and isinstance(out, torch.Tensor) \
-                and out.device.type == "cpu":
-            out = torch.ops.aten.lift_fresh.default(out)
-        return out
-
-    wrapper.__wrapped__ = orig
-    return wrapper
 
 
 def _sync_wrapper(label: str, orig, kind: str = "sync", note=None):
@@ -244,11 +223,7 @@ def active(tracer):
             orig = owner.save
             stack.enter_context(patched(owner, "save", _save_wrapper(orig)))
             originals.setdefault(id(orig), (orig, owner.save))  # `from torch import save`
-        for owner, name in ZERO_COPY:
-            if hasattr(owner, name):
-                orig = getattr(owner, name)
-                stack.enter_context(patched(owner, name, _zero_copy_wrapper(orig)))
-                originals.setdefault(id(orig), (orig, getattr(owner, name)))
+        stack.enter_context(zero_copy.watching(patched, originals, lambda: _ACTIVE))  # frombuffer, from_dlpack
         for owner, name, label in seed_hooks.SEEDERS:  # reseeding in the step, with the seed passed
             stack.enter_context(patched(owner, name, _sync_wrapper(label, getattr(owner, name), "seed",
                                                                    seed_hooks.seed_note(label))))

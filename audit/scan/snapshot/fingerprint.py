@@ -118,11 +118,22 @@ def _fp(v, depth: int = 0):
         return ("obj", f"<{type(v).__name__} state #{state & 0xFFFF:04x}>")
     if type(v).__name__ == "ndarray" and type(v).__module__ == "numpy" and v.nbytes <= _MAX_ARRAY_BYTES:
         # host state mutated in place (`lens += 1`, a block table): small arrays by value, larger ones by a hash
-        return ("ndarray", v.shape, str(v.dtype), tuple(v.ravel().tolist()) if v.size <= 8 else hash(v.tobytes()))
+        # (a NaN is spelled "nan": `tolist()` makes new float objects, and nan != nan)
+        return ("ndarray", v.shape, str(v.dtype), tuple([_nan_free(x) for x in v.ravel().tolist()]) if v.size <= 8
+                else hash(v.tobytes()))
     return ("obj", type(v).__name__, id(v))
 
 
 _CTYPES = (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)
+
+
+def _nan_free(x):
+    """A number as compared across steps: every NaN alike (a real or complex NaN equals no other object)."""
+    if isinstance(x, float) and x != x:
+        return "nan"
+    if isinstance(x, complex) and x != x:
+        return ("complex", _nan_free(x.real), _nan_free(x.imag))
+    return x
 _MAX_DEPTH = 4
 _MAX_ELEMS = 4096
 _MAX_ARRAY_BYTES = 64 << 20

@@ -1,0 +1,128 @@
+"""Tensors made over existing memory in the step: `torch.from_numpy(a)`, `torch.frombuffer(shm)`,
+`torch.from_dlpack(x)`.
+
+Over host memory (a numpy array, a shared-memory buffer) the result is host data, as `torch.tensor(data)`
+is: it is passed through `aten.lift_fresh` (an identity op) so the trace records it at the user's line; moved
+to the device it is a pageable copy, and its new storage each step is not a rebound input.
+Over a torch tensor's own memory (`torch.from_dlpack(h)`, or a capsule `to_dlpack(h)` made in the step: an
+activation handed to another framework and back) it is a view of that tensor: on a CUDA scan device
+memory, on a CPU scan a tensor that only stands in for it. Its storage object is new each time, so it is
+returned as `h.detach()` instead, a dispatched view the trace follows to the storage `h` lives in.
+Over a pinned staging buffer's memory (`torch.from_numpy(self.stage_np)`, `self.stage_np = self.stage.numpy()`
+of a tensor made with `pin_memory=True`) it is that buffer: on a GPU `is_pinned()` asks the driver about the
+address, and the upload is the pinned copy a captured memcpy node repeats on replay, reading what prepare()
+wrote there. On a CPU scan (where nothing is pinned, audit.scan.standins.pinned) it is returned as a view of the
+buffer's storage, made outside the trace, so the rules see the buffer itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.utils.dlpack
+from torch.utils._python_dispatch import _disable_current_modes
+
+from audit.scan.standins import pinned
+
+__all__ = ["TARGETS", "pinned_view", "watching"]
+
+TARGETS = [(torch, "from_numpy"), (torch, "frombuffer"), (torch, "from_dlpack"), (torch.utils.dlpack, "from_dlpack")]
+_EXPORTS = [(torch.utils.dlpack, "to_dlpack"), (torch, "to_dlpack"), (torch.Tensor, "__dlpack__")]
+
+
+@contextlib.contextmanager
+def watching(patched, originals: dict, active):
+    """Installs the wrappers for one audited step (`active()` gives its tracer); a capsule torch exported
+    in the step is remembered with its tensor until the step ends."""
+    capsules: dict = {}  # id(capsule) -> (capsule, tensor): the capsule kept alive, so its id stays its own
+    with contextlib.ExitStack() as stack:
+        for owner, name in _EXPORTS:
+            if hasattr(owner, name):
+                orig = getattr(owner, name)
+                stack.enter_context(patched(owner, name, _export_wrapper(orig, capsules, active)))
+                if not isinstance(owner, type):
+                    originals.setdefault(id(orig), (orig, getattr(owner, name)))  # `from torch.utils.dlpack import to_dlpack`
+        for owner, name in TARGETS:
+            if hasattr(owner, name):
+                orig = getattr(owner, name)
+                stack.enter_context(patched(owner, name, _import_wrapper(orig, capsules, active)))
+                originals.setdefault(id(orig), (orig, getattr(owner, name)))
+        try:
+            yield
+        finally:
+            capsules.clear()
+
+
+
+def _auditing(tr) -> bool:
+    return tr is not None and not tr.host_depth and tr._step >= 0
+
+
+def _export_wrapper(orig, capsules: dict, active):
+    def wrapper(t, *args, **kwargs):
+        cap = orig(t, *args, **kwargs)
+        if _auditing(active()) and isinstance(t, torch.Tensor):
+            capsules[id(cap)] = (cap, t)
+        return cap
+
+    wrapper.__wrapped__ = orig
+    return wrapper
+
+
+def _import_wrapper(orig, capsules: dict, active):
+    def wrapper(*args, **kwargs):
+        if not _auditing(active()):
+            return orig(*args, **kwargs)
+        with _disable_current_modes():  # from_numpy dispatches its own lift_fresh: made here, recorded below
+            out = orig(*args, **kwargs)
+            if not isinstance(out, torch.Tensor):
+                return out
+            src = _torch_source(args[0] if args else kwargs.get("ext_tensor"), capsules)
+            if src is None and (view := _over_pinned(out)) is not None:
+                return view  # the pinned buffer itself, unrecorded: no host data made in the step
+        if src is not None:
+            return _view_of(src, out)
+        if out.device.type == "cpu":
+            out = torch.ops.aten.lift_fresh.default(out)
+        return out
+
+    wrapper.__wrapped__ = orig
+    return wrapper
+
+
+def _torch_source(arg, capsules: dict):
+    """The torch tensor whose memory a from_dlpack argument exposes, or None (a numpy array, a buffer)."""
+    if isinstance(arg, torch.Tensor):
+        return arg
+    hit = capsules.get(id(arg))
+    return hit[1] if hit is not None and hit[0] is arg else None
+
+
+def _view_of(src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`src.detach()` when `out` shows src's memory as it is (a copy or a device move keeps its own result)."""
+    same = (out.data_ptr() == src.data_ptr() and out.shape == src.shape and out.stride() == src.stride()
+            and out.dtype == src.dtype and out.device == src.device)
+    return src.detach() if same else out
+
+
+def _over_pinned(out: torch.Tensor):
+    """A view of the pinned buffer whose memory `out` wraps (made outside the trace), or None."""
+    buf = pinned.holder(out) if out.device.type == "cpu" else None
+    if buf is None:
+        return None
+    return torch.empty(0, dtype=out.dtype).set_(buf, (out.data_ptr() - buf.data_ptr()) // out.element_size(),
+                                                out.shape, out.stride())
+
+
+def pinned_view(tr, orig, data, args, kwargs):
+    """`torch.as_tensor(a)` / `asarray(a)` in the step over a numpy array (or anything exposing the array
+    interface) that shares its memory with the result, lying in a pinned buffer: that buffer's view, else None
+    (the call then runs as traced)."""
+    if not _auditing(tr) or not hasattr(data, "__array_interface__"):
+        return None
+    with _disable_current_modes():
+        out = orig(data, *args, **kwargs)
+        if not isinstance(out, torch.Tensor) or out.data_ptr() != data.__array_interface__["data"][0]:
+            return None  # a copy (another dtype or device): host data of its own
+        return _over_pinned(out)

@@ -54,7 +54,6 @@ def watching(patched, originals: dict, active):
             capsules.clear()
 
 
-
 def _auditing(tr) -> bool:
     return tr is not None and not tr.host_depth and tr._step >= 0
 

@@ -134,6 +134,8 @@ def _nan_free(x):
     if isinstance(x, complex) and x != x:
         return ("complex", _nan_free(x.real), _nan_free(x.imag))
     return x
+
+
 _MAX_DEPTH = 4
 _MAX_ELEMS = 4096
 _MAX_ARRAY_BYTES = 64 << 20

@@ -20,7 +20,7 @@ import math
 from collections import defaultdict
 
 from audit.detectors import register
-from audit.detectors.tensors import carried_shapes, read_sizes, read_values
+from audit.detectors.tensors import carried_shapes, composite_layouts, read_sizes, read_values
 from audit.detectors.host import host_only
 from audit.detectors.source import lookup
 from audit.detectors.tensors.forwarded import forwarded
@@ -102,6 +102,8 @@ def varying_shapes(ctx):
             continue  # host data of a changing length that meets the device only in a fixed shape (a densified row)
         if origin and read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # `torch.ones(e.size(1))` after `e = e[:, mask]`: the shape varied upstream
+        if origin and composite_layouts.follows_operand_layout(ctx, recs):
+            continue  # einsum's permute of an unchanged operand, picked from another operand's varying size
         if origin:
             groups[ctx.site_key(recs[0])].append((recs, outs))
     reshaped = None
@@ -215,6 +217,8 @@ def varying_host_values(ctx):
             continue  # CPU work on host data that never reaches the device: no kernel takes the value
         if read_sizes.follows_varying_shape(ctx, recs, aligned):
             continue  # the value is a size read off a tensor whose shape varies: dynamic-shape's, upstream
+        if composite_layouts.follows_operand_layout(ctx, recs):
+            continue  # a composite's layout op, picked from another operand's varying size (tensors/composite_layouts.py)
         if read_values.read_back_on_line(ctx, recs):
             continue  # torch read it back from a 0-dim device tensor for the op: the host-sync's (tensors/read_values.py)
         groups[ctx.site_key(recs[0])].append(recs)

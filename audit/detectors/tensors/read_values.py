@@ -16,6 +16,10 @@ host value a capture freezes, and baked-host-value reports it.
 The values come from the read's 0-dim input where the scan saw it (a CPU tensor: `host_scalars`); where it
 did not (a device tensor on a CUDA scan), a read of a 0-dim integer tensor at the same line right before the
 op stands for it.
+
+A size torch derives from its own read counts as well: `F.one_hot(ids)` without `num_classes` reads `ids.max()`
+and allocates `zeros([*ids.shape, max + 1])`; the size's changing element is the read value plus one (a count of
+classes from the largest index), and the one finding is the host-sync at that line (with the dynamic-shape).
 """
 
 from __future__ import annotations
@@ -27,12 +31,19 @@ __all__ = ["read_back_on_line"]
 _READ = "aten._local_scalar_dense"
 
 
-def _changing(recs) -> list[int]:
-    """Positions of the arguments that differ between the aligned calls (all of one length)."""
+def _changing(recs) -> dict:
+    """Positions of the arguments that differ between the aligned calls (all of one length) -> the positions of
+    the elements that differ where the argument is a list of one length in every call (else None)."""
     args = [r.args for r in recs]
     if any(len(a) != len(args[0]) for a in args):
-        return []
-    return [i for i in range(len(args[0])) if len({repr(a[i]) for a in args}) > 1]
+        return {}
+    out = {}
+    for i in range(len(args[0])):
+        if len({repr(a[i]) for a in args}) > 1:
+            seqs = [a[i] for a in args]
+            same = all(isinstance(q, (list, tuple)) and len(q) == len(seqs[0]) for q in seqs)
+            out[i] = [k for k in range(len(seqs[0])) if len({repr(q[k]) for q in seqs}) > 1] if same else None
+    return out
 
 
 def _by_torch(recs, j: int) -> bool:
@@ -66,7 +77,15 @@ def _explained(ctx, r, positions) -> bool:
     values = [dict(p.host_scalars).get(0) for p in reads]
     if any(v is None for v in values):  # not seen (a device tensor): the read right before stands for it
         return not reads[0].inputs[0].dtype.is_floating_point and not reads[0].inputs[0].dtype.is_complex
-    return all(isinstance(r.args[i], int) and r.args[i] in values for i in positions)
+    return all(_from_read(r.args[i], positions[i], values) for i in positions)
+
+
+def _from_read(arg, elements, values) -> bool:
+    """`arg` (its changing `elements` where it is a size list) is a read value, or a size one more than it."""
+    if isinstance(arg, int):
+        return arg in values
+    return bool(elements) and isinstance(arg, (list, tuple)) and all(
+        isinstance(arg[k], int) and (arg[k] in values or arg[k] - 1 in values) for k in elements)
 
 
 def read_back_on_line(ctx, recs) -> bool:

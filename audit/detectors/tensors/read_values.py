@@ -7,7 +7,9 @@ freezes: it is the device value itself, and the host-sync's fix (a `[1]`-shaped 
 both. A baked-host-value there would repeat the host-sync with a fix that does not apply (the code already
 passes a device tensor). An int the code reads itself (`int(t)`, `t.item()`, even on the same line) is its own
 Python value and stays a baked-host-value beside its read; so does Python's `__index__` of a slice bound
-count as torch's read (`x[:, :n]`, n a 0-dim tensor: the bound's dynamic-shape stands).
+count as torch's read (`x[:, :n]`, n a 0-dim tensor: the bound's dynamic-shape stands). So does a size torch
+derives inside one op from the largest index it read back (`F.one_hot(ids)` without `num_classes` reads
+`ids.max()` and makes `zeros([..., max + 1])`): the changing size is the device value's, the host-sync's.
 
 A read of a tensor that lives in host memory on a GPU too (a host counter `self.pos = torch.tensor(0)`, what
 the step computed from host data: `host/kept.py`'s `kept_on_host`) waits for nothing and is no host-sync: its value is a
@@ -59,14 +61,33 @@ def _reads_before(ctx, r) -> list:
     return out
 
 
-def _explained(ctx, r, positions) -> bool:
+def _explained(ctx, r, positions, dims) -> bool:
     reads = _reads_before(ctx, r)
     if not reads:
         return False
     values = [dict(p.host_scalars).get(0) for p in reads]
     if any(v is None for v in values):  # not seen (a device tensor): the read right before stands for it
         return not reads[0].inputs[0].dtype.is_floating_point and not reads[0].inputs[0].dtype.is_complex
-    return all(isinstance(r.args[i], int) and r.args[i] in values for i in positions)
+    return all(_from_read(r.args[i], dims.get(i), values) for i in positions)
+
+
+def _varying_dims(recs, i: int) -> list[int] | None:
+    """For a size-list argument at position i: the indices of its ints that differ between the aligned calls
+    (None when it is not a list of one length in every call)."""
+    lists = [r.args[i] for r in recs]
+    if not all(isinstance(x, (list, tuple)) and len(x) == len(lists[0]) for x in lists):
+        return None
+    return [k for k in range(len(lists[0])) if len({repr(x[k]) for x in lists}) > 1]
+
+
+def _from_read(arg, dims, values) -> bool:
+    """`arg` is a value read back (an int among `values`), or a size list whose varying ints (`dims`) are each
+    one of them or one past it (a count sized `max + 1`, as one_hot makes it)."""
+    if isinstance(arg, int):
+        return arg in values
+    if not dims:
+        return False
+    return all(isinstance(arg[k], int) and (arg[k] in values or arg[k] - 1 in values) for k in dims)
 
 
 def read_back_on_line(ctx, recs) -> bool:
@@ -75,4 +96,5 @@ def read_back_on_line(ctx, recs) -> bool:
     if recs[0].args and recs[0].args[0] == "value":
         return False  # a tensor built from host data
     positions = _changing(recs)
-    return bool(positions) and all(_explained(ctx, r, positions) for r in recs)
+    dims = {i: _varying_dims(recs, i) for i in positions}
+    return bool(positions) and all(_explained(ctx, r, positions, dims) for r in recs)

@@ -4,7 +4,8 @@
 `F.one_hot(ids)` without `num_classes` (a MoE router counting expert hits) reads `ids.max()` back and allocates
 `zeros([*ids.shape, max + 1])`: the host-sync and the dynamic-shape at that line. The size's changing element is
 the read value plus one, no host value of the code's: no baked-host-value beside them. The code's own read
-(`F.one_hot(ids, int(ids.max()) + 1)`) is a Python value of its own and stays baked.
+(`F.one_hot(ids, int(ids.max()) + 1)`) is a Python value of its own and stays baked. The same over 2-d ids (a
+frequency penalty's token counts), against `torch.zeros(b, int(ids.max()) + 1)` written by the code.
 """
 
 from __future__ import annotations
@@ -60,3 +61,54 @@ def test_one_hot_classes_from_torchs_read(tmp_path, kind):
     here = bad[bad.line == site]
     assert set(here.category) == want, table(bad)
     assert len(at(bad, "host-sync", site)) >= 1, table(bad)
+
+
+# a frequency penalty's token counts over a (batch, length) id table
+PENALTY_TARGET = """
+import torch
+import torch.nn.functional as F
+
+
+class Runner:
+    def __init__(self, device):
+        self.ids = torch.zeros({b}, {l}, dtype=torch.long, device=device)
+        self.out = torch.zeros({b}, {v}, device=device)
+
+    def prepare(self, i):
+        self.ids.copy_(torch.randint(0, {lo} + 3 * i, ({b}, {l})))
+
+    @torch.no_grad()
+    def step(self):
+        counts = {counts}  # SITE
+        self.out.zero_()
+        self.out[:, : counts.shape[-1]].copy_(counts.float())
+        return self.out
+
+
+def make(device):
+    return Runner(device)
+"""
+
+
+def _penalty_target(tmp_path, own_read: bool):
+    b, l, lo = random.choice([2, 3]), random.choice([16, 24]), random.choice([20, 30])
+    if own_read:
+        counts = "torch.zeros({b}, int(self.ids.max()) + 1, device=self.ids.device).scatter_add_(1, self.ids, " \
+                 "torch.ones_like(self.ids, dtype=torch.float))".format(b=b)
+    else:
+        counts = random.choice(["F.one_hot(self.ids).sum(1)", "torch.nn.functional.one_hot(self.ids).sum(dim=1)"])
+    return write_target(tmp_path / "read_sizes.py", PENALTY_TARGET, b=b, l=l, v=lo + 40, lo=lo, counts=counts)
+
+
+def test_one_hot_size_is_the_reads(tmp_path):
+    path, site = _penalty_target(tmp_path, own_read=False)
+    bad = blocking(path)
+    assert len(at(bad, "host-sync", site)) == 1, table(bad)
+    assert len(at(bad, "dynamic-shape", site)) == 1, table(bad)
+    assert not len(at(bad, "baked-host-value", site)), table(bad)
+
+
+def test_own_read_stays_baked(tmp_path):
+    path, site = _penalty_target(tmp_path, own_read=True)
+    bad = blocking(path)
+    assert len(at(bad, "baked-host-value", site)) == 1, table(bad)

@@ -8,13 +8,17 @@ scalar argument of a device op is baked at that op, a changed attribute is a cpu
 baked-host-value rule skips such a `torch.tensor(...)`, and dynamic-shape skips it when its length changes.
 It is baked as soon as anything made from it meets device data (an operand of a device op, an index into a
 device tensor, a copy into a device buffer), and data built straight onto the device (`device=x.device`) is
-device memory, not host data.
+device memory, not host data. A write into a host tensor the target keeps on purpose (a pinned slot-mapping
+staging buffer refilled with `self.slot_cpu[b] = blk * BS + off`, a host counter) is no such meeting: a replay's
+memcpy reads the buffer's memory, not the value, and the refill is cpu-side-effect's finding (what a device op
+later takes from a host counter is baked at that use).
 """
 
 from __future__ import annotations
 
 from audit.detectors.source import lookup
-from audit.detectors.host.kept import built_on_device, computes_on_host, factory_born, from_kept, host_data, host_derived
+from audit.detectors.host.kept import (built_on_device, computes_on_host, factory_born, from_kept, host_data,
+                                       host_derived, host_tensors)
 
 LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")
 
@@ -22,7 +26,8 @@ LIFTS = ("aten.lift_fresh", "aten.lift_fresh_copy")
 def stays_on_host(ctx, lifted) -> bool:
     """For the records of one call site (one per step): in every step, the tensor it made and all that ops
     computed from it alone meet no other tensor in an op, and are neither sent with `.to(D)` nor copied into
-    another tensor."""
+    another tensor, except a host tensor the target keeps (written in host memory: no kernel takes the value)."""
+    kept = host_tensors(ctx)
     for r in lifted:
         recs = ctx.steps[r.step]
         if not r.inputs or r.inputs[0].sid in built_on_device(recs):
@@ -35,6 +40,8 @@ def stays_on_host(ctx, lifted) -> bool:
             if q.kind == "host" and q.note == "cpu?" and q.stack and \
                     not lookup.names_cpu(q.stack[-1][0].co_filename, q.stack[-1][1]):
                 return False  # `.to(D)`: sent to the device (pageable-copy's finding, baked too)
+            if q.kind == "aten" and q.op.endswith("_") and ins[0] in kept and all(s in born for s in ins[1:]):
+                continue  # written into a kept host buffer (staging, counter): the buffer is what moves on
             if q.kind == "aten" and any(s not in born for s in ins):
                 return False  # meets a device tensor (or is copied into one)
             if q.kind == "aten" and q.op.endswith("_") and q.inputs and q.inputs[0].sid not in born:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from site_util import at, blocking, table, write_target
 
@@ -72,3 +73,37 @@ def test_numpy_view_of_a_pinned_buffer_uploaded_in_the_step(tmp_path, kind, wrap
         assert not len(bad), table(bad)
     else:
         assert len(at(bad, "pageable-copy", site)) == 1, table(bad)
+
+
+def _kept_view_target(tmp_path, pin: str):
+    """A kept host tensor uploaded in the step through its numpy view (`torch.from_numpy(self.stage_np)`)."""
+    d = random.choice([4, 8])
+    n = random.choice([d, d // 2])
+    cut = "" if n == d else f"[:{n}]"
+    init = (f"        self.stage = torch.zeros({d}, pin_memory={pin})\n"
+            f"        self.stage_np = self.stage.numpy()\n"
+            f"        self.dev = torch.zeros({n}, device=self.x.device)")
+    prepare = f"        self.stage_np[:] = np.random.default_rng(i).random({d}, dtype=np.float32)"
+    step = SENDS[random.choice(sorted(SENDS))].format(wrap=WRAPS[random.choice(sorted(WRAPS))].format(cut=cut))
+    return write_target(tmp_path / "kept_view.py", TEMPLATE, seed=random.randrange(2**31), d=d, init=init,
+                        prepare=prepare, step=step)
+
+
+def test_numpy_view_of_a_pageable_kept_tensor_is_that_tensor(tmp_path):
+    """Reached through `tensor.numpy()`'s base, a pageable kept tensor's upload is its pageable copy, no host
+    value made in the step (nothing baked)."""
+    path, site = _kept_view_target(tmp_path, "False")
+    bad = blocking(path)
+    assert len(at(bad, "pageable-copy", site)) == 1, table(bad)
+    assert not len(at(bad, "baked-host-value", site)), table(bad)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_numpy_view_of_a_pinned_buffer_on_a_cuda_scan(tmp_path):
+    """On a GPU the buffer is really pinned (no stand-in records it): found through the numpy view's base."""
+    import audit
+
+    path, site = _kept_view_target(tmp_path, "True")
+    bad = audit.scan(f"{path}:make", device="cuda").blocking()
+    assert not len(bad), table(bad)

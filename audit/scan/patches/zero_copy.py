@@ -11,8 +11,11 @@ returned as `h.detach()` instead, a dispatched view the trace follows to the sto
 Over a pinned staging buffer's memory (`torch.from_numpy(self.stage_np)`, `self.stage_np = self.stage.numpy()`
 of a tensor made with `pin_memory=True`) it is that buffer: on a GPU `is_pinned()` asks the driver about the
 address, and the upload is the pinned copy a captured memcpy node repeats on replay, reading what prepare()
-wrote there. On a CPU scan (where nothing is pinned, audit.scan.standins.pinned) it is returned as a view of the
-buffer's storage, made outside the trace, so the rules see the buffer itself.
+wrote there. It is returned as a view of the buffer's storage, made outside the trace, so the rules see the
+buffer itself: found on a CPU scan among the storages asked to be pinned (audit.scan.standins.pinned), and on
+either scan as the torch tensor the numpy array's `base` chain ends at (`tensor.numpy()` keeps it there). A
+pageable host tensor reached so is that tensor too: its upload is the kept buffer's pageable copy, not fresh
+host data.
 """
 
 from __future__ import annotations
@@ -78,8 +81,8 @@ def _import_wrapper(orig, capsules: dict, active):
             if not isinstance(out, torch.Tensor):
                 return out
             src = _torch_source(args[0] if args else kwargs.get("ext_tensor"), capsules)
-            if src is None and (view := _over_pinned(out)) is not None:
-                return view  # the pinned buffer itself, unrecorded: no host data made in the step
+            if src is None and (view := _over_buffer(out, args[0] if args else None)) is not None:
+                return view  # the kept buffer itself, unrecorded: no host data made in the step
         if src is not None:
             return _view_of(src, out)
         if out.device.type == "cpu":
@@ -105,13 +108,34 @@ def _view_of(src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return src.detach() if same else out
 
 
-def _over_pinned(out: torch.Tensor):
-    """A view of the pinned buffer whose memory `out` wraps (made outside the trace), or None."""
-    buf = pinned.holder(out) if out.device.type == "cpu" else None
+def _over_buffer(out: torch.Tensor, arg):
+    """A view of the kept buffer whose memory `out` wraps (made outside the trace), or None: one asked to be pinned
+    (a CPU scan, where pinning is a stand-in), or the torch tensor a numpy array's `base` chain ends at
+    (`self.stage.numpy()`, or a slice of it: on a GPU the really pinned buffer, whose address `is_pinned()` asks
+    about)."""
+    if out.device.type != "cpu":
+        return None
+    buf = pinned.holder(out)
+    buf = _numpy_owner(arg, out) if buf is None else buf
     if buf is None:
         return None
     return torch.empty(0, dtype=out.dtype).set_(buf, (out.data_ptr() - buf.data_ptr()) // out.element_size(),
                                                 out.shape, out.stride())
+
+
+def _numpy_owner(arg, out: torch.Tensor):
+    """The storage of the torch tensor `arg` (a numpy array) views, when out's memory lies in it, else None."""
+    base = arg
+    for _ in range(8):
+        if isinstance(base, torch.Tensor) or getattr(base, "base", None) is None:
+            break
+        base = base.base
+    if not isinstance(base, torch.Tensor) or base is arg:
+        return None
+    s, mine = base.untyped_storage(), out.untyped_storage()
+    start = out.data_ptr()
+    inside = s.data_ptr() <= start and start + mine.nbytes() <= s.data_ptr() + s.nbytes()
+    return s if inside and s._cdata != mine._cdata else None
 
 
 def pinned_view(tr, orig, data, args, kwargs):
@@ -124,4 +148,4 @@ def pinned_view(tr, orig, data, args, kwargs):
         out = orig(data, *args, **kwargs)
         if not isinstance(out, torch.Tensor) or out.data_ptr() != data.__array_interface__["data"][0]:
             return None  # a copy (another dtype or device): host data of its own
-        return _over_pinned(out)
+        return _over_buffer(out, data)

@@ -154,7 +154,7 @@ def host_copies_sent_back(ctx):
                 dst not in host_data(ctx, r.step) | from_kept(ctx, r.step)  # `copy_(c.to(D))`: the `.to` is the copy
         else:
             src = r.inputs[0].sid
-            hit = src in host and r.inputs[0].sid in _sent(ctx, r.step) and r.op == "Tensor.to"
+            hit = src in host and src in _sent(ctx, r.step) and r.op == "Tensor.to"
         if hit:
             hits.append(r)
             at[id(r)] = host[src]

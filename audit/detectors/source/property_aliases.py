@@ -29,10 +29,16 @@ def returned_attr(obj, name: str) -> str | None:
 
 
 def returned_attr_at(ctx, path: str, name: str) -> str | None:
-    """returned_attr for the traced object at `path` (the paths looked up once per scan)."""
+    """returned_attr for the traced object at `path` (the paths looked up once per scan, each class's property
+    read once)."""
     objs = ctx.__dict__.get("_objects_by_path")
     if objs is None:
         objs = ctx.__dict__["_objects_by_path"] = {}
         for p, obj in ctx.trace.objects:
             objs.setdefault(p, obj)
-    return returned_attr(objs.get(path), name)
+    obj = objs.get(path)
+    known = ctx.__dict__.setdefault("_returned_attrs", {})
+    key = (type(obj), name)
+    if key not in known:
+        known[key] = returned_attr(obj, name)
+    return known[key]

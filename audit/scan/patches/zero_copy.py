@@ -132,10 +132,8 @@ def _numpy_owner(arg, out: torch.Tensor):
         base = base.base
     if not isinstance(base, torch.Tensor) or base is arg:
         return None
-    s, mine = base.untyped_storage(), out.untyped_storage()
-    start = out.data_ptr()
-    inside = s.data_ptr() <= start and start + mine.nbytes() <= s.data_ptr() + s.nbytes()
-    return s if inside and s._cdata != mine._cdata else None
+    s = base.untyped_storage()
+    return s if pinned.lies_in(out, s) else None
 
 
 def pinned_view(tr, orig, data, args, kwargs):

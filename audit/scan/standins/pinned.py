@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from audit.scan.standins import pin_flags
 
-__all__ = ["asked", "asked_sid", "forget", "holder", "stand_in", "step_patches"]
+__all__ = ["asked", "asked_sid", "forget", "holder", "lies_in", "stand_in", "step_patches"]
 
 _ASKED: dict[int, object] = {}  # storage _cdata -> the storage (held: the id stays unique until forget())
 
@@ -108,15 +108,19 @@ def holder(t: torch.Tensor):
     """The storage asked to be pinned that t's memory lies in, when t has a storage object of its own over it
     (`torch.from_numpy(buf.numpy())` in the step: on a GPU `is_pinned()` asks the driver about the address, so
     the new tensor is as pinned as the buffer it wraps), else None."""
+    return next((s for s in _ASKED.values() if lies_in(t, s)), None)
+
+
+def lies_in(t: torch.Tensor, storage) -> bool:
+    """t's memory lies inside `storage`, which is another storage object than t's own (the same memory wrapped
+    again: a numpy view, a buffer)."""
     try:
-        start, end = t.data_ptr(), t.data_ptr() + t.untyped_storage().nbytes()
+        mine = t.untyped_storage()
+        start, end = t.data_ptr(), t.data_ptr() + mine.nbytes()
+        return storage.data_ptr() <= start and end <= storage.data_ptr() + storage.nbytes() \
+            and storage._cdata != mine._cdata
     except Exception:  # noqa: BLE001 - no storage
-        return None
-    for s in _ASKED.values():
-        with contextlib.suppress(Exception):
-            if s.data_ptr() <= start and end <= s.data_ptr() + s.nbytes() and s._cdata != t.untyped_storage()._cdata:
-                return s
-    return None
+        return False
 
 
 def forget() -> None:

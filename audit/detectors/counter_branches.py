@@ -26,6 +26,7 @@ from audit.detectors.source.module_numbers import module_numbers
 from audit.detectors.source.property_aliases import returned_attr_at
 from audit.detectors.branches.passed_counters import callers, passed
 from audit.detectors.branches.raising_checks import as_ifs
+from audit.detectors.branches.loop_values import combos, loop_values
 from audit.detectors.state.sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
 from audit.scan.snapshot import class_state
@@ -186,15 +187,18 @@ def _differs(found, values) -> bool:
         return True
 
 
-def _took_both(test, counter, refs, bound, history, selves, consts=None) -> bool:
+def _took_both(test, counter, refs, bound, history, selves, consts=None, loops=None) -> bool:
     """Whether the test already took both values in the audited steps (read before or after the counter moved):
     a one-line conditional expression whose sides no line tells apart (`a if self.k % 2 else b`) forked then,
-    which op_sequence_divergence reports."""
-    found = _compiled(test, counter, refs, bound, selves, consts)
-    return found is not None and _differs(found, [b for b, _ in history]) and _differs(found, [a for _, a in history])
+    which op_sequence_divergence reports. `loops`: the values a loop around the test gives names it reads
+    (`branches/loop_values.py`), every one of which each step ran."""
+    found = _compiled(test, counter, refs, bound, selves, consts, loops=loops)
+    each = combos(loops) if loops else [{}]
+    return found is not None and all(_differs(found, [{"_c": v, **e} for v in vs for e in each])
+                                     for vs in ([b for b, _ in history], [a for _, a in history]))
 
 
-def _compiled(test, counter, refs, bound, selves, consts=None, names=None):
+def _compiled(test, counter, refs, bound, selves, consts=None, names=None, loops=None):
     """(code, env) of the test over `_c` (the counter; `names`: a name for each counter it may read) and the
     plain numbers it reads (attributes of the object, and `consts`: the module's number constants the function
     does not shadow), else None."""
@@ -205,6 +209,8 @@ def _compiled(test, counter, refs, bound, selves, consts=None, names=None):
         if id(e) in refs:
             return ast.Name(id=names[refs[id(e)]], ctx=ast.Load()) if refs[id(e)] in names else None
         if isinstance(e, ast.Name):
+            if loops and e.id in loops:  # a loop's own variable (`for j in range(N)`): run at its values
+                return ast.Name(id=f"_l_{e.id}", ctx=ast.Load())
             if e.id in bound:
                 return plain(bound[e.id], depth + 1) if depth < 4 else None
             if consts and e.id in consts:
@@ -238,6 +244,15 @@ def _compiled(test, counter, refs, bound, selves, consts=None, names=None):
 
     body = plain(test)
     return None if body is None else (compile(ast.fix_missing_locations(ast.Expression(body)), "<test>", "eval"), env)
+
+
+def _settled(expr, counter, refs, bound, selves, consts):
+    """The number an expression that reads no counter comes to (a loop's `range` bound), else None."""
+    found = _compiled(expr, counter, refs, bound, selves, consts, names={})
+    try:
+        return eval(found[0], {"__builtins__": {}}, found[1]) if found else None
+    except Exception:  # noqa: BLE001 - not a settled number
+        return None
 
 
 def _scheduled(test, counter, refs, bound) -> bool:
@@ -315,8 +330,9 @@ def _branches(ctx):
             for counter in read:
                 kind, history = counters[counter]
                 before, after = history[-1]
+                loops = loop_values(func, node, lambda e: _settled(e, counter, refs, bound, selves, consts))
                 if sides <= {(True, True), (False, False)} and \
-                        _took_both(node.test, counter, refs, bound, history, selves, consts):
+                        _took_both(node.test, counter, refs, bound, history, selves, consts, loops):
                     # (True, True): both sides on the lines every step ran: the test itself says the steps forked;
                     # (False, False): the audited steps walked both sides and neither ran an op (a host free
                     # list popped every few positions): no kernel hangs on the test, the Python work is state

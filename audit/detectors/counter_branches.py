@@ -23,14 +23,15 @@ import numbers
 from audit.detectors import register
 from audit.detectors.device import callee_waits
 from audit.detectors.source.module_numbers import module_numbers
+from audit.detectors.source.number_tables import module_tables
 from audit.detectors.source.property_aliases import returned_attr_at
 from audit.detectors.branches.passed_counters import callers, passed
 from audit.detectors.branches.raising_checks import as_ifs
+from audit.detectors.branches.counter_tests import compiled, settled
 from audit.detectors.branches.loop_values import combos, loop_values
 from audit.detectors.state.sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
 from audit.scan.snapshot import class_state
-from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.sources import loaded
 from audit.scan.sources.ast_nodes import attr_chain, nodes_of
 from audit.scan.sources.frame_source import function_of
@@ -169,7 +170,7 @@ def _turns(test, counter, refs, bound, stride, last, selves, consts=None, moving
     with the cache length set to `seq_len` every step never turns)."""
     others = {c: m for c, m in (moving or {}).items() if c != counter}
     names = {counter: "_c", **{c: f"_m{i}" for i, c in enumerate(others)}}
-    found = _compiled(test, counter, refs, bound, selves, consts, names)
+    found = compiled(test, counter, refs, bound, selves, consts, names)
     if found is None:  # unread: a schedule only where the counter is compared as a number (`self.pos + t > cap`)
         return _scheduled(test, counter, refs, bound)
     return _differs(found, [{"_c": last + k * stride, **{names[c]: b + k * d for c, (d, b) in others.items()}}
@@ -192,67 +193,10 @@ def _took_both(test, counter, refs, bound, history, selves, consts=None, loops=N
     a one-line conditional expression whose sides no line tells apart (`a if self.k % 2 else b`) forked then,
     which op_sequence_divergence reports. `loops`: the values a loop around the test gives names it reads
     (`branches/loop_values.py`), every one of which each step ran."""
-    found = _compiled(test, counter, refs, bound, selves, consts, loops=loops)
+    found = compiled(test, counter, refs, bound, selves, consts, loops=loops)
     each = combos(loops) if loops else [{}]
     return found is not None and all(_differs(found, [{"_c": v, **e} for v in vs for e in each])
                                      for vs in ([b for b, _ in history], [a for _, a in history]))
-
-
-def _compiled(test, counter, refs, bound, selves, consts=None, names=None, loops=None):
-    """(code, env) of the test over `_c` (the counter; `names`: a name for each counter it may read) and the
-    plain numbers it reads (attributes of the object, and `consts`: the module's number constants the function
-    does not shadow), else None."""
-    env: dict = {}
-    names = names or {counter: "_c"}
-
-    def plain(e, depth=0):  # a copy of `e` over `_c` (the counter) and `_aN` (the numbers read), else None
-        if id(e) in refs:
-            return ast.Name(id=names[refs[id(e)]], ctx=ast.Load()) if refs[id(e)] in names else None
-        if isinstance(e, ast.Name):
-            if loops and e.id in loops:  # a loop's own variable (`for j in range(N)`): run at its values
-                return ast.Name(id=f"_l_{e.id}", ctx=ast.Load())
-            if e.id in bound:
-                return plain(bound[e.id], depth + 1) if depth < 4 else None
-            if consts and e.id in consts:
-                env[f"_a{len(env)}"] = consts[e.id]
-                return ast.Name(id=f"_a{len(env) - 1}", ctx=ast.Load())
-            return None
-        if isinstance(e, ast.Attribute):
-            ch = attr_chain(e)
-            v = selves[0] if ch and len(selves) == 1 else None
-            for a in ch[1:] if v is not None else ():
-                v = own_dict(v).get(a)
-            if not _number(v):
-                return None
-            env[f"_a{len(env)}"] = v
-            return ast.Name(id=f"_a{len(env) - 1}", ctx=ast.Load())
-        if isinstance(e, ast.Constant):
-            return ast.Constant(e.value) if _number(e.value) or e.value is None or isinstance(e.value, bool) else None
-        if isinstance(e, ast.BinOp):
-            a, b = plain(e.left, depth), plain(e.right, depth)
-            return None if a is None or b is None else ast.BinOp(a, e.op, b)
-        if isinstance(e, ast.UnaryOp):
-            a = plain(e.operand, depth)
-            return None if a is None else ast.UnaryOp(e.op, a)
-        if isinstance(e, ast.Compare):
-            parts = [plain(x, depth) for x in (e.left, *e.comparators)]
-            return None if None in parts else ast.Compare(parts[0], e.ops, parts[1:])
-        if isinstance(e, ast.BoolOp):
-            parts = [plain(x, depth) for x in e.values]
-            return None if None in parts else ast.BoolOp(e.op, parts)
-        return None
-
-    body = plain(test)
-    return None if body is None else (compile(ast.fix_missing_locations(ast.Expression(body)), "<test>", "eval"), env)
-
-
-def _settled(expr, counter, refs, bound, selves, consts):
-    """The number an expression that reads no counter comes to (a loop's `range` bound), else None."""
-    found = _compiled(expr, counter, refs, bound, selves, consts, names={})
-    try:
-        return eval(found[0], {"__builtins__": {}}, found[1]) if found else None
-    except Exception:  # noqa: BLE001 - not a settled number
-        return None
 
 
 def _scheduled(test, counter, refs, bound) -> bool:
@@ -320,7 +264,7 @@ def _branches(ctx):
         bound = {**_bound(func, refs), **args}
         selves = [object_at(ctx, p) for p in paths]
         local = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
-        consts = {k: v for k, v in module_numbers(code).items() if k not in local}
+        consts = {k: v for k, v in {**module_tables(code), **module_numbers(code)}.items() if k not in local}
         for node in [*nodes_of(func, (ast.If, ast.IfExp)), *as_ifs(func)]:  # `assert`, `torch._check` as ifs
             sides = _sides(node, code.co_filename, lines)
             if len(sides) > 1:
@@ -330,7 +274,7 @@ def _branches(ctx):
             for counter in read:
                 kind, history = counters[counter]
                 before, after = history[-1]
-                loops = loop_values(func, node, lambda e: _settled(e, counter, refs, bound, selves, consts))
+                loops = loop_values(func, node, lambda e: settled(e, counter, refs, bound, selves, consts))
                 if sides <= {(True, True), (False, False)} and \
                         _took_both(node.test, counter, refs, bound, history, selves, consts, loops):
                     # (True, True): both sides on the lines every step ran: the test itself says the steps forked;

@@ -1,0 +1,76 @@
+"""data-dependent-control: a counter looked up in a fixed table of positions turns when it reaches an entry.
+
+A T5 sentinel template forcing tokens at fixed output positions, `if self.pos in self.forced:` with `self.forced =
+{0: A, 12: B, 24: C}`: the audited steps sit between entries and all skip the forcing, and a graph replays that
+side forever. A membership test was never run forward (`self.n not in self.seen` may test a set the step grows);
+now a dict's keys, a set, tuple, list or range of plain numbers, on the object or at module level, is read as a
+table (`source/number_tables.py`) and the test runs forward like a comparison. Tables whose entries all lie behind
+the counter, and a set the step grows with the counter itself, never turn and stay clean. Values are fresh."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from site_util import at, blocking, table, write_target
+
+TARGET = """
+import torch
+
+TABLE = {table}
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.lin = torch.nn.Linear({d}, {d})
+        self.x = torch.randn(1, {d})
+        self.out = torch.zeros(1, {d})
+        self.forced = {attr_table}
+        self.seen = set()
+        self.{pos} = 0
+
+    def prepare(self, i):
+        pass
+
+    @torch.no_grad()
+    def step(self):
+        y = self.lin(self.x)
+        if {test}:  # SITE
+            y = torch.zeros_like(y)
+{extra}
+        self.out.copy_(y)
+        self.{pos} += 1
+        return self.out
+
+
+def make(device):
+    return Target()
+"""
+
+
+def _ahead():
+    return sorted(random.sample(range(12, 200), 3))
+
+
+CASES = {  # name: (test, table builder, extra, turns)
+    "dict_keys": ("self.{pos} in self.forced", lambda t: "{" + ", ".join(f"{k}: {k + 1}" for k in t) + "}", "", True),
+    "tuple": ("self.{pos} in self.forced", lambda t: repr(tuple(t)), "", True),
+    "module_set": ("self.{pos} in TABLE", lambda t: repr(set(t)), "", True),
+    "not_in": ("self.{pos} not in self.forced", lambda t: repr(list(t)), "", True),
+    "all_behind": ("self.{pos} in self.forced", lambda t: repr({0, 1}), "", False),
+    "grown_set": ("self.{pos} in self.seen", lambda t: repr(set(t)), "        self.seen.add(self.{pos})", False),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_a_counter_in_a_table_of_positions(tmp_path, kind):
+    test, build, extra, turns = CASES[kind]
+    pos = random.choice(["pos", "cur", "n_out"])
+    tbl = build(_ahead())
+    tpl = TARGET.replace("{test}", test).replace("{extra}", extra)
+    path, site = write_target(tmp_path / "template.py", tpl, seed=random.randrange(2**31), d=random.choice([4, 8]),
+                              pos=pos, table=tbl, attr_table=tbl)
+    bad = blocking(path)
+    assert len(at(bad, "data-dependent-control", site)) == (1 if turns else 0), table(bad)

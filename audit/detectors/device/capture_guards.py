@@ -11,7 +11,9 @@ is true whenever a capture is: the test itself, an `or` holding one, or a local 
 a constant true return beside them (`if torch.compiler.is_compiling(): return True`) is true then as well.
 A test may hold the capture test behind a presence check of the tensor it asks about (transformers 5.25:
 `if exporting() or (mask is not None and is_tracing(mask)): return False`, then `fast_all(mask)`): for a line
-that reads that name, the name is present whenever the line runs, so the conjunct is true while capturing.
+that reads that name, the name is present whenever the line runs, so the conjunct is true while capturing. So is
+an availability check code that also runs on CPU-only machines puts first (`torch.cuda.is_available() and CAP`):
+a graph is only captured with CUDA up.
 """
 
 from __future__ import annotations
@@ -94,9 +96,25 @@ def _true_capturing(n, file, given=frozenset()) -> bool:
     if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or):
         return any(_true_capturing(v, file, given) for v in n.values)
     if isinstance(n, ast.BoolOp):
-        caps = [v for v in n.values if not _present(v, given)]
+        caps = [v for v in n.values if not _present(v, given) and not _cuda_up(v)]
         return bool(caps) and all(_true_capturing(v, file, given) for v in caps)
     return capturing(n, file)
+
+
+def _cuda_up(n) -> bool:
+    """`torch.cuda.is_available()` / `is_initialized()`: true whenever a CUDA graph is being captured, so an `and`
+    of it with the capture test (code that also runs on CPU-only machines) is still the capture test."""
+    return isinstance(n, ast.Call) and not n.args and not n.keywords \
+        and ast.unparse(n.func).endswith(("cuda.is_available", "cuda.is_initialized"))
+
+
+def _false_capturing(n, file, given=frozenset()) -> bool:
+    """`n` is false while a graph is captured: `not CAP`, `not torch.cuda.is_available()`, an `and` holding
+    one, an `or` of them only (`not torch.cuda.is_available() or not capturing()`)."""
+    if isinstance(n, ast.BoolOp):
+        parts = [_false_capturing(v, file, given) for v in n.values]
+        return any(parts) if isinstance(n.op, ast.And) else all(parts) and any(_negated(v, file, given) for v in n.values)
+    return _negated(n, file, given) or (isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and _cuda_up(n.operand))
 
 
 def _negated(n, file, given=frozenset()) -> bool:
@@ -107,11 +125,10 @@ def skipped_under_capture(test: ast.AST, file: str | None = None, given=frozense
     """(body, orelse): which side of an `if` cannot run while a graph is being captured, so a wait
     there never reaches the capture (`if not torch.cuda.is_current_stream_capturing(): sync()`); `given`:
     names the guarded line reads, present when it runs."""
-    parts = test.values if isinstance(test, ast.BoolOp) else [test]
-    conj = not isinstance(test, ast.BoolOp) or isinstance(test.op, ast.And)
-    # the orelse is skipped when the whole test holds while capturing: an `or` with the capture test, or an
-    # `and` of it with presence checks (`isinstance(q, torch.Tensor) and is_tracing(q)`)
-    return conj and any(_negated(p, file, given) for p in parts), _true_capturing(test, file, given)
+    # the body is skipped when the test is false while capturing (`not CAP and ...`); the orelse when it holds
+    # then: an `or` with the capture test, or an `and` of it with presence checks (`isinstance(q, torch.Tensor) and
+    # is_tracing(q)`) or availability checks (`torch.cuda.is_available() and CAP`)
+    return _false_capturing(test, file, given), _true_capturing(test, file, given)
 
 
 def _short_circuited(test: ast.AST, line: int, file: str, given=frozenset()) -> bool:
@@ -121,7 +138,7 @@ def _short_circuited(test: ast.AST, line: int, file: str, given=frozenset()) -> 
         if not isinstance(n, ast.BoolOp):
             continue
         for i, v in enumerate(n.values[:-1]):
-            stop = _negated(v, file, given) if isinstance(n.op, ast.And) else _true_capturing(v, file, given)
+            stop = _false_capturing(v, file, given) if isinstance(n.op, ast.And) else _true_capturing(v, file, given)
             if stop and any(w.lineno <= line <= (w.end_lineno or w.lineno) for w in n.values[i + 1:]):
                 return True
     return False

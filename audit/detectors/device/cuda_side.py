@@ -9,8 +9,9 @@ way: without CUDA they read 0, so the side where the counter exceeds the bound n
 and a GPU holding memory takes it. A call of a helper (`elif is_cuda_available():`, accelerate's
 `clear_device_cache()`) is read through the helper when the file it is called from is known: its value is
 the one every return of the helper settles (`available = torch.cuda.is_available(); return available`), a
-few helpers down. A test on anything else (an MPS workaround, a flag, data) is left alone: the side a CPU
-scan skipped need not be the one a GPU runs.
+few helpers down; so is a flag every assignment of which settles it (`self.use_fast_path =
+torch.cuda.is_available()`). A test on anything else (an MPS workaround, a plain flag, data) is left alone: the
+side a CPU scan skipped need not be the one a GPU runs.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def _eval(n, dev: str, resolve=None, known=None, file=None, depth=0):
     if isinstance(n, ast.Call) and _dotted(n.func).endswith("is_nccl_available"):
         return dev == _CUDA  # a CUDA build of torch, as torch.cuda.is_available() on a machine with a GPU
     if resolve is not None and (held := _made_on(n, dev, resolve)) is not None:
+        return held
+    if resolve is not None and depth < DEPTH and (held := _assigned(n, dev, resolve, file, depth)) is not None:
         return held
     if isinstance(n, ast.Call) and file is not None and depth < DEPTH and (held := _helper(file, n.func, dev, depth)) is not None:
         return held
@@ -157,6 +160,16 @@ def _made_on(n, dev: str, resolve):
             return None
         held.add(test if none[1] else not test)
     return (held.pop() == want) if len(held) == 1 else None
+
+
+def _assigned(n, dev: str, resolve, file, depth: int):
+    """A flag every assignment of which settles the device alike (`self.use_fast_path =
+    torch.cuda.is_available()`, then `if self.use_fast_path: return fused(x)` ahead of a reference path): the
+    value they all give on `dev`; None when one assignment depends on more than the device."""
+    if not isinstance(n, (ast.Name, ast.Attribute)):
+        return None
+    held = {_eval(v, dev, None, None, file, depth + 1) for v, _ in resolve(n) or ()}
+    return held.pop() if len(held) == 1 and None not in held else None
 
 
 def nccl_backend(n: ast.Compare):

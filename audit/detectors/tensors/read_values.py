@@ -22,6 +22,10 @@ reads `pos` inside the composite (no `__index__`) and slices `[pos, pos + 1)`; t
 start, by the same length in every step. Only a read torch's own composite made counts for this (a slice bound
 read through `__index__` beside another bound is two values of the code's own).
 
+A float goes the same way: a 0-dim device tensor passed where a Scalar goes (`torch.full_like(x[:, :1], amax /
+127)`, `torch.add(x, y, alpha=t)`) is read back by torch's argument parsing, and the value the op takes is
+that read; the fix (a tensor operand: `amax.expand(...)`, `x + y * t`) removes both.
+
 A size torch derives from its own read counts as well: `F.one_hot(ids)` without `num_classes` reads `ids.max()`
 and allocates `zeros([*ids.shape, max + 1])`; the size's changing element is the read value plus one (a count of
 classes from the largest index), and the one finding is the host-sync at that line (with the dynamic-shape).
@@ -84,8 +88,10 @@ def _explained(ctx, r, positions) -> tuple[set, bool] | None:
     reads, own = [p for p, _ in found], not any(via_index for _, via_index in found)
     values = [dict(p.host_scalars).get(0) for p in reads]
     if any(v is None for v in values):  # not seen (a device tensor): the read right before stands for it
-        if reads[0].inputs[0].dtype.is_floating_point or reads[0].inputs[0].dtype.is_complex:
+        if reads[0].inputs[0].dtype.is_complex:
             return None
+        if reads[0].inputs[0].dtype.is_floating_point:  # a float Scalar argument torch read: the floats alone
+            return {i for i in positions if _floats(r.args[i], positions[i])}, own
         return set(positions), own
     return {i for i in positions if _from_read(r.args[i], positions[i], values)}, own
 
@@ -96,12 +102,21 @@ def _offsets(recs, i: int, direct: set) -> bool:
                and len({r.args[i] - r.args[p] for r in recs}) == 1 for p in direct)
 
 
+def _floats(arg, elements) -> bool:
+    """`arg` is a float, or a keyword argument `(name, value)` / list whose changing elements are floats."""
+    if isinstance(arg, float):
+        return True
+    return bool(elements) and isinstance(arg, (list, tuple)) and all(isinstance(arg[k], float) for k in elements)
+
+
 def _from_read(arg, elements, values) -> bool:
-    """`arg` (its changing `elements` where it is a size list) is a read value, or a size one more than it."""
-    if isinstance(arg, int):
+    """`arg` (its changing `elements` where it is a size list or a keyword argument `(name, value)`) is a read
+    value, or a size one more than it."""
+    if isinstance(arg, (int, float)):
         return arg in values
     return bool(elements) and isinstance(arg, (list, tuple)) and all(
-        isinstance(arg[k], int) and (arg[k] in values or arg[k] - 1 in values) for k in elements)
+        isinstance(arg[k], (int, float)) and (arg[k] in values or (isinstance(arg[k], int) and arg[k] - 1 in values))
+        for k in elements)
 
 
 def read_back_on_line(ctx, recs) -> bool:

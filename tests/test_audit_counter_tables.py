@@ -74,3 +74,43 @@ def test_a_counter_in_a_table_of_positions(tmp_path, kind):
                               pos=pos, table=tbl, attr_table=tbl)
     bad = blocking(path)
     assert len(at(bad, "data-dependent-control", site)) == (1 if turns else 0), table(bad)
+
+
+GROWN = """
+import torch
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.lin = torch.nn.Linear({d}, {d})
+        self.x = torch.randn(1, {d})
+        self.built = {{}}
+        self.{pos} = {start}
+
+    def prepare(self, i):
+        pass
+
+    @torch.no_grad()
+    def step(self):
+        self.{pos} += {stride}
+        if self.{pos} not in self.built:  # SITE
+            self.built[self.{pos}] = self.lin.weight.sum(0)
+        return self.lin(self.x) * self.built[self.{pos}]
+
+
+def make(device):
+    return Target()
+"""
+
+
+def test_a_table_the_step_grows_with_the_counter_never_turns(tmp_path):
+    """`if self.n not in self.built: self.built[self.n] = ...` after `self.n += 1`: the dict holds every value
+    the counter took and none ahead (up or down), so the test never turns (the new entry is state the
+    step changes, which cpu-side-effect reports)."""
+    stride = random.choice([1, 2, -1, -3])
+    path, site = write_target(tmp_path / "grown.py", GROWN, seed=random.randrange(2**31), d=random.choice([4, 8]),
+                              pos=random.choice(["n", "pos"]), start=random.randrange(0, 50), stride=stride)
+    bad = blocking(path)
+    assert at(bad, "data-dependent-control", site).empty, table(bad)
+    assert not at(bad, "cpu-side-effect", site + 1).empty, table(bad)

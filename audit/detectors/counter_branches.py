@@ -27,7 +27,7 @@ from audit.detectors.source.number_tables import module_tables
 from audit.detectors.source.property_aliases import returned_attr_at
 from audit.detectors.branches.passed_counters import callers, passed
 from audit.detectors.branches.raising_checks import as_ifs
-from audit.detectors.branches.counter_tests import compiled, settled
+from audit.detectors.branches.counter_tests import compiled, grown, settled
 from audit.detectors.branches.loop_values import combos, loop_values
 from audit.detectors.state.sites import object_at, objects_defining
 from audit.detectors.guarded_sync import _sync_call
@@ -281,6 +281,9 @@ def _branches(ctx):
                     # (False, False): the audited steps walked both sides and neither ran an op (a host free
                     # list popped every few positions): no kernel hangs on the test, the Python work is state
                     break
+                found = compiled(node.test, counter, refs, bound, selves, consts)
+                if found is not None and grown(found, history):
+                    continue  # a table the step grew with the counter, not one fixed ahead of it
                 if _turns(node.test, counter, refs, bound, after - before, after, selves, consts, moving):
                     yield code, node, counter, kind, history, next(iter(sides))
                     break

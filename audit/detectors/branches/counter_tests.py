@@ -91,3 +91,16 @@ def settled(expr, counter, refs, bound, selves, consts):
         return eval(found[0], {"__builtins__": {}}, found[1]) if found else None
     except Exception:  # noqa: BLE001 - not a settled number
         return None
+
+
+
+def grown(found, history) -> bool:
+    """Whether a table of numbers the compiled test looks in holds every value the counter took in the audited
+    steps and none ahead of the last: the step grows it with the counter (`if self.n not in self.built:
+    self.built[self.n] = ...`), so it is no fixed table, and running the test forward on it says nothing."""
+    for vals in ([b for b, _ in history], [a for _, a in history]):  # read before or after it moved
+        up = vals[-1] >= vals[0]
+        if any(isinstance(t, frozenset) and t and set(vals) <= t and
+               (max(t) <= vals[-1] if up else min(t) >= vals[-1]) for t in found[1].values()):
+            return True
+    return False

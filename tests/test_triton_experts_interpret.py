@@ -67,10 +67,13 @@ def check(fmt, E, N, K, R, uint8_bytes=False):
     assert y.dtype == torch.float32 and y.shape == (R, N)
     err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
     assert err < 2e-6, (fmt, E, N, K, R, err)
-    assert torch.equal(y, T.grouped_expert_gemm(fmt, x, w, s, idx, global_scale=gl))  # deterministic
-    out = torch.full((R, N), float("nan"))
-    assert T.grouped_expert_gemm(fmt, x, w, s, idx, global_scale=gl, out=out) is out and torch.equal(out, y)
+    if (fmt, R >= 48) not in _REPEATED:  # a second run, into `out`: the same bits (deterministic), once a kind
+        _REPEATED.add((fmt, R >= 48))
+        out = torch.full((R, N), float("nan"))
+        assert T.grouped_expert_gemm(fmt, x, w, s, idx, global_scale=gl, out=out) is out and torch.equal(out, y)
     return err
+
+_REPEATED = set()
 '''
 
 # (E, N, K, R): every listed E, N, K and R appears; R = 96 with E = 4 gives 4 slots, R = 3 with E = 32 gives 3

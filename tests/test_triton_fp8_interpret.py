@@ -52,10 +52,14 @@ _SETUP = textwrap.dedent("""
         assert err < 2e-6, (M, N, K, G, err, F.tiles(M, N, K, G))
         twin = fp8_gemv_ref(x, w, s, G).double()  # the twin agrees with float64 too (sanity of ref64)
         assert ((twin - ref).abs().amax(1) / ref.abs().amax(1)).max().item() < 1e-5
-        assert torch.equal(y, F.fp8_gemm(x, w, s, groups=G))  # deterministic
-        out = torch.full((M, N), float("nan"))
-        assert F.fp8_gemm(x, w, s, groups=G, out=out) is out and torch.equal(out, y)
-        return F.tiles(M, N, K, G)[3] > 1
+        split = F.tiles(M, N, K, G)[3] > 1
+        if (split, G) not in REPEATED:  # a second run, into `out`: the same bits (deterministic), once a kind
+            REPEATED.add((split, G))
+            out = torch.full((M, N), float("nan"))
+            assert F.fp8_gemm(x, w, s, groups=G, out=out) is out and torch.equal(out, y)
+        return split
+
+    REPEATED = set()
 """)  # at column 0, so the bodies below are dedented on their own
 
 

@@ -39,6 +39,29 @@ if hasattr(_I, "_patch_lang_tensor"):
         _patch_tensor0(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).squeeze()))
     _I._patch_lang_tensor = _patch_lang_tensor
+
+# A @triton.jit helper called from a kernel patches triton.language again at every call (inspect.getmembers over
+# the language modules: a fifth of a run's time) although the launch around it already did. Inside a launch, a
+# helper whose language modules the launch patched skips it; the launch's own restore undoes them all.
+import inspect as _inspect
+import triton.language as _tl
+_patch_lang0, _patched = _I._patch_lang, []
+def _langs(fn):
+    return frozenset(id(v) for v in list(fn.__globals__.values()) if _inspect.ismodule(v) and v in (_tl, _tl.core))
+class _Scope:
+    def __init__(self, inner=None):
+        self.inner = inner
+    def restore(self):
+        if self.inner is not None:
+            _patched.pop()
+            self.inner.restore()
+def _patch_lang_once(fn):
+    if _patched:  # a helper inside a launch
+        return _Scope() if _langs(fn) <= _patched[-1] else _patch_lang0(fn)
+    scope = _Scope(_patch_lang0(fn))  # a launch
+    _patched.append(_langs(fn))
+    return scope
+_I._patch_lang = _patch_lang_once
 '''
 
 _BF16_DOT = INDEX_FIX + '''
@@ -118,8 +141,9 @@ def test_bf16_gemv_matches_float64_with_and_without_split_k():
             ref = x.double() @ w.double().t()
             scale = (x.double().abs() @ w.double().abs().t()).max()
             assert ((y.double() - ref).abs().max() / scale).item() < 1e-6, (M, N, K_)
-            out = torch.full((M, N), float("nan"))  # a second run, into `out`: the same bits (deterministic)
-            assert K.bf16_gemv(x, w, out=out) is out and torch.equal(out, y)
+            if (K.tiles(M, N, K_)[3] > 1) not in seen:  # a second run, into `out`: the same bits (deterministic)
+                out = torch.full((M, N), float("nan"))
+                assert K.bf16_gemv(x, w, out=out) is out and torch.equal(out, y)
             seen.add(K.tiles(M, N, K_)[3] > 1)
         assert seen == {True, False}  # both the split-K and the single-pass paths ran
     """)
@@ -146,8 +170,9 @@ def test_bf16_gemv_tensor_core_path_matches_float64():
             ref = x.double() @ w.double().t()
             err = ((y.double() - ref).abs().amax(1) / ref.abs().amax(1)).max().item()
             assert err < 2e-6, (M, N, K_, err)
-            out = torch.full((M, N), float("nan"))  # a second run, into `out`: the same bits (deterministic)
-            assert K.bf16_gemv(x, w, out=out) is out and torch.equal(out, y)
+            if (K.tiles(M, N, K_)[3] > 1) not in seen:  # a second run, into `out`: the same bits (deterministic)
+                out = torch.full((M, N), float("nan"))
+                assert K.bf16_gemv(x, w, out=out) is out and torch.equal(out, y)
             seen.add(K.tiles(M, N, K_)[3] > 1)
         assert seen == {True, False}  # both the split-K and the single-pass paths ran
         assert bf16_dots[0] > 0  # the tensor-core model ran

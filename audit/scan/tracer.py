@@ -235,15 +235,15 @@ class Tracer:
         finally:
             self.host_depth -= 1
 
-    def record_event(self, kind: str, op: str, tensor=None, note: str = "", depth: int = 2) -> None:
-        """A host read, a CUDA synchronization or a module setattr, at the caller's user frame."""
+    def record_event(self, kind: str, op: str, tensor=None, note: str = "", depth: int | None = 2) -> None:
+        """A host read, a CUDA synchronization or a module setattr, at the caller's user frame (none: depth None)."""
         if self._step < 0:
             return
         mods = self._modstack
         inputs = (self._meta(tensor),) if isinstance(tensor, torch.Tensor) else ()
         self._records.append(OpRecord(
             self._step, len(self._records), kind, op, (), inputs, (), (False,) * len(inputs), (),
-            mods[-1] if mods else "", self.stack(sys._getframe(depth)), note=note))
+            mods[-1] if mods else "", self.stack(sys._getframe(depth)) if depth is not None else (), note=note))
 
     def _pre_hook(self, mod, args):
         self._modstack.append(self._names.get(id(mod)) or type(mod).__name__)

@@ -34,8 +34,7 @@ def note(tracer, op: str, *ids: str) -> None:
 def start(tracer, sid: str) -> None:
     """The step's own stream, noted as the step begins (no user frame: nothing of the step ran yet)."""
     if tracer._step >= 0:
-        tracer.record_event(KIND, "stream.start", note=sid)
-        tracer.trace.steps[-1][-1].stack = ()
+        tracer.record_event(KIND, "stream.start", note=sid, depth=None)
 
 
 def parse(rec) -> tuple[str, list[str]]:

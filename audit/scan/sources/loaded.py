@@ -55,12 +55,20 @@ def _index() -> dict:
     if not same:
         with_files, by_file = [], {}
         for name, mod in list(zip(keys, mods)) + loose:
-            f = getattr(mod, "__file__", None) if mod is not None else None
+            f = file_of(mod) if mod is not None else None
             if isinstance(f, str) and f:
                 with_files.append((name, mod, f))
                 by_file.setdefault(f, []).append((name, mod))
         _INDEX.update(keys=keys, mods=mods, loose=loose, with_files=with_files, by_file=by_file, memo={})
     return _INDEX
+
+
+def file_of(mod):
+    """A loaded module's __file__, read from its own names: a failed attribute lookup on a C extension module
+    (torch._C._return_types) costs milliseconds, thousands of modules each time the index is rebuilt."""
+    d = getattr(mod, "__dict__", None)
+    f = d.get("__file__") if isinstance(d, dict) else None
+    return f if f is not None or type(mod) is types.ModuleType else getattr(mod, "__file__", None)
 
 
 def until_changed(key: str, build):

@@ -141,35 +141,44 @@ def alias_sites(originals) -> list:
     if len(_ALIAS_SEEN) > 16:  # the sets of originals are few and fixed; keep no stale modules alive
         _ALIAS_SEEN.clear()
     seen = _ALIAS_SEEN.setdefault(frozenset(originals), {})
-    for mname, mod, d in _module_globals():
-        known = seen.get(mname)
-        if known is None or known[0] is not mod or known[1] != len(d):
-            known = seen[mname] = (mod, len(d), _bound_originals(d, originals))
-        for name, v in known[2]:
-            if d.get(name) is not v:
-                continue
-            if isinstance(v, functools.partial):  # `_bcast = partial(dist.broadcast_object_list, src=0)`
-                out.append((mod, name, functools.partial(originals[id(v.func)][1], *v.args, **v.keywords)))
-            else:
-                out.append((mod, name, originals[id(v)][1]))
+    listed, dicts = _module_globals()
+    sizes = list(map(len, dicts))  # one quick pass; the loop below is most of its cost
+    last = seen.get(None)
+    if last is None or last[0] is not listed or last[1] != sizes:  # a module imported, or a global added
+        bound = []
+        for mname, mod, d in listed:
+            known = seen.get(mname)
+            if known is None or known[0] is not mod or known[1] != len(d):
+                known = seen[mname] = (mod, len(d), _bound_originals(d, originals))
+            bound += [(mod, d, name, v) for name, v in known[2]]
+        last = seen[None] = (listed, sizes, bound)
+    for mod, d, name, v in last[2]:
+        if d.get(name) is not v:
+            continue
+        if isinstance(v, functools.partial):  # `_bcast = partial(dist.broadcast_object_list, src=0)`
+            out.append((mod, name, functools.partial(originals[id(v.func)][1], *v.args, **v.keywords)))
+        else:
+            out.append((mod, name, originals[id(v)][1]))
     return out
 
 
 # Walking every module's globals each step is most of a small scan's time once a large library is
 # imported, so each module's bindings are remembered per set of originals until its globals change in
-# number (an import adds names; our own patches rebind and restore without adding any).
+# number (an import adds names; our own patches rebind and restore without adding any). While no module
+# was loaded and none changed in number, the last walk's bindings stand (kept under None).
 _ALIAS_SEEN: dict = {}
 
 
-def _module_globals() -> list:
-    """(name, module, globals dict) of the modules in sys.modules outside torch and the auditor."""
+def _module_globals() -> tuple[list, list]:
+    """(name, module, globals dict) of the modules in sys.modules outside torch and the auditor, and
+    their globals dicts alone."""
     def listed(items):
         out = []
         for mname, mod in items:
             d = own_dict(mod) if mod is not None else None
             if isinstance(d, dict) and mname.partition(".")[0] not in ("torch", "audit"):
                 out.append((mname, mod, d))
-        return out
+        return out, [d for _, _, d in out]
     return loaded.until_changed("cpu_cuda.module_globals", listed)
 
 

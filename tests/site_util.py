@@ -296,3 +296,13 @@ def helper_reads(tmp_path: Path, monkeypatch, lib_src: str, prefix: str):
     assert set(hit.line) == {marked_line(lib, "# LIBSITE")}, hit.to_string()
     assert hit.caller_file.str.endswith(path.name).all() and (hit.caller_line == site).all(), hit.to_string()
     return hit
+
+
+def one_read(path: Path, site: int, baked: bool):
+    """Asserts one host-sync at the site of the scanned target, and a baked-host-value there exactly when
+    `baked` (a value the code read itself, not one torch read inside the op); returns the blocking findings."""
+    bad = blocking(path)
+    assert len(at(bad, "host-sync", site)) == 1, table(bad)
+    assert len(at(bad, "baked-host-value", site)) == (1 if baked else 0), table(bad)
+    return bad
+

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from site_util import at, blocking, table, write_target
+from site_util import one_read, write_target
 
 TEMPLATE = """
 import torch
@@ -50,13 +50,9 @@ def test_narrow_end_follows_torchs_read(tmp_path):
     write = random.choice(["self.k.narrow(1, self.pos, {n}).copy_(self.x)",
                            "torch.narrow(self.k, 1, self.pos, {n}).copy_(self.x)"])
     path, site = _target(tmp_path, write)
-    bad = blocking(path)
-    assert len(at(bad, "host-sync", site)) == 1, table(bad)
-    assert not len(at(bad, "baked-host-value", site)), table(bad)
+    one_read(path, site, baked=False)
 
 
 def test_code_written_end_stays_baked(tmp_path):
     path, site = _target(tmp_path, "self.k[:, self.pos:self.end].copy_(self.x)")
-    bad = blocking(path)
-    assert len(at(bad, "host-sync", site)) == 1, table(bad)
-    assert len(at(bad, "baked-host-value", site)) == 1, table(bad)
+    one_read(path, site, baked=True)

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from site_util import at, blocking, table, write_target
+from site_util import one_read, write_target
 
 TEMPLATE = """
 import torch
@@ -52,13 +52,9 @@ def _target(tmp_path, call):
 @pytest.mark.parametrize("call", TORCH_READS)
 def test_scalar_torch_reads_is_the_host_syncs(tmp_path, call):
     path, site = _target(tmp_path, call)
-    bad = blocking(path)
-    assert len(at(bad, "host-sync", site)) == 1, table(bad)
-    assert not len(at(bad, "baked-host-value", site)), table(bad)
+    one_read(path, site, baked=False)
 
 
 def test_code_read_float_stays_baked(tmp_path):
     path, site = _target(tmp_path, "torch.full_like(self.x[:, :1], float(amax) / 127)")
-    bad = blocking(path)
-    assert len(at(bad, "host-sync", site)) == 1, table(bad)
-    assert len(at(bad, "baked-host-value", site)) == 1, table(bad)
+    one_read(path, site, baked=True)

@@ -5,7 +5,8 @@ A T5 sentinel template forcing tokens at fixed output positions, `if self.pos in
 side forever. A membership test was never run forward (`self.n not in self.seen` may test a set the step grows);
 now a dict's keys, a set, tuple, list or range of plain numbers, on the object or at module level, is read as a
 table (`source/number_tables.py`) and the test runs forward like a comparison. Tables whose entries all lie behind
-the counter, and a set the step grows with the counter itself, never turn and stay clean. Values are fresh."""
+the counter, and a set the step grows with the counter itself, never turn and stay clean; `TABLE.get(counter) is
+[not] None` (directly or through a local) is the membership test. Values are fresh."""
 
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ CASES = {  # name: (test, table builder, extra, turns)
     "module_set": ("self.{pos} in TABLE", lambda t: repr(set(t)), "", True),
     "not_in": ("self.{pos} not in self.forced", lambda t: repr(list(t)), "", True),
     "all_behind": ("self.{pos} in self.forced", lambda t: repr({0, 1}), "", False),
+    "get_not_none": ("self.forced.get(self.{pos}) is not None",
+                     lambda t: "{" + ", ".join(f"{k}: {k + 1}" for k in t) + "}", "", True),
     "grown_set": ("self.{pos} in self.seen", lambda t: repr(set(t)), "        self.seen.add(self.{pos})", False),
 }
 
@@ -114,3 +117,16 @@ def test_a_table_the_step_grows_with_the_counter_never_turns(tmp_path):
     bad = blocking(path)
     assert at(bad, "data-dependent-control", site).empty, table(bad)
     assert not at(bad, "cpu-side-effect", site + 1).empty, table(bad)
+
+
+def test_a_counter_looked_up_through_a_local(tmp_path):
+    """`tok = self.forced.get(self.pos)` then `if tok is not None:`: the lookup through the local turns at the
+    next forced position as the membership test does."""
+    pos = random.choice(["pos", "cur"])
+    tbl = "{" + ", ".join(f"{k}: {k + 1}" for k in _ahead()) + "}"
+    tpl = TARGET.replace("        if {test}:  # SITE", "        tok = self.forced.get(self.{pos})\n"
+                                                           "        if tok is not None:  # SITE").replace("{extra}", "")
+    path, site = write_target(tmp_path / "local_get.py", tpl, seed=random.randrange(2**31), d=random.choice([4, 8]),
+                              pos=pos, table=tbl, attr_table=tbl)
+    bad = blocking(path)
+    assert len(at(bad, "data-dependent-control", site)) == 1, table(bad)

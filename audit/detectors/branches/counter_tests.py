@@ -24,7 +24,8 @@ def compiled(test, counter, refs, bound, selves, consts=None, names=None, loops=
     """(code, env) of the test over `_c` (the counter; `names`: a name for each counter it may read) and the
     plain numbers it reads (attributes of the object, and `consts`: the module's number constants the function
     does not shadow), with the tables of numbers a membership test looks in (`source/number_tables.py`: the
-    object's, or frozensets in `consts`), and `loops`' variables as `_l_NAME`; else None."""
+    object's, or frozensets in `consts`; a dict looked up with `.get(counter) is None` is read as `counter not in`
+    its keys), and `loops`' variables as `_l_NAME`; else None."""
     env: dict = {}
     names = names or {counter: "_c"}
 
@@ -36,6 +37,19 @@ def compiled(test, counter, refs, bound, selves, consts=None, names=None, loops=
         for a in ch[1:] if v is not None else ():
             v = own_dict(v).get(a)
         return number_table(v) if v is not None else None
+
+    def _looked_up(e):  # (table, key, absent) of `TABLE.get(key) is [not] None`, through locals it names
+        if not (isinstance(e, ast.Compare) and len(e.ops) == 1 and isinstance(e.ops[0], (ast.Is, ast.IsNot))
+                and isinstance(e.comparators[0], ast.Constant) and e.comparators[0].value is None):
+            return None
+        call, hops = e.left, 0
+        while isinstance(call, ast.Name) and call.id in bound and hops < 4:
+            call, hops = bound[call.id], hops + 1
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "get"
+                and len(call.args) in (1, 2) and not call.keywords
+                and (len(call.args) == 1 or isinstance(call.args[1], ast.Constant) and call.args[1].value is None)):
+            return None
+        return _table(call.func.value), call.args[0], isinstance(e.ops[0], ast.Is)
 
     def plain(e, depth=0):  # a copy of `e` over `_c` (the counter) and `_aN` (the numbers read), else None
         if id(e) in refs:
@@ -72,6 +86,14 @@ def compiled(test, counter, refs, bound, selves, consts=None, names=None, loops=
                 return None
             env[f"_a{len(env)}"] = table
             return ast.Compare(left, e.ops, [ast.Name(id=f"_a{len(env) - 1}", ctx=ast.Load())])
+        if (got := _looked_up(e)) is not None:  # `self.forced.get(self.pos) is None`: `self.pos not in self.forced`
+            table, key, absent = got
+            left = plain(key, depth)
+            if table is None or left is None:
+                return None
+            env[f"_a{len(env)}"] = table
+            return ast.Compare(left, [ast.NotIn() if absent else ast.In()], [ast.Name(id=f"_a{len(env) - 1}",
+                                                                                       ctx=ast.Load())])
         if isinstance(e, ast.Compare):
             parts = [plain(x, depth) for x in (e.left, *e.comparators)]
             return None if None in parts else ast.Compare(parts[0], e.ops, parts[1:])

@@ -16,6 +16,7 @@ from audit.detectors.host import (attr_memory, dataclass_fields, default_device,
                                   helper_alloc, places, sends as _host_moves)
 from audit.detectors.source import lookup, mutations
 from audit.detectors.host.kept import class_spans, cpu_attrs, host_tensors, moved_elsewhere
+from audit.detectors.host.staging_writes import on_kept_host
 from audit.detectors.host.kept import factory_born, host_born, host_data, host_derived, host_factories, sent_at
 from audit.detectors.host_sync import index_tensors
 from audit.detectors.pageable_copy import FROM_DATA, PINNED_STEP
@@ -253,7 +254,8 @@ def host_data_to_device(ctx):
         seen = set()
         for lift, ix, op in _host_indices(recs, born):
             at = lift if op == "aten.index_select" else ix
-            if not lookup.builds_on_device(*_src(lift)) and id(at) not in seen and at.stack:
+            if not lookup.builds_on_device(*_src(lift)) and id(at) not in seen and at.stack and \
+                    not on_kept_host(ctx, ix):  # a list indexing a host buffer the target keeps: host work
                 seen.add(id(at))
                 hits.append((at, REFUSED if op == "aten.index_select" else INDEX))
         fidx = _factory_indices(recs, born | set(host))

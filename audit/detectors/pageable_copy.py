@@ -13,6 +13,7 @@ from audit.detectors import register
 from audit.detectors.source import lookup
 from audit.detectors.host.kept import from_kept, host_data, host_made
 from audit.detectors.host.step_copies import made_on_host
+from audit.detectors.host.staging_writes import on_kept_host
 from audit.detectors.host_sync import (INDEX_PUT, SCALAR_COPIED, copy_sides, from_host_data, host_index,
                                        host_scalar_put, lifted_here, masked_fill_dispatch, non_blocking,
                                        scalar_operand_copy)
@@ -55,7 +56,7 @@ def host_device_copies(ctx):
     for r in ctx.all_records():
         if from_host_data(r):
             hits.append((r, "blocks-capture", FROM_DATA))
-        elif host_index(r) and not r.nested:
+        elif host_index(r) and not r.nested and (ctx.cuda or not on_kept_host(ctx, r)):
             hits.append((r, "blocks-capture", HOST_INDEX))
     info = {id(r): (sev, msg) for r, sev, msg in hits}
     out = []
@@ -82,6 +83,8 @@ def scalar_value_puts(ctx):
             continue
         if not ctx.cuda and r.inputs[0].sid in host_data(ctx, r.step) | from_kept(ctx, r.step):
             continue  # a host row filled on the host (`row = torch.zeros(V); row[idx] = 1.0`): nothing goes to a device
+        if not ctx.cuda and on_kept_host(ctx, r):
+            continue  # into a host buffer the target keeps (`self.host_mask[b][allowed] = True`): host work
         here = lifted_here(ctx, r)
         if not masked_fill_dispatch(r, here, ctx.cuda) and host_scalar_put(r, here, ctx.cuda):
             hits.append(r)

@@ -28,7 +28,8 @@ from audit.detectors.tensors import fresh_slots
 from audit.detectors.state.sites import (called_by_name, caller_of, closure_functions, code_span, generated_sites,
                                           generator_sites, hook_caller, hooked_call, object_at, state_fps,
                                           tensor_slot_line, unchanged_slot_line, whole_state_fp)
-from audit.detectors.host.kept import from_device, host_tensors, in_place_updates, kept_on_host
+from audit.detectors.host.kept import from_device, host_data, host_tensors, in_place_updates, kept_on_host
+from audit.detectors.host.staging_writes import on_kept_host, staging_buffers
 from audit.detectors.allocation import escape_lines, escaped_members, shifted_members
 from audit.scan.patches import mp_queues
 from audit.scan.snapshot import class_state, global_rng, script_state, staging_bytes, state
@@ -340,18 +341,27 @@ def _guarded(msg: str, file: str, line: int) -> tuple[str, str | None]:
 
 @register("cpu-side-effect")
 def host_tensors_changed_in_place(ctx):
-    """A small host tensor (a step counter kept as `torch.zeros((), device="cpu")`) updated in place by
-    the step: on a GPU that op runs on the CPU, outside the graph, once at capture and never on replay."""
-    host = host_tensors(ctx)
+    """A host tensor the target keeps (a step counter kept as `torch.zeros((), device="cpu")`, a pageable token
+    bitmask a host matcher refills) updated in place by the step, before any send of it to the device: on a GPU
+    that op runs on the CPU, outside the graph, once at capture and never on replay."""
+    host = staging_buffers(ctx)
     if not host:
         return []
-    hits = [r for r in in_place_updates(ctx, host) if not from_device(ctx, r, host)]  # those are host-sync's
+    hits = [r for r in in_place_updates(ctx, host) if (r.inputs[0].sid in host_tensors(ctx) or _host_values_in(ctx, r))
+            and not from_device(ctx, r, host)]  # those are host-sync's
     return [ctx.finding("cpu-side-effect", g[0], op, len(g) / ctx.n_steps,
                         f"the step updates the host tensor `{host[g[0].inputs[0].sid]}` in place (`{op}`): on a GPU "
                         "this runs on the CPU, outside the graph, so a replay would not redo it",
                         fix="Keep the counter on the device and update it inside the step (`self.steps.add_(1)` on a "
                             "device tensor), or do the host bookkeeping in prepare().")
             for (_, _, op, _), g in ctx.per_site(hits).items()]
+
+
+def _host_values_in(ctx, r) -> bool:
+    """A write of the step's own host values (Python scalars, lists) into a large host buffer the target keeps,
+    before the step sends it (a matcher refilling a token bitmask); not a copy between kept buffers, which
+    writes the same rows every step (a swap space refilled from host rows)."""
+    return on_kept_host(ctx, r) and all(m.sid in host_data(ctx, r.step) for m in r.inputs[1:])
 
 
 @register("cpu-side-effect")

@@ -15,10 +15,9 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import register
-from audit.detectors.host import helper_alloc, kept as _host
+from audit.detectors.host import kept as _host, staging_writes
 from audit.detectors.source import lookup
 from audit.detectors.host.factories import follows_default
-from audit.scan.standins import pinned
 
 # factories whose tensor is in host memory when the call names no device (torch.zeros(n)) or the CPU
 _PLAIN = set(lookup.HOST_FACTORIES)
@@ -84,16 +83,6 @@ def device_values_into_step_host_buffers(ctx):
             for (_, _, op, _), g in ctx.per_site(hits).items()]
 
 
-def _kept_pageable(ctx, small: dict) -> dict[int, str]:
-    """Storage id -> 'owner.attr' of the tensor attributes (beyond the small ones) whose class makes them with a
-    factory naming no device or the CPU, not pinned, while it puts other tensors on a device: host memory on a
-    GPU too (a class that names no device anywhere keeps everything wherever the caller moves it)."""
-    out = {sid: label for sid, label, name, obj, t in _host.cpu_attrs(ctx)
-           if sid not in small and not pinned.asked(t) and _host.pageable_beside_device(obj, name)}
-    out.update({sid: label for sid, label in helper_alloc.host_buffers(ctx).items() if sid not in small})
-    return out
-
-
 @register("host-sync")
 def device_values_into_kept_pageable_buffers(ctx):
     """(CPU scan) a host buffer an object of the target keeps in pageable memory (a class attribute made by a
@@ -105,7 +94,7 @@ def device_values_into_kept_pageable_buffers(ctx):
     if ctx.cuda:
         return []
     small = _host.host_tensors(ctx)
-    kept = _kept_pageable(ctx, small)
+    kept = staging_writes.kept_pageable(ctx, small)
     hits = []
     for step, recs in enumerate(ctx.steps if kept else ()):
         host = _host.host_derived(recs, set(kept) | set(small) | _host.host_data(ctx, step))

@@ -26,7 +26,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import composites, custom_ops, hops, layouts, wrappers
+from audit.scan import composites, custom_ops, hops, layouts, module_stacks, wrappers
 from audit.scan.patches import hooks, module_hooks, threads
 from audit.scan.snapshot import class_state, script_args, state
 from audit.scan.sources import branch_flags, compiled_frames, loaded
@@ -69,7 +69,7 @@ class Tracer:
         # per-step
         self._records: list = []
         self._produced: set = set()
-        self._modstack: list = []
+        self._modstack = module_stacks.ModuleStacks()
         self._step, self.host_depth = -1, 0
         self.cpu_checks = 0  # inside a call whose value reads happen on a CPU only (one_hot's range check)
         self._wlog: list | None = None
@@ -104,10 +104,10 @@ class Tracer:
             frame = frame.f_back
         out.reverse()
         if frame is None and self._thread is not None and threading.get_ident() != self._thread:
-            # work the step handed to another thread (an output thread's detokenize(), waited on with
-            # `.result()`): the step's own stack, where it waits, leads into it
+            # work the step handed to another thread (an output thread's detokenize()): the step's own stack
+            # where it handed it over leads into it, else where the step's thread is (waiting with `.result()`)
             main = sys._current_frames().get(self._thread)
-            return (self.stack(main) if main is not None else ()) + tuple(out)
+            return (threads.handed_from() or (self.stack(main) if main is not None else ())) + tuple(out)
         return tuple(out)
 
     def _known(self, site: tuple) -> tuple:
@@ -187,13 +187,13 @@ class Tracer:
                 out_metas.append(m)
                 new.append(fresh)
             wrappers.note_outputs(self, outs, idx, tensors, new)  # a wrapper subclass's inner tensors are made here
-        mods = self._modstack
+        mod = self._modstack.top()
         stack = self.stack(sys._getframe(2))
         if (site := compiled_frames.script_site(stack, name)) is not None:  # inside a torch.jit.script function
             stack = stack + (self._known(site),)
         self._records.append(OpRecord(
             self._step, idx, "aten", name, norm, inputs, tuple(out_metas), in_step, tuple(new),
-            mods[-1] if mods else "", stack, func,
+            mod, stack, func,
             self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
             "failed" if failed else "", _host_scalars(tensors, inputs)))
 
@@ -239,20 +239,19 @@ class Tracer:
         """A host read, a CUDA synchronization or a module setattr, at the caller's user frame (none: depth None)."""
         if self._step < 0:
             return
-        mods = self._modstack
+        mod = self._modstack.top()
         inputs = (self._meta(tensor),) if isinstance(tensor, torch.Tensor) else ()
         self._records.append(OpRecord(
             self._step, len(self._records), kind, op, (), inputs, (), (False,) * len(inputs), (),
-            mods[-1] if mods else "", self.stack(sys._getframe(depth)) if depth is not None else (), note=note))
+            mod, self.stack(sys._getframe(depth)) if depth is not None else (), note=note))
 
     def _pre_hook(self, mod, args):
-        self._modstack.append(self._names.get(id(mod)) or type(mod).__name__)
+        self._modstack.push(self._names.get(id(mod)) or type(mod).__name__)
         if hs := module_hooks.hooks_of(mod, self):  # the hooks this call runs, and who called the module
             self.trace.hook_calls[-1].append((hs, mod, self.stack(sys._getframe(1))))
 
     def _post_hook(self, mod, args, out):
-        if self._modstack:
-            self._modstack.pop()
+        self._modstack.pop()
 
     # ------------------------------------------------------------ one audited step
     @contextlib.contextmanager
@@ -263,7 +262,7 @@ class Tracer:
         before = class_state.snapshot(self.trace.objects, self._modules_state)
         self.trace.staged.append(state.diff(self._after, before) if self._after is not None else [])  # prepare()'s
         self.trace.held.append({self._meta(t).sid for _, t in state.tensor_attrs(self.trace.objects)})
-        self._step, self._records, self._produced, self._modstack = k, [], set(), []
+        self._step, self._records, self._produced, self._modstack = k, [], set(), module_stacks.ModuleStacks()
         self._thread = threading.get_ident()
         self.trace.steps.append(self._records)
         self.trace.complete.append(False)
@@ -285,7 +284,7 @@ class Tracer:
                     stack.enter_context(cpu_cuda.cpu_only_checks(self))
                 stack.enter_context(compiled_frames.script_calls(lambda f: (self.stack(f) or ((None, 0),))[-1][0]))
                 stack.enter_context(_Mode(self))
-                stack.enter_context(threads.traced_threads(lambda: _Mode(self)))
+                stack.enter_context(threads.traced_threads(lambda: _Mode(self), self.stack))
                 yield
             self.trace.complete[-1] = True
         finally:

@@ -17,6 +17,7 @@ later takes from a host counter is baked at that use).
 from __future__ import annotations
 
 from audit.detectors.source import lookup
+from audit.detectors.host.staging_writes import on_kept_host
 from audit.detectors.host.kept import (built_on_device, computes_on_host, factory_born, from_kept, host_data,
                                        host_derived, host_tensors)
 
@@ -30,6 +31,7 @@ def stays_on_host(ctx, lifted) -> bool:
     kept = host_tensors(ctx)
     for r in lifted:
         recs = ctx.steps[r.step]
+        host = host_data(ctx, r.step) | from_kept(ctx, r.step)
         if not r.inputs or r.inputs[0].sid in built_on_device(recs):
             return False
         born = host_derived(recs, {r.inputs[0].sid})
@@ -42,6 +44,9 @@ def stays_on_host(ctx, lifted) -> bool:
                 return False  # `.to(D)`: sent to the device (pageable-copy's finding, baked too)
             if q.kind == "aten" and q.op.endswith("_") and ins[0] in kept and all(s in born for s in ins[1:]):
                 continue  # written into a kept host buffer (staging, counter): the buffer is what moves on
+            if q.kind == "aten" and q.op.endswith("_") and ins[0] not in born and on_kept_host(ctx, q) and \
+                    all(s in born or s in host for s in ins[1:]):
+                continue  # the same into a large pageable staging buffer (a token bitmask), beside other host data
             if q.kind == "aten" and any(s not in born for s in ins):
                 return False  # meets a device tensor (or is copied into one)
             if q.kind == "aten" and q.op.endswith("_") and q.inputs and q.inputs[0].sid not in born:

@@ -3,7 +3,10 @@
 A dispatch mode is per thread: ops a step runs through an output thread (`pool.submit(detok, ids)`
 waited on with `.result()`, a `threading.Thread` joined before returning) would not be traced, and a
 `torch.nonzero` there would go unseen, though on a GPU it waits for the device all the same. During an
-audited step, functions handed to a ThreadPoolExecutor and threads started run under the tracer's mode.
+audited step, functions handed to a ThreadPoolExecutor and threads started run under the tracer's mode, and
+remember the step's stack where they were handed over (`handed_from`): what they run is placed below that line.
+The step's thread may be anywhere while the worker runs (a grammar bitmask filled while the forward runs, waited
+on later), so where it is at that moment would change from step to step; where it handed the work over does not.
 """
 
 from __future__ import annotations
@@ -11,30 +14,43 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import sys
 import threading
 
 from audit.scan.patches import mp_queues
 
-__all__ = ["scheduling_state", "traced_threads"]
+__all__ = ["handed_from", "scheduling_state", "traced_threads"]
+
+_LOCAL = threading.local()
+
+
+def handed_from() -> tuple:
+    """The step's stack where the work this thread runs was handed over (submit, start), or ()."""
+    return getattr(_LOCAL, "origin", ())
 
 
 @contextlib.contextmanager
-def traced_threads(enter):
-    """enter(): a context manager tracing the thread that enters it (the tracer's dispatch mode)."""
+def traced_threads(enter, stack_of=lambda frame: ()):
+    """enter(): a context manager tracing the thread that enters it (the tracer's dispatch mode);
+    stack_of(frame): the tracer's stack of the frame that hands work over."""
     submit, start = concurrent.futures.ThreadPoolExecutor.submit, threading.Thread.start
 
-    def wrap(fn):
+    def wrap(fn, origin: tuple):
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            with enter():
-                return fn(*args, **kwargs)
+            before, _LOCAL.origin = handed_from(), origin
+            try:
+                with enter():
+                    return fn(*args, **kwargs)
+            finally:
+                _LOCAL.origin = before
         return run
 
     def submit_traced(self, fn, /, *args, **kwargs):
-        return submit(self, wrap(fn), *args, **kwargs)
+        return submit(self, wrap(fn, stack_of(sys._getframe(1))), *args, **kwargs)
 
     def start_traced(self):
-        self.run = wrap(self.run)
+        self.run = wrap(self.run, stack_of(sys._getframe(1)))
         return start(self)
 
     concurrent.futures.ThreadPoolExecutor.submit = submit_traced

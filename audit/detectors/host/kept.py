@@ -9,7 +9,8 @@ import itertools
 
 import torch
 
-from audit.detectors.host import attr_memory, factories as _factories, module_tensors, places as _places
+from audit.detectors.host import (attr_memory, dataclass_fields, factories as _factories, module_tensors,
+                                 places as _places)
 from audit.detectors.host.places import class_spans
 from audit.detectors.source import lookup, mutations
 from audit.detectors.device import optimizer_steps
@@ -38,19 +39,22 @@ def host_tensors(ctx) -> dict[int, str]:
     there every tensor is a host tensor. Computed once per scan."""
     if (cached := getattr(ctx, "_host_tensors", None)) is not None:
         return cached
-    out, ctx._pinned_host = {}, set()
+    out, ctx._pinned_host, ctx._read_host = {}, set(), set()
     for sid, label, name, obj, t in cpu_attrs(ctx):
         spans = class_spans(type(obj))
         if pinned.asked(t) or any(attr_memory.host_factory_attr(f, name, span) == "pinned" for f, span in spans):
             out[sid] = label  # a pinned staging buffer, of any size: host memory by design
             ctx._pinned_host.add(sid)
             continue
-        if t.dim() > 1 or t.numel() > 64:
-            continue  # counters and small host scalars; large host buffers are staging (pageable-copy)
-        if ctx.cuda or any(mutations.assigns_host_tensor(f, name, span) for f, span in spans) or \
-                pageable_beside_device(obj, name, ctx):
-            out[sid] = label
+        placed = ctx.cuda or any(mutations.assigns_host_tensor(f, name, span) for f, span in spans) or \
+            pageable_beside_device(obj, name, ctx)
+        if t.dim() > 1 or t.numel() > 64 or not placed:  # counters and small host scalars only: large host
+            if placed or dataclass_fields.field_memory(obj, name) == "pageable":  # buffers are staging
+                ctx._read_host.add(sid)  # but a read of one is of host memory (read_kept)
+            continue
+        out[sid] = label
     out.update(module_tensors.host_globals(ctx))  # `_DEFAULT_SPLITS = torch.tensor([8])` at module level
+    ctx._read_host |= set(module_tensors.host_globals(ctx, any_size=True)) - set(out)
     out.update(optimizer_steps.host_steps(ctx))  # Adam's `state[p]["step"]` when neither capturable nor fused
     ctx._host_tensors = out
     return out
@@ -261,17 +265,32 @@ def from_kept(ctx, step: int) -> set:
     return cache[step]
 
 
+def read_kept(ctx, step: int) -> set:
+    """from_kept, plus the host tensors of any size the source puts in host memory (an attribute, a dataclass
+    field its constructions pass a host factory, a module global) and what torch computed from those alone:
+    host_tensors leaves large or 2-D ones out (an upload of such a buffer is a pageable copy), but reading one
+    back (`self.image_grid_thw.tolist()` of a processor's CPU grid kept beside device tensors) waits for no
+    device work on a GPU either."""
+    host_tensors(ctx)
+    if not ctx._read_host:
+        return from_kept(ctx, step)
+    cache = ctx.__dict__.setdefault("_read_kept", {})
+    if step not in cache:
+        cache[step] = host_derived(ctx.steps[step], set(host_tensors(ctx)) | ctx._read_host)
+    return cache[step]
+
+
 def kept_on_host(ctx, r) -> bool:
     """A host event (a read, a torch.save) whose tensor lives in host memory on a GPU as well: a CPU
-    tensor on a CUDA scan, one the target keeps on the host on purpose (host_tensors) or one computed
-    from those alone (from_kept), or one built on the host in this step (host_data). Reading it waits
+    tensor on a CUDA scan, one the target keeps on the host on purpose (host_tensors, of any size: read_kept)
+    or one computed from those alone, or one built on the host in this step (host_data). Reading it waits
     for no device work."""
     if not r.inputs:
         return False
     m = r.inputs[0]
     if ctx.cuda:
         return m.device.type == "cpu"
-    return m.sid in from_kept(ctx, r.step) or m.sid in host_data(ctx, r.step)
+    return m.sid in read_kept(ctx, r.step) or m.sid in host_data(ctx, r.step)
 
 
 def computes_on_host(ctx, r) -> bool:
@@ -283,5 +302,5 @@ def computes_on_host(ctx, r) -> bool:
         return False
     if ctx.cuda:
         return all(m.device.type == "cpu" for m in r.inputs)
-    host = host_data(ctx, r.step) | from_kept(ctx, r.step)
+    host = host_data(ctx, r.step) | read_kept(ctx, r.step)
     return all(m.sid in host for m in r.inputs)

@@ -19,9 +19,10 @@ from audit.scan.sources import loaded
 __all__ = ["host_globals"]
 
 
-def host_globals(ctx) -> dict[int, str]:
-    """Storage id -> 'module.NAME' of the small CPU tensors (at most 1-dim, 64 elements) that the modules the step
-    ran code in bind at module level to a host factory's result."""
+def host_globals(ctx, any_size: bool = False) -> dict[int, str]:
+    """Storage id -> 'module.NAME' of the small CPU tensors (at most 1-dim, 64 elements; of any size with
+    `any_size`, for reads: a table of image grids) that the modules the step ran code in bind at module level to
+    a host factory's result."""
     from audit.scan.snapshot import state
 
     files = {code.co_filename for recs in ctx.steps for r in recs for code, _ in r.stack}
@@ -31,7 +32,8 @@ def host_globals(ctx) -> dict[int, str]:
             continue
         for g in _made_on_host(file):
             t = vars(mod).get(g)
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dim() <= 1 and t.numel() <= 64:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and (
+                    any_size or (t.dim() <= 1 and t.numel() <= 64)):
                 out[state.storage_id(t)] = f"{name}.{g}"
     return out
 

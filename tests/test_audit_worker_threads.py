@@ -49,13 +49,20 @@ WAITS = ["self.text = self.pool.submit({fn}, self.tok).result()",
          "t = threading.Thread(target={fn}, args=(self.tok,)); t.start(); t.join()"]
 
 
-def test_a_read_on_a_worker_thread_has_the_waiting_step_line_as_caller(tmp_path, monkeypatch):
+def _planted(tmp_path, monkeypatch, lib_src: str, target: str, slot: str, forms: list, stem: str):
+    """(target path, its SITE line, library path, module name): a fresh library module and a target whose `slot`
+    is one of `forms`, names drawn fresh."""
     tag = random.randrange(10**9)
-    mod, fn = f"out_lib_{tag}", f"detok_{tag}"
-    _, lib = install_library(tmp_path, monkeypatch, textwrap.dedent(LIB).format(fn=fn), name=mod)
-    wait = random.choice(WAITS).format(fn=fn)
-    path, site = write_target(tmp_path / "target" / "thread_target.py", TARGET.replace("{wait}", wait), mod=mod,
-                              fn=fn, seed=random.randrange(2**31), d=random.choice([4, 8]))
+    mod, fn = f"{stem}_lib_{tag}", f"{stem}_{tag}"
+    _, lib = install_library(tmp_path, monkeypatch, textwrap.dedent(lib_src).format(fn=fn), name=mod)
+    path, site = write_target(tmp_path / "target" / f"{stem}_target.py",
+                              target.replace(slot, random.choice(forms).format(fn=fn)), mod=mod, fn=fn,
+                              seed=random.randrange(2**31), d=random.choice([4, 8]))
+    return path, site, lib, mod
+
+
+def test_a_read_on_a_worker_thread_has_the_waiting_step_line_as_caller(tmp_path, monkeypatch):
+    path, site, lib, mod = _planted(tmp_path, monkeypatch, LIB, TARGET, "{wait}", WAITS, "detok")
     library_hit(blocking(path, forget=mod), "host-sync", lib, path, site)
 
 
@@ -82,15 +89,9 @@ HANDS = ["self.pool.submit({fn}, self.tok, ready)", "self.pool.submit(lambda: {f
 
 
 def test_a_worker_finding_has_the_hand_over_line_as_caller(tmp_path, monkeypatch):
-    tag = random.randrange(10**9)
-    mod, fn = f"handoff_lib_{tag}", f"fill_{tag}"
-    _, lib = install_library(tmp_path, monkeypatch, textwrap.dedent(HANDOFF_LIB).format(fn=fn), name=mod)
-    hand = random.choice(HANDS).format(fn=fn)
-    path, site = write_target(tmp_path / "target" / "handoff_target.py", HANDOFF.replace("{hand}", hand), mod=mod,
-                              fn=fn, seed=random.randrange(2**31), d=random.choice([4, 8]))
+    path, site, lib, mod = _planted(tmp_path, monkeypatch, HANDOFF_LIB, HANDOFF, "{hand}", HANDS, "fill")
     assert marked_line(path, "# WAIT") != site
-    bad = blocking(path, forget=mod)
-    library_hit(bad, "host-sync", lib, path, site)
+    library_hit(blocking(path, forget=mod), "host-sync", lib, path, site)
 
 
 OPS_LIB = """

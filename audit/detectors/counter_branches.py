@@ -163,16 +163,19 @@ def _reads(test, refs, bound) -> list:
     return list(dict.fromkeys(out))
 
 
-def _turns(test, counter, refs, bound, stride, last, selves, consts=None, moving=None) -> bool:
+def _turns(test, counter, refs, bound, stride, last, selves, consts=None, moving=None, history=()) -> bool:
     """Whether the test's value changes over the steps ahead, the counter moving by its stride; True where
     the test reads anything but the counter, constants and plain numbers of the object it runs on. `moving`:
     the other counters the test reads, (stride, last) each, which move ahead with it (`seq_len > self.cached`
-    with the cache length set to `seq_len` every step never turns)."""
+    with the cache length set to `seq_len` every step never turns). A table the step grew with the counter over
+    its `history` is no fixed table: that test does not turn."""
     others = {c: m for c, m in (moving or {}).items() if c != counter}
     names = {counter: "_c", **{c: f"_m{i}" for i, c in enumerate(others)}}
     found = compiled(test, counter, refs, bound, selves, consts, names)
     if found is None:  # unread: a schedule only where the counter is compared as a number (`self.pos + t > cap`)
         return _scheduled(test, counter, refs, bound)
+    if history and grown(found, history):
+        return False
     return _differs(found, [{"_c": last + k * stride, **{names[c]: b + k * d for c, (d, b) in others.items()}}
                             for k in (0, *_AHEAD)])
 
@@ -281,10 +284,7 @@ def _branches(ctx):
                     # (False, False): the audited steps walked both sides and neither ran an op (a host free
                     # list popped every few positions): no kernel hangs on the test, the Python work is state
                     break
-                found = compiled(node.test, counter, refs, bound, selves, consts)
-                if found is not None and grown(found, history):
-                    continue  # a table the step grew with the counter, not one fixed ahead of it
-                if _turns(node.test, counter, refs, bound, after - before, after, selves, consts, moving):
+                if _turns(node.test, counter, refs, bound, after - before, after, selves, consts, moving, history):
                     yield code, node, counter, kind, history, next(iter(sides))
                     break
 

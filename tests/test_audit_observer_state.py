@@ -4,7 +4,8 @@ A step's state is snapshotted around each audited step. Reading it must not chan
 `__repr__` that memoizes its text (beartype's `BeartypeConf._repr`) ran when a snapshot named the object as a
 dict key, and the next snapshot saw `_repr` go from None to the text; the interpreter's source cache
 (`linecache.cache`, which beartype binds as a module global) grows whenever the tracer reads a new file in
-the middle of a step. Neither is anything the step did, and a replay computes the same: no finding."""
+the middle of a step; the module table (`sys.modules`, beartype's `module_imported_names`) grows when a step
+imports a module lazily. Neither is anything the step did, and a replay computes the same: no finding."""
 
 from __future__ import annotations
 
@@ -74,6 +75,31 @@ def test_the_source_cache_bound_as_a_global_is_not_step_state(tmp_path, monkeypa
                              prefix="srcmix")
     path, _ = write_target(tmp_path / "target" / f"lines_{tag}.py", LINES_TARGET, mod=mod, tag=tag,
                            alias=random.choice(["_LINES", "linecache_cache", "SRC_CACHE"]),
+                           seed=random.randrange(2**31), d=random.choice([4, 8]))
+    bad = blocking(path, forget=mod)
+    assert bad.empty, table(bad)
+
+
+MODULES_LIB = """
+import torch
+
+
+def mix_{tag}(x, w):
+    import {lazy}  # imported on first use: the interpreter's module table grows by one during a step
+    return torch.relu(x @ w) * {lazy}.SCALE
+"""
+
+
+def test_the_module_table_bound_as_a_global_is_not_step_state(tmp_path, monkeypatch):
+    """A library that binds `sys.modules` (beartype's alias of it) while the step imports a module lazily:
+    the table grows by one during a step, which a replay needs no more than the first import."""
+    tag = random.randrange(10**6)
+    lazy, _ = install_library(tmp_path, monkeypatch, f"SCALE = {random.choice([0.5, 2.0])}\n", prefix="lazy")
+    mod, _ = install_library(tmp_path, monkeypatch, MODULES_LIB.format(tag=tag, lazy=lazy), prefix="modtab")
+    tpl = LINES_TARGET.replace("{alias} = linecache.cache", "from sys import modules as {alias}").replace(
+        "    def prepare(self, i):\n", "    def prepare(self, i):\n        {alias}.pop('{lazy}', None)  # each step imports it anew\n")
+    path, _ = write_target(tmp_path / "target" / f"modtab_{tag}.py", tpl, mod=mod, tag=tag, lazy=lazy,
+                           alias=random.choice(["imported", "_MODULES", "module_imported_names"]),
                            seed=random.randrange(2**31), d=random.choice([4, 8]))
     bad = blocking(path, forget=mod)
     assert bad.empty, table(bad)

@@ -1,9 +1,9 @@
 """A host tensor kept beside device tensors is host memory whatever its size: reading it waits for nothing.
 
 A VLM step keeps the processor's image grid as it came (`self.image_grid_thw = torch.tensor([[1, 4, 4]])`, no
-device, a [n_images, 3] CPU tensor beside device tensors; or in a dataclass of request metadata, or a module-level
-table of supported grids) and its get_rope_index-style helper reads it with `.tolist()` every step. The host-tensor
-rules left 2-D and large host tensors out (their uploads are pageable copies), which made such reads a host-sync on
+device, a [n_images, 3] CPU tensor beside device tensors; or in a dataclass of request metadata, in the dict of
+processor outputs kept as they came, or a module-level table of supported grids) and its get_rope_index-style
+helper reads it with `.tolist()` every step. The host-tensor rules left 2-D and large host tensors out (their uploads are pageable copies), which made such reads a host-sync on
 a CPU scan. The same grid placed on the device stays a host-sync.
 """
 
@@ -44,6 +44,7 @@ class Target:
         self.pos = torch.zeros(1, dtype=torch.long, device=device)
         self.grid = torch.tensor({grid}{where})
         self.meta = Meta(grid=torch.tensor({grid}{where}))
+        self.inputs = {{"input_ids": torch.tensor([[1, 2]]), "grid": torch.tensor({grid}{where})}}
 
     def prepare(self, i):
         self.x.copy_(torch.randn(1, {d}))
@@ -59,7 +60,7 @@ def make(device):
 
 
 @pytest.mark.parametrize("on_device", [False, True])
-@pytest.mark.parametrize("holder", ["self.grid", "self.meta.grid", "TABLE"])
+@pytest.mark.parametrize("holder", ["self.grid", "self.meta.grid", "TABLE", 'self.inputs["grid"]'])
 @pytest.mark.parametrize("read", ["grid.tolist()", "grid[{row}:].tolist()"])
 def test_reading_a_kept_2d_host_tensor_is_no_host_sync(tmp_path, on_device, holder, read):
     n = random.randint(1, 3)

@@ -60,3 +60,30 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
             return None
         kinds.add(kind)
     return kinds.pop() if len(kinds) == 1 else None
+
+
+def host_factory_item(filename: str, attr: str, key: str, lines: tuple[int, int] | None = None) -> str | None:
+    """As host_factory_attr, for the entry `key` of a dict attribute (`self.inputs = {"grid": torch.tensor(g),
+    ...}`, `self.inputs["grid"] = ...`, `dict(grid=...)`): what every value the span gives that entry makes,
+    else None (never given one, or also given a value that is not a host factory)."""
+    t = tree(filename)
+    kinds = set()
+    for node in all_nodes(t) if t is not None else ():
+        if not isinstance(node, ast.Assign) or (lines and not lines[0] <= node.lineno <= lines[1]):
+            continue
+        for x in node.targets:
+            if isinstance(x, ast.Attribute) and x.attr == attr:
+                kinds |= {host_memory(filename, v) for v in _entry_values(node.value, key)}
+            elif isinstance(x, ast.Subscript) and isinstance(x.value, ast.Attribute) and x.value.attr == attr \
+                    and isinstance(x.slice, ast.Constant) and x.slice.value == key:
+                kinds.add(host_memory(filename, node.value))
+    return None if None in kinds or len(kinds) != 1 else kinds.pop()
+
+
+def _entry_values(value, key: str) -> list:
+    """The values a dict display or `dict(...)` call gives `key` ([None] for any other expression: unknown)."""
+    if isinstance(value, ast.Dict):
+        return [v for k, v in zip(value.keys, value.values) if isinstance(k, ast.Constant) and k.value == key]
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict" and not value.args:
+        return [k.value for k in value.keywords if k.arg == key]
+    return [None]

@@ -53,11 +53,30 @@ def host_tensors(ctx) -> dict[int, str]:
                 ctx._read_host.add(sid)  # but a read of one is of host memory (read_kept)
             continue
         out[sid] = label
+    ctx._read_host |= {sid for sid, *_ in dict_host_entries(ctx)}
     out.update(module_tensors.host_globals(ctx))  # `_DEFAULT_SPLITS = torch.tensor([8])` at module level
     ctx._read_host |= set(module_tensors.host_globals(ctx, any_size=True)) - set(out)
     out.update(optimizer_steps.host_steps(ctx))  # Adam's `state[p]["step"]` when neither capturable nor fused
     ctx._host_tensors = out
     return out
+
+
+def dict_host_entries(ctx):
+    """(storage id, 'owner.attr[key]', tensor) of CPU tensors a target keeps in a dict attribute (a processor's
+    outputs kept as they came: `self.inputs = {"image_grid_thw": torch.tensor(grid), ...}`) that its class
+    source makes with a host factory while it puts other tensors on a device: host memory on a GPU too, so a
+    read of one (`.tolist()` each step) waits for no device work. A CUDA scan sees the device itself."""
+    from audit.scan.snapshot import state
+
+    for path, obj in [] if ctx.cuda else ctx.trace.objects:
+        for name, d in list(own_dict(obj).items()):
+            if not isinstance(d, dict) or len(d) > 64:
+                continue
+            for key, t in list(d.items()):
+                if isinstance(key, str) and isinstance(t, torch.Tensor) and t.device.type == "cpu" and any(
+                        attr_memory.host_factory_item(f, name, key, span) == "pageable"
+                        and _places.sends_to_device(f, span) for f, span in class_spans(type(obj))):
+                    yield state.storage_id(t), f"{path}.{name}[{key!r}]" if path else f"{name}[{key!r}]", t
 
 
 def moved_elsewhere(obj, name: str) -> bool:

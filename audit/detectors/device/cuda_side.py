@@ -168,8 +168,23 @@ def _assigned(n, dev: str, resolve, file, depth: int):
     value they all give on `dev`; None when one assignment depends on more than the device."""
     if not isinstance(n, (ast.Name, ast.Attribute)):
         return None
-    held = {_eval(v, dev, None, None, file, depth + 1) for v, _ in resolve(n) or ()}
+    vals = resolve(n) or ()
+    if vals and isinstance(n, ast.Attribute) and file is not None and all(isinstance(v, ast.Constant) for v, _ in vals):
+        vals = _set_from_outside(file, n.attr) or vals
+    held = {_eval(v, dev, None, None, file, depth + 1) for v, _ in vals}
     return held.pop() if len(held) == 1 and None not in held else None
+
+
+def _set_from_outside(file: str, attr: str) -> list:
+    """(value, line) of the assignments of `attr` on another object (`self.mixer.use_fast_path =
+    torch.device(device).type == "cuda"` in the runner that builds the mixer) in `file`: a flag its own class
+    only gives a plain default (`self.use_fast_path = False`) holds what its owner sets once it is built."""
+    from audit.detectors.source.lookup import tree
+
+    t = tree(file)
+    return [(node.value, node.lineno) for node in (ast.walk(t) if t is not None else ())
+            if isinstance(node, ast.Assign) and any(isinstance(x, ast.Attribute) and x.attr == attr and not (
+                isinstance(x.value, ast.Name) and x.value.id in ("self", "cls")) for x in node.targets)]
 
 
 def nccl_backend(n: ast.Compare):
@@ -213,10 +228,11 @@ def _device_name(n) -> str | None:
 
 
 def _device_value(n) -> bool:
-    """An expression read off a tensor's or module's device: `x.device`, `x.device.type`, `dev.type`."""
-    return isinstance(n, ast.Attribute) and (n.attr == "device" or
-                                             (n.attr == "type" and isinstance(n.value, ast.Attribute)
-                                              and n.value.attr == "device"))
+    """An expression read off a tensor's or module's device: `x.device`, `x.device.type`, `dev.type`, or the
+    type of a device made from a name (`torch.device(device).type`)."""
+    return isinstance(n, ast.Attribute) and (n.attr == "device" or (n.attr == "type" and (
+        (isinstance(n.value, ast.Attribute) and n.value.attr == "device")
+        or (isinstance(n.value, ast.Call) and _dotted(n.value.func) == "torch.device"))))
 
 
 def _dotted(n) -> str:

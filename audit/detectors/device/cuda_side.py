@@ -10,7 +10,8 @@ and a GPU holding memory takes it. A call of a helper (`elif is_cuda_available()
 `clear_device_cache()`) is read through the helper when the file it is called from is known: its value is
 the one every return of the helper settles (`available = torch.cuda.is_available(); return available`), a
 few helpers down; so is a flag every assignment of which settles it (`self.use_fast_path =
-torch.cuda.is_available()`). A test on anything else (an MPS workaround, a plain flag, data) is left alone: the
+torch.cuda.is_available()`, or a plain default its owner overrides: `self.mixer.use_fast_path =
+torch.device(device).type == "cuda"`). A test on anything else (an MPS workaround, a plain flag, data) is left alone: the
 side a CPU scan skipped need not be the one a GPU runs.
 """
 

@@ -117,3 +117,61 @@ def test_ops_on_a_worker_thread_are_traced(tmp_path, monkeypatch):
               & (bad.line == marked_line(lib, "# LIBSITE"))]
     assert len(hit) == 1, (wait, table(bad))
     assert int(hit.iloc[0].caller_line) == site, (wait, table(bad))
+
+
+OVERLAP = """
+import concurrent.futures
+import threading
+
+import torch
+
+POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+GO, HANDED = threading.Event(), threading.Event()
+
+
+def fill(mask):
+    GO.wait()
+    row = torch.zeros({v}, dtype=torch.bool)
+    row[torch.arange(0, {v}, {stride})] = True
+    mask.copy_(row)
+    HANDED.set()
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.w = torch.randn({d}, {v})
+        self.x = torch.zeros(1, {d})
+        self.mask = torch.zeros({v}, dtype=torch.bool)
+        self.tok = torch.zeros(1, dtype=torch.long)
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+        HANDED.clear()
+        GO.set() if i % 2 else GO.clear()  # the worker starts at once, or waits for the forward
+
+    @torch.no_grad()
+    def step(self):
+        fut = POOL.submit(fill, self.mask)  # SITE
+        HANDED.wait(0.02)
+        logits = self.x @ self.w
+        GO.set()
+        logits = torch.tanh(logits) * 2
+        fut.result()
+        self.tok.copy_(logits.masked_fill(~self.mask, float("-inf")).argmax(-1))
+        return self.tok
+
+
+def make(device):
+    return Target()
+"""
+
+
+def test_a_worker_whose_ops_interleave_differently_each_step_is_no_data_dependent_control(tmp_path):
+    """A grammar bitmask filled by a pool thread while the forward runs: in one step the worker's ops come before
+    the forward's, in the next between them. That is scheduling, not a path the data chose."""
+    v = random.choice([8, 16])
+    path, _ = write_target(tmp_path / "overlap_target.py", OVERLAP, v=v, stride=random.choice([2, 3]),
+                           seed=random.randrange(2**31), d=random.choice([4, 8]))
+    bad = blocking(path)
+    assert not (bad.category == "data-dependent-control").any(), table(bad)

@@ -251,6 +251,18 @@ def locate(ctx, p, a, b, q=None, nxt=None):
     return _at(code, line)
 
 
+def _by_thread(recs: list) -> list:
+    """The step's own ops, then each worker thread's in the order the workers first ran one: work handed to a
+    thread pool (a grammar bitmask filled while the forward runs) interleaves with the step's ops differently
+    from step to step, which is scheduling, not a path the data chose."""
+    if not any(r.thread for r in recs):
+        return recs
+    order: dict = {0: 0}
+    for r in recs:
+        order.setdefault(r.thread, len(order))
+    return sorted(recs, key=lambda r: order[r.thread])
+
+
 @register("data-dependent-control")
 def op_sequence_divergence(ctx):
     """Consecutive complete steps dispatched different op sequences: replay would run only one."""
@@ -260,7 +272,7 @@ def op_sequence_divergence(ctx):
     ids: dict = {}
     seqs = {}
     for s in steps:
-        recs = [r for r in ctx.ops(s) if r.stack]
+        recs = _by_thread([r for r in ctx.ops(s) if r.stack])
         seqs[s] = (recs, [ids.setdefault((r.op, r.module, id(r.stack[-1][0]), r.stack[-1][1]), len(ids))
                           for r in recs])
     hits = defaultdict(list)

@@ -195,7 +195,8 @@ class Tracer:
             self._step, idx, "aten", name, norm, inputs, tuple(out_metas), in_step, tuple(new),
             mod, stack, func,
             self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
-            "failed" if failed else "", _host_scalars(tensors, inputs)))
+            "failed" if failed else "", _host_scalars(tensors, inputs),
+            thread=0 if (tid := threading.get_ident()) == self._thread else tid))
 
     def _adopts_new_storage(self, args) -> bool:
         """`t.set_(storage)` with a storage no op has shown yet and no attribute held before the step:

@@ -15,6 +15,8 @@ unknown and does not count against the rule.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 
 def makers(plan) -> dict:
     """(step, index) -> group, for every record of the shape-varying calls in `plan` ([(records, ...)])."""
@@ -22,10 +24,24 @@ def makers(plan) -> dict:
 
 
 def _producers(ctx, step: int, memo: dict) -> dict:
-    """tensor id -> index of the op of `step` that output it (the last one)."""
+    """tensor id -> indices (ascending) of the ops of `step` that output a tensor at that address."""
     if step not in memo:
-        memo[step] = {m.tid: r.index for r in ctx.steps[step] for m in r.outputs}
+        out: dict = {}
+        for r in ctx.steps[step]:
+            for m in r.outputs:
+                out.setdefault(m.tid, []).append(r.index)
+        memo[step] = out
     return memo[step]
+
+
+def _made_before(by_tid: dict, tid: int, index: int) -> int:
+    """The op that made the tensor read at `index`: the last one before it to output that address. An address is
+    a TensorImpl's, reused once the tensor is freed: a cache grown in a loop (`self.keys = torch.cat([self.keys,
+    k])`, then the same for the values) frees the old keys, and the values' `cat` right after may get their
+    address; that later op made nothing the earlier read saw."""
+    idx = by_tid.get(tid, ())
+    k = bisect_left(idx, index)
+    return idx[k - 1] if k else -1
 
 
 def _shape_sources(ctx, made, made_by: dict, memo: dict) -> set:
@@ -37,7 +53,7 @@ def _shape_sources(ctx, made, made_by: dict, memo: dict) -> set:
         groups.add(made_by[key])
         rec = ctx.steps[step][key[1]]
         for m, inside in zip(rec.inputs, rec.in_step):
-            src = (step, by_tid.get(m.tid, -1))
+            src = (step, _made_before(by_tid, m.tid, key[1]))
             if inside and src in made_by and src not in seen:
                 seen.add(src)
                 todo.append(src)

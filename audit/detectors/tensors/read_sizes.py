@@ -253,7 +253,8 @@ def _from_arms(ctx, recs, mine: dict, dims) -> bool:
     rest (timm's NaFlex position table: `pos_embed.reshape(1, h * w, -1)` when the grid is the table's own, an
     interpolation otherwise; then `x[:, :min(x.shape[1], pos.shape[1])]`): no one call ran in every step, but in
     each step the size equals the same dimension of an earlier output of a call that ran in only some of the steps
-    or whose shape varies, and at least one such call ran in only some (else the aligned calls matched)."""
+    or whose shape varies, or that made a tensor the statement goes on to take (`_operand_makers`), and at least
+    one such call ran in only some (else the aligned calls matched)."""
     sites = {s: ctx.sites(s) for s in mine}
     seen = defaultdict(set)
     shapes = defaultdict(set)
@@ -264,6 +265,7 @@ def _from_arms(ctx, recs, mine: dict, dims) -> bool:
     if all(v == set(mine) for v in seen.values()):
         return False  # the steps never parted
     mine_ids = {id(r) for r in recs}
+    operands = {s: _operand_makers(ctx, r) for s, r in mine.items()}
     partial = False
     for j, e in dims:
         for d in range(max((len(o.shape) for r in recs for o in r.outputs), default=0)):
@@ -272,7 +274,8 @@ def _from_arms(ctx, recs, mine: dict, dims) -> bool:
                 want = mine[s].outputs[j].shape[e]
                 for key, u in table.items():
                     some = seen[key] != set(mine)
-                    if id(u) in mine_ids or u.index >= _before(mine[s]) or not (some or len(shapes[key]) > 1):
+                    if id(u) in mine_ids or u.index >= _before(mine[s]) or \
+                            not (some or len(shapes[key]) > 1 or u.index in operands[s]):
                         continue
                     if any(len(o.shape) > d and o.shape[d] == want for o in u.outputs):
                         hit.add(s)
@@ -282,6 +285,29 @@ def _from_arms(ctx, recs, mine: dict, dims) -> bool:
         else:
             return False
     return partial
+
+
+def _operand_makers(ctx, r) -> set:
+    """Indices of the ops that made the tensors the rest of `r`'s statement takes (the same frames, after `r`):
+    `self.out[:, :valid.shape[1]] = valid` reads the size of the `valid` its copy takes. An arm that returns a
+    tensor of one fixed shape in the steps it ran (transformers' `_speculative_sampling` returning the resampled
+    token alone when nothing was accepted, a `cat` of the accepted prefix and that token otherwise) made it there."""
+    recs = ctx.steps[r.step] if r.step < len(ctx.steps) else []
+    if r.index >= len(recs) or recs[r.index] is not r:
+        return set()
+    tids = set()
+    for q in recs[r.index + 1:]:
+        if q.kind != "aten":
+            continue
+        if q.stack != r.stack:
+            break
+        tids |= {m.tid for m in q.inputs}
+    made = {}
+    for q in recs[:r.index]:  # the last op before `r` that output each address (addresses are reused)
+        for o in q.outputs:
+            if o.tid in tids:
+                made[o.tid] = q.index
+    return set(made.values())
 
 
 def _composite_of(ctx, mine: dict, theirs: dict, dims: list) -> bool:

@@ -20,7 +20,7 @@ import math
 from collections import defaultdict
 
 from audit.detectors import register
-from audit.detectors.tensors import carried_shapes, composite_layouts, read_sizes, read_values
+from audit.detectors.tensors import carried_shapes, composite_layouts, outside_inputs, read_sizes, read_values
 from audit.detectors.host import host_only
 from audit.detectors.source import lookup
 from audit.detectors.tensors.forwarded import forwarded
@@ -88,7 +88,7 @@ def varying_shapes(ctx):
         ins = [_shapes(r.inputs) for r in recs]
         varying = [j for j in range(len(recs[0].inputs))
                    if len({s[j] if j < len(s) else None for s in ins}) > 1]
-        outside = any(not r.in_step[j] for r in recs for j in varying if j < len(r.in_step))
+        outside = outside_inputs.outside_varies(recs, varying)
         plan.append((recs, outs, varying, outside))
     makers, memo = carried_shapes.makers(plan), {}
     for gid, (recs, outs, varying, outside) in enumerate(plan):

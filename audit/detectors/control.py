@@ -17,7 +17,7 @@ from difflib import SequenceMatcher
 from torch import nn
 
 from audit.detectors import register
-from audit.detectors.branches import call_arms, control_source, fork_keys, other_instance
+from audit.detectors.branches import call_arms, control_source, fork_keys, other_instance, size_tests
 from audit.detectors.device import eager_forks
 from audit.detectors.host import regions as _host_regions
 from audit.detectors.source import lookup
@@ -302,6 +302,8 @@ def op_sequence_divergence(ctx):
             nxt = (rb[j1] if j1 < len(rb) else None) if tag == "delete" else \
                 (ra[i1] if i1 < len(ra) else None) if tag == "insert" else None
             where = _mode_switched(locate(ctx, p, a, b, q, nxt), a or b)
+            if size_tests.decided_by_sizes(ctx, where, a or b, s0, s1):
+                continue  # a branch on sizes: one path per shape, downstream of the dynamic shape
             heads = [x.frame for x in ra[i1:i2][:1] + rb[j1:j2][:1] if x.frame]
             pair.append((where, [what, " vs ".join(first), (a or b).module, a or b], heads))
         eagers = eager_forks.eager_only([(w, ctx.caller(r[3]), h, ctx.caller_into(r[3], w[0], w[2]) is None)

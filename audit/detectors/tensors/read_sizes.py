@@ -232,7 +232,8 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
             continue  # earlier in the step, and not inside this call's own traced body
         # the earlier call in the same steps: all of them, or the few with equal inputs baked's check compares
         # (then the earlier call ran in every step the whole group ran in)
-        same = read and len(other) == (len(recs) if whole is None else len(whole))
+        want = len(recs) if whole is None else len(whole)
+        same = read and (len(other) == want or len(other) > want and _statement_skipped(ctx, r0, other, mine))
         for k, d in _varying_dims([theirs[s] for s in sorted(theirs)]) if same else ():
             unmatched -= {(j, e) for j, e in unmatched
                           if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine)}
@@ -246,6 +247,15 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         if not read and len(other) == len(recs) and restored_dims.restores_input_dims(ctx, mine, theirs, dims):
             return True  # F.linear on a 3-D input views its flat product back to the input's leading sizes
     return bool(read and unmatched and _from_arms(ctx, recs, mine, unmatched))
+
+
+def _statement_skipped(ctx, r0, other, mine: dict) -> bool:
+    """The earlier call ran in steps where this call's statement did not run at all (a helper that returns its
+    table untouched when the image's grid is the table's own, timm's `resample_abs_pos_embed`: the interpolation
+    runs in the other steps only): matching it in this call's steps alone is fair. A statement that ran there with
+    another op (a slice torch elides to an alias when its bound covers the whole dimension) is not skipped."""
+    missing = {u.step for u in other} - set(mine)
+    return bool(missing) and not any(q.stack == r0.stack for s in missing for q in ctx.ops(s))
 
 
 def _from_arms(ctx, recs, mine: dict, dims) -> bool:

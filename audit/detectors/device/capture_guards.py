@@ -6,7 +6,8 @@ or is_cuda_stream_capturing()`, the last one calling torch's test), and place th
 (`if not is_tracing(mask) and mask.all():`, short-circuited while capturing) or after an early exit
 (`if is_tracing(mask): return False`, then `fast_all(mask)`). A call counts as the capture test when it is
 torch's, or a function it resolves to (in the calling file's module) whose every return outside an `except`
-is true whenever a capture is: the test itself, an `or` holding one, or a local first bound from one
+is true whenever a capture is: the test itself, an `or` holding one, an `and` of one with availability checks
+(`return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()`), or a local first bound from one
 (`_is_tracing = a() or capturing(); _is_tracing |= b(); return _is_tracing`), followed a few helpers down;
 a constant true return beside them (`if torch.compiler.is_compiling(): return True`) is true then as well.
 A test may hold the capture test behind a presence check of the tensor it asks about (transformers 5.25:
@@ -63,6 +64,9 @@ def _predicate(file: str, first: int, name: str, depth: int) -> bool:
     def holds(e, seen=()) -> bool:
         if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.Or):
             return any(holds(v, seen) for v in e.values)
+        if isinstance(e, ast.BoolOp):  # `return torch.cuda.is_available() and CAP`: CUDA is up while capturing
+            caps = [v for v in e.values if not _cuda_up(v)]
+            return bool(caps) and all(holds(v, seen) for v in caps)
         if isinstance(e, ast.Name) and e.id in bound and e.id not in seen:
             return holds(bound[e.id], seen + (e.id,))
         return capturing(e, file, depth)

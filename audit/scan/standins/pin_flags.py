@@ -6,7 +6,8 @@ Serving code pins its staging buffers where the platform allows it: vLLM keeps
 torch the probe answers False, so the buffer a GPU would pin is pageable here, and uploading it would look
 like a pageable-copy. While the target is built (audit.scan.standins.pinned's stand-in), a factory called with a false
 flag has the flag's expression followed back from the calling frame: through parameters to the caller's
-argument, through a local or `self.x` to its assignment, a few hops at most. A flag computed by a call (the
+argument, through a local, `self.x` or a module global (`PIN = torch.cuda.is_available()`) to its assignment,
+a few hops at most. A flag computed by a call (the
 probe) counts as pinned; one that is a constant or comes from a constant (`SeqLens(n, pinned=False)`) is the
 code's choice, and stays pageable. A device test that holds on a GPU is a probe too (`pin = torch.device(device).type
 == "cuda"`, `device != "cpu"`, `x.is_cuda`): it is False only because the scan runs on the CPU, and a GPU pins the
@@ -101,8 +102,24 @@ def _assigned(node, target) -> list:
     return out
 
 
-def _origin(expr, frame, hops: int) -> str:
-    """'probe' (computed by a call), 'constant', or 'unknown'."""
+def _module_assigned(filename: str, name: str) -> list:
+    """The values the module's own statements (not its functions' or classes' bodies) assign to `name`."""
+    t = tree(filename)
+    out, todo = [], list(t.body) if t is not None else []
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out += [node.value for x in targets if isinstance(x, ast.Name) and x.id == name]
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _origin(expr, frame, hops: int, module: str | None = None) -> str:
+    """'probe' (computed by a call), 'constant', or 'unknown'; `module`: the file whose globals a name read at
+    module level (no frame) is looked up in."""
     if hops <= 0 or expr is None:
         return "unknown"
     if isinstance(expr, ast.Constant):
@@ -110,10 +127,13 @@ def _origin(expr, frame, hops: int) -> str:
     if isinstance(expr, ast.Call):
         return "probe"
     if (read := _gpu_test(expr)) is not None:  # False only because the scan runs on the CPU, unless set so
-        return "constant" if _origin(read, frame, hops - 1) == "constant" else "probe"
+        return "constant" if _origin(read, frame, hops - 1, module) == "constant" else "probe"
     if isinstance(expr, (ast.BoolOp, ast.UnaryOp, ast.Compare, ast.IfExp)):
-        parts = [_origin(e, frame, hops) for e in ast.iter_child_nodes(expr) if isinstance(e, ast.expr)]
+        parts = [_origin(e, frame, hops, module) for e in ast.iter_child_nodes(expr) if isinstance(e, ast.expr)]
         return "probe" if "probe" in parts else "constant" if parts and all(p == "constant" for p in parts) else "unknown"
+    if isinstance(expr, ast.Name) and frame is None and module is not None:
+        values = _module_assigned(module, expr.id)
+        return _origin(values[0], None, hops - 1, module) if len(values) == 1 else "unknown"
     if isinstance(expr, ast.Name) and frame is not None:
         code = frame.f_code
         params = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
@@ -123,6 +143,8 @@ def _origin(expr, frame, hops: int) -> str:
             return _origin(passed, frame.f_back, hops - 1) if passed is not None else \
                 _origin(_default(fn, expr.id), None, hops - 1)
         values = _assigned(fn, expr.id) if fn is not None else []
+        if not values and expr.id in frame.f_globals:  # `PIN = torch.cuda.is_available()` at module level
+            return _origin(expr, None, hops, code.co_filename)
         return _origin(values[-1], frame, hops - 1) if len(values) == 1 else "unknown"
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and frame is not None:
         owner = frame.f_locals.get(expr.value.id)

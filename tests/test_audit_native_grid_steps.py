@@ -107,3 +107,52 @@ def test_native_grid_steps_follow_the_image(tmp_path, monkeypatch, counter):
         assert control.empty, table(bad)
         assert bad[bad.line.isin([interp, add]) & bad.category.isin(["dynamic-shape", "baked-host-value"])].empty, \
             table(bad)
+
+
+ROUTED = """
+import torch
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.router = torch.randn({d}, {e})
+        self.experts = [torch.randn({d}, {d}) for _ in range({e})]
+        self.x = torch.zeros({t}, {d})
+        self.k = torch.zeros(1, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn({t}, {d}))
+
+    def rows_of(self, choice, e):
+        return {rows}
+
+    @torch.no_grad()
+    def step(self):
+        self.k = torch.cat([self.k, self.x[:1]], 0)  # a cache that grows: inputs of another shape each step
+        h = (self.x @ self.k.T).softmax(-1) @ self.k
+        choice = (h @ self.router).argmax(-1)
+        out = torch.zeros_like(h)
+        for e in range({e}):
+            rows = self.rows_of(choice, e)
+            if {test}:  # SITE
+                continue
+            out[rows] = h[rows] @ self.experts[e]
+        return out
+
+
+def make(device):
+    return Target()
+"""
+
+
+def test_a_size_made_from_data_stays_a_branch_beside_a_growing_cache(tmp_path):
+    """An MoE step skips the experts no token chose (`if rows.numel() == 0: continue`, rows from a `nonzero`) while
+    its KV cache grows: the inputs' shapes vary too, yet the tested size came from the routing, not the inputs."""
+    path, site = write_target(tmp_path / "routed_target.py", ROUTED, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]), e=random.choice([4, 6]), t=random.choice([4, 6]),
+                              rows=random.choice(["(choice == e).nonzero().squeeze(-1)",
+                                                  "torch.nonzero(choice == e)[:, 0]"]),
+                              test=random.choice(["rows.shape[0] == 0", "rows.numel() == 0", "len(rows) == 0"]))
+    bad = blocking(path)
+    assert site in set(bad[bad.category == "data-dependent-control"].line), table(bad)

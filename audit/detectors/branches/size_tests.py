@@ -6,8 +6,8 @@ timm's `resample_abs_pos_embed` returns the position table untouched when the wa
 the model's native size runs fewer ops in those steps. No tensor value decided: the varying shape did, and it is
 reported where it starts (dynamic-shape); a graph per shape bucket holds one path each, and a fixed shape takes
 one side always. So the fork is not reported when the two steps read a tensor from outside the step with other
-shapes (a size that came in with the inputs; a `nonzero`'s count, computed from data, keeps `if idx.numel() == 0:`
-a data branch) and the test reads sizes (`.shape`, `.size()`, `len()`, `.numel()`) and otherwise only constants and
+shapes (a size that came in with the inputs) and made no size from data (a `nonzero`, a count read back: an MoE
+step's `if idx.numel() == 0:` stays a data branch beside a KV cache that grows) and the test reads sizes (`.shape`, `.size()`, `len()`, `.numel()`) and otherwise only constants and
 attributes that neither the step nor prepare() changed: through locals the function binds before the test, and
 through parameters, followed to the argument the caller passed (three calls up). The test's line must read no
 tensor's value (`if x.shape[0] > 1 and flag_t:` reads `flag_t` on the host, a host-sync there). A counter mixed in
@@ -32,7 +32,8 @@ def decided_by_sizes(ctx, where, rec, s0: int, s1: int) -> bool:
     sizes only, and the two steps read inputs of other shapes."""
     file, line, fn = where
     test = _test_at(file, line)
-    if test is None or not _inputs_vary(ctx, s0, s1) or _reads_value_at(ctx, file, line):
+    if test is None or not _inputs_vary(ctx, s0, s1) or _reads_value_at(ctx, file, line) \
+            or _data_sized(ctx, s0) or _data_sized(ctx, s1):
         return False
     k = next((i for i in range(len(rec.stack) - 1, -1, -1)
               if rec.stack[i][0].co_filename == file and rec.stack[i][0].co_name == fn), None)
@@ -72,6 +73,18 @@ def _inputs_vary(ctx, s0: int, s1: int) -> bool:
                     and not r.in_step[j] and not u.in_step[j]:
                 return True
     return False
+
+
+_DATA_SIZED = frozenset({"aten.nonzero", "aten.masked_select", "aten._unique", "aten._unique2", "aten.unique_dim",
+                         "aten.unique_consecutive", "aten.bincount", "aten.repeat_interleave",
+                         "aten._local_scalar_dense", "aten.item"})
+
+
+def _data_sized(ctx, step: int) -> bool:
+    """The step made a size from data (a `nonzero` picking an expert's rows, a count read back with `.item()`):
+    the tested size may be that one, whatever else came in with the inputs (a KV cache that grows), so the branch
+    stays a data branch."""
+    return any(r.op in _DATA_SIZED for r in ctx.steps[step] if r.kind == "aten")
 
 
 def _reads_value_at(ctx, file: str, line: int) -> bool:

@@ -12,7 +12,9 @@ different call is normal when the steps ran different calls (another expert: tha
 data-dependent control, reported there). Where two steps made the same calls up to the read (they may part
 later: another expert picked), the same call reading another persistent tensor is a host choice (double
 buffers alternated, an adapter picked by a Python index, buffers swapped by the step itself, a window of a
-token buffer sliced at the new position, as a generate loop feeds `tokens[:, prev:cur]`) and is reported too.
+token buffer sliced at the new position, as a generate loop feeds `tokens[:, prev:cur]`) and is reported too,
+when it differs from the step before's read there (two steps that skipped other experts read other weights at
+the k-th matmul, yet where they made the same calls up to it they read the same expert).
 A call that in some step reads back a tensor an earlier audited step made is reading escaped allocations
 (`audit/detectors/escaped_reads.py`): its other reads are the warmup's, and step-allocation reports it.
 """
@@ -79,8 +81,10 @@ def rebound_inputs(ctx):
     for (key, j), reads3 in per.items():
         if len(reads3) < 2 or len({(m.sid, m.ptr) for _, _, m in reads3}) < 2 or (key, j) in escaped:
             continue  # (a call reading back what earlier steps made: step-allocation's escape)
-        if not any(s > 0 and (m.sid not in held[s - 1] or key in aligned.get(s, ())) for s, _, m in reads3):
-            continue  # persistent storages read at a misaligned call, not a rebound input
+        at = {s: (m.sid, m.ptr) for s, _, m in reads3}
+        if not any(s > 0 and (m.sid not in held[s - 1] or (key in aligned.get(s, ()) and at.get(s - 1, at[s]) != at[s]))
+                   for s, _, m in reads3):
+            continue  # persistent storages read at a misaligned call (or alike where aligned), not a rebound input
         reads = [(r, m) for _, r, m in reads3]
         site, _, caller = ctx.site_key(reads[0][0])  # one finding per source line and calling line: a library
         groups[(site, caller)].append((j, reads))  # helper reading two rebound inputs from two lines is two fixes

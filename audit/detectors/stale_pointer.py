@@ -104,5 +104,19 @@ def rebound_inputs(ctx):
                f"across steps ({ptrs}); it is not produced inside the step")
         fix = ("Allocate the input once as a static buffer and refill it with copy_ in prepare(); "
                + (f"do not rebind `{holder}`." if holder else "never rebind the tensor the step reads."))
-        out.append(ctx.finding("stale-input-pointer", r, r.op, len(items), msg, fix=fix))
+        if (rebind := _rebinding(ctx, holder)) is not None:  # the step itself rebinds it: the fix is there
+            file, line, _ = ctx.where(r)
+            msg += f"; the step rebinds `{holder}` here, read at {ctx.rel(file)}:{line}"
+            fix = f"Keep `{holder}` one static buffer and copy_ the chosen tensor into it instead of rebinding."
+        out.append(ctx.finding("stale-input-pointer", rebind or r, r.op, len(items), msg, fix=fix))
     return out
+
+
+def _rebinding(ctx, holder: str | None):
+    """The step's own assignment of the module attribute that holds the input (`self.layer.A, self.layer.B =
+    self.pool[name]` in the step, then `x @ self.A` in the layer): where the fix belongs, not the read."""
+    for s in ctx.complete if holder else ():
+        for r in ctx.steps[s]:
+            if r.kind == "setattr" and r.stack and ".".join(filter(None, r.note.split("\x00"))) == holder:
+                return r
+    return None

@@ -69,3 +69,47 @@ def test_a_cache_grown_in_a_loop_and_cropped_is_one_origin(tmp_path):
     bad = blocking(path)
     shapes = bad[bad.category == "dynamic-shape"]
     assert marked_line(path, "# SITE") in set(shapes.line.astype(int)), table(bad)
+
+
+QUANTIZED = """
+import torch
+
+
+class Target:
+    def __init__(self):
+        torch.manual_seed({seed})
+        self.q = torch.zeros(2, {d}, dtype=torch.uint8)
+        self.res = torch.zeros(0, {d})
+        self.scale = torch.rand(1, {d}) + 0.5
+        self.x = torch.zeros(1, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.rand(1, {d}) * 4)
+
+    def dequantize(self):
+        return self.q.to(torch.float32) * self.scale  # DEQUANT
+
+    @torch.no_grad()
+    def step(self):
+        self.res = torch.cat([self.res, self.x], dim=0)  # SITE
+        full = torch.cat([self.dequantize(), self.res], dim=0)
+        if self.res.shape[0] >= {residual}:  # the residual flushed into the quantized part
+            self.q = (full / self.scale).round().clamp(0, 255).to(torch.uint8)
+            self.res = self.res[:0]
+        return full.sum(0)
+
+
+def make(device):
+    return Target()
+"""
+
+
+def test_a_quantized_cache_grows_at_its_cat_not_at_its_dequantize(tmp_path):
+    """A KIVI-style cache: a residual grown by a `cat` each step, flushed every few steps into the quantized part
+    (the dequantized part and the residual, quantized back). The dequantize reads what an earlier step made from
+    its own output, but gives out its input's shape unchanged: the `cat` is the origin."""
+    path, site = write_target(tmp_path / "quant_cache.py", QUANTIZED, seed=random.randrange(2**31),
+                              d=random.choice([4, 8]), residual=random.choice([2, 3]))
+    bad = blocking(path)
+    shapes = bad[bad.category == "dynamic-shape"]
+    assert site in set(shapes.line) and marked_line(path, "# DEQUANT") not in set(shapes.line), table(bad)

@@ -73,7 +73,14 @@ def carried_from_earlier_step(ctx, recs, varying, made_by: dict, gid: int, memo:
             if made is None and r.step == first:
                 continue
             if made is None or made not in made_by or made[0] >= r.step or \
-                    gid in _shape_sources(ctx, made, made_by, memo):
+                    (gid in _shape_sources(ctx, made, made_by, memo) and not _passes_on(r, j)):
                 return False
             checked = True
     return checked
+
+
+def _passes_on(r, j: int) -> bool:
+    """The call gives out its varying input's shape unchanged (a dequantize `q.to(dtype) * scale + mn`): in a cycle
+    through the steps (a quantized cache dequantized, grown by a `cat`, quantized back) it carries the growth the
+    `cat` makes, and the `cat`, which changes the shape, stays the origin."""
+    return bool(r.outputs) and all(tuple(o.shape) == tuple(r.inputs[j].shape) for o in r.outputs)

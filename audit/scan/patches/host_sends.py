@@ -12,7 +12,8 @@ Memory a torch factory makes naming no device (`nn.Linear(d, d)` built with no `
 torch.device(...)`) is host memory on a GPU too, until a `.to(<the step's device>)` or `.cuda()` moves it (a
 module's `.to(device)` moves each tensor so): a model built on the host and offloaded as it is (accelerate's
 `attach_align_device_hook(model, offload=True, weights_map=model.state_dict())`) keeps that memory in its hooks.
-Noted by storage, held weakly, with the line that made it (`born`).
+So is what ops compute from that memory alone while the target is built (`torch.rand(n, d) * 2 - 1`, a dataset's
+table). Noted by storage, held weakly, with the line that made it (`born`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class Sends(TorchFunctionMode):
                 and isinstance(out, torch.Tensor):  # pinned staging is the legal form
             _note_born(out)
             return out
+        if func not in _MOVES and isinstance(out, torch.Tensor) and _all_born(args) and \
+                out.layout == torch.strided and out.untyped_storage()._cdata not in _BORN:
+            _note_born(out)  # `torch.rand(n, d) * 2 - 1`: computed from host memory alone, on the host
+            return out
         if func is torch.Tensor.cuda and args and isinstance(args[0], torch.Tensor) and args[0].layout == torch.strided:
             _BORN.pop(args[0].untyped_storage()._cdata, None)
         if not _to_cpu(func, args, out):
@@ -77,6 +82,16 @@ class Sends(TorchFunctionMode):
         s = out.untyped_storage()
         _SENT[s._cdata] = (s, f"{at[0]}:{at[1]}")
         return out
+
+
+_MOVES = (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.pin_memory)
+
+
+def _all_born(args) -> bool:
+    """Tensor arguments (also inside a list or tuple argument: `torch.stack(rows)`), all of them in memory a factory
+    naming no device made (noted as born), and at least one."""
+    ts = [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)]
+    return bool(ts) and all(t.layout == torch.strided and born(t.untyped_storage()._cdata) for t in ts)
 
 
 def _note_born(t: torch.Tensor) -> None:

@@ -9,6 +9,13 @@ as the step's, `audit/scan/patches/threads.py`) and in which the step ran no op 
 the step takes from such a thread (`self.q.get()`) changes state in the step's own call, and stays one.
 The threads are read when the rules run, right after the steps, while such a loop is still running.
 
+State held under attributes the step's code never names is not the step's either, while another thread runs: a
+torchdata pipeline (`Prefetcher`, a threaded `ParallelMapper`) kept as `self.it` and advanced only in prepare()
+keeps filling its queues and snapshot store from its own threads during the step; the methods that write them
+(`pop_version`, `get_initial_snapshot`) are also called by prepare()'s `next()`, so not every candidate statement
+is the thread's. When no name on the changed object's path from the target (`it`, `root`, `_snapshot_store`) is
+among those the step's code reaches by name, the step had no way to it.
+
 Such a loop is seldom inside the function that changes the counter at the moment it is read: tensorboardX's
 event logger thread waits in `queue.get` most of the time, and bumps `_num_outstanding_events` in
 `_write_serialized_event`, which its `run` reaches through `write_event`. So a function counts as the other
@@ -64,6 +71,17 @@ def thread_work_only(ctx, step: int, sites: list, ran: set) -> bool:
     theirs, ours = reached_elsewhere(files), between_steps.step_names(ctx, step, files)
     return all(fn in theirs and fn not in ours and (f, fn) not in ran and not fn.startswith("__")
                for f, _, fn in sites)
+
+
+def unnamed_holder(ctx, step: int, change, sites: list) -> bool:
+    """Whether another live thread (one the step did not start) runs and no name on the path from the target to the
+    changed attribute is among the names the step's code reaches (followed through its files, the sites' and the
+    target's own)."""
+    if change.owner.startswith("<") or not _codes_elsewhere():
+        return False
+    path = [p for p in f"{change.owner}.{change.attr}".replace("[", ".").split(".") if p and not p[0].isdigit()]
+    files = {f for f, _, _ in sites} | set(ctx.own_files())
+    return bool(path) and not set(path) & between_steps.step_names(ctx, step, files)
 
 
 def other_threads_only(sites: list, ran: set) -> bool:

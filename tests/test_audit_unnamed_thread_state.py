@@ -82,3 +82,31 @@ def test_a_step_that_takes_from_the_feeder_is_a_side_effect(tmp_path):
     path, _ = _target(tmp_path, "row = self.{feeder}.take()", "pass")
     bad = blocking(path)
     assert len(bad[bad.category == "cpu-side-effect"]), table(bad)
+
+
+HOOKED = TARGET.replace('''        self.{feeder} = Feeder({d})
+''', '''        self.{feeder} = Feeder({d})
+        self.tally = Tally()
+        self.lin = torch.nn.Linear({d}, {d}).to(device)
+        self.lin.register_forward_hook(self.tally.{hook})
+''').replace('''class Target:''', '''class Tally:
+    def __init__(self):
+        self.seen = 0
+
+    def {hook}(self, module, args, out):
+        self.seen += 1  # HOOKSITE
+
+
+class Target:''')
+
+
+def test_a_hook_torch_runs_still_changes_state_the_step_never_names(tmp_path):
+    """A forward hook is called by torch, not by a name the step's code uses: while the feeder's thread runs,
+    the counter the hook bumps under `self.tally` is still the step's."""
+    hook = random.choice(["count", "on_forward", "note"])
+    path, _ = write_target(tmp_path / f"hooked_{random.randrange(10**9)}.py", HOOKED, feeder="feeder", hook=hook,
+                           take="self.x.copy_(self.lin(self.x))", prepare="pass", q="q", depth=2,
+                           seed=random.randrange(2**31), d=random.choice([4, 8]))
+    bad = blocking(path)
+    line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "# HOOKSITE" in t)
+    assert len(bad[(bad.category == "cpu-side-effect") & (bad.line == line)]), table(bad)

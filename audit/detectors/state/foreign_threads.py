@@ -30,6 +30,7 @@ import threading
 
 from audit.detectors.state import between_steps
 from audit.detectors.source.name_reach import reached_from
+from audit.scan.patches import module_hooks
 
 
 def _started_in_step(t: threading.Thread) -> bool:
@@ -76,12 +77,20 @@ def thread_work_only(ctx, step: int, sites: list, ran: set) -> bool:
 def unnamed_holder(ctx, step: int, change, sites: list) -> bool:
     """Whether another live thread (one the step did not start) runs and no name on the path from the target to the
     changed attribute is among the names the step's code reaches (followed through its files, the sites' and the
-    target's own)."""
+    target's own), the module hooks torch ran included."""
     if change.owner.startswith("<") or not _codes_elsewhere():
         return False
     path = [p for p in f"{change.owner}.{change.attr}".replace("[", ".").split(".") if p and not p[0].isdigit()]
     files = {f for f, _, _ in sites} | set(ctx.own_files())
-    return bool(path) and not set(path) & between_steps.step_names(ctx, step, files)
+    ours = between_steps.step_names(ctx, step, files) | reached_from(_hooks_run(ctx, step), files)
+    return bool(path) and not set(path) & ours
+
+
+def _hooks_run(ctx, step: int) -> set:
+    """The code of the module hooks torch ran in the step: called by torch, not by name, and often running no op."""
+    calls = ctx.trace.hook_calls[step] if step < len(ctx.trace.hook_calls) else ()
+    return {code for hooks, _, _ in calls for fn in map(module_hooks.function_of, hooks)
+            if (code := getattr(fn, "__code__", None)) is not None}
 
 
 def other_threads_only(sites: list, ran: set) -> bool:

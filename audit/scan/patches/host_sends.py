@@ -64,8 +64,7 @@ class Sends(TorchFunctionMode):
                 and isinstance(out, torch.Tensor):  # pinned staging is the legal form
             _note_born(out)
             return out
-        if func not in _MOVES and isinstance(out, torch.Tensor) and _all_born(args) and \
-                out.layout == torch.strided and out.untyped_storage()._cdata not in _BORN:
+        if func not in _MOVES and isinstance(out, torch.Tensor) and _all_born(args) and _storage(out) not in _BORN:
             _note_born(out)  # `torch.rand(n, d) * 2 - 1`: computed from host memory alone, on the host
             return out
         if func is torch.Tensor.cuda and args and isinstance(args[0], torch.Tensor) and args[0].layout == torch.strided:
@@ -90,13 +89,22 @@ _MOVES = (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.pin
 def _all_born(args) -> bool:
     """Tensor arguments (also inside a list or tuple argument: `torch.stack(rows)`), all of them in memory a factory
     naming no device made (noted as born), and at least one."""
-    ts = [t for a in args for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)]
-    return bool(ts) and all(t.layout == torch.strided and born(t.untyped_storage()._cdata) for t in ts)
+    sids = [_storage(t) for a in args for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)]
+    return bool(sids) and all(sid is not None and born(sid) for sid in sids)
+
+
+def _storage(t: torch.Tensor) -> int | None:
+    """The storage id of a plain strided tensor; None for one without a storage of its own (sparse, a vmap
+    `BatchedTensor` while `create_block_mask` builds a mask in make(), a wrapper subclass)."""
+    try:
+        return t.untyped_storage()._cdata if t.layout == torch.strided else None
+    except (NotImplementedError, RuntimeError, TypeError):
+        return None
 
 
 def _note_born(t: torch.Tensor) -> None:
     at = _asking_line()
-    if at is not None and t.layout == torch.strided:  # sparse and other layouts have no one storage
+    if at is not None and _storage(t) is not None:  # sparse and other layouts have no one storage
         s = t.untyped_storage()
         _BORN[s._cdata] = (weakref.ref(s), f"{at[0]}:{at[1]}")
 

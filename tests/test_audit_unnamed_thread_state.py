@@ -110,3 +110,65 @@ def test_a_hook_torch_runs_still_changes_state_the_step_never_names(tmp_path):
     bad = blocking(path)
     line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "# HOOKSITE" in t)
     assert len(bad[(bad.category == "cpu-side-effect") & (bad.line == line)]), table(bad)
+
+
+BYSTANDER = """
+import threading
+import time
+
+import torch
+
+
+def _idle(stop):
+    while not stop.is_set():
+        time.sleep(0.001)
+
+
+class Tally:
+    def __init__(self):
+        self.seen = 0
+
+    def {hook}(self, h):
+        self.seen += 1  # HOOKSITE
+        return h
+
+
+class Layer:
+    def __init__(self, post):
+        self.post = post
+
+    def __call__(self, h):
+        return self.post(torch.tanh(h))
+
+
+class Target:
+    def __init__(self, device):
+        self.stop = threading.Event()
+        threading.Thread(target=_idle, args=(self.stop,), daemon=True).start()
+        self.tally = Tally()
+        self.layer = Layer(self.tally.{hook})
+        self.x = torch.randn(1, {d}, device=device)
+        self.out = torch.zeros(1, {d}, device=device)
+
+    def prepare(self, i):
+        pass
+
+    @torch.no_grad()
+    def step(self):
+        self.out.copy_(self.layer(self.x))
+        return self.out
+
+
+def make(device):
+    return Target(device)
+"""
+
+
+def test_a_thread_that_holds_nothing_of_the_target_excuses_nothing(tmp_path):
+    """A bystander thread (a test runner's, a progress bar's) holds none of the target: a counter the step bumps
+    through a callable a helper object keeps under another name is still the step's."""
+    path, _ = write_target(tmp_path / f"bystander_{random.randrange(10**9)}.py", BYSTANDER, marker="# HOOKSITE",
+                           hook=random.choice(["on_h", "count", "note"]), d=random.choice([4, 8]))
+    bad = blocking(path)
+    line = next(n for n, t in enumerate(path.read_text().splitlines(), 1) if "# HOOKSITE" in t)
+    assert len(bad[(bad.category == "cpu-side-effect") & (bad.line == line)]), table(bad)

@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import sys
 import threading
+import types
+from collections import deque
 
 from audit.detectors.state import between_steps
 from audit.detectors.source.name_reach import reached_from
 from audit.scan.patches import module_hooks
+from audit.scan.snapshot.own_dict import own_dict
 
 
 def _started_in_step(t: threading.Thread) -> bool:
@@ -75,15 +78,43 @@ def thread_work_only(ctx, step: int, sites: list, ran: set) -> bool:
 
 
 def unnamed_holder(ctx, step: int, change, sites: list) -> bool:
-    """Whether another live thread (one the step did not start) runs and no name on the path from the target to the
-    changed attribute is among the names the step's code reaches (followed through its files, the sites' and the
-    target's own), the module hooks torch ran included."""
-    if change.owner.startswith("<") or not _codes_elsewhere():
+    """Whether another live thread (one the step did not start) holds the changed object (from the locals of its
+    frames) and no name on the path from the target to the changed attribute is among the names the step's code
+    reaches (followed through its files, the sites' and the target's own), the module hooks torch ran included."""
+    from audit.detectors.state.sites import object_at
+
+    if change.owner.startswith("<") or not _held_elsewhere(object_at(ctx, change.owner)):
         return False
     path = [p for p in f"{change.owner}.{change.attr}".replace("[", ".").split(".") if p and not p[0].isdigit()]
     files = {f for f, _, _ in sites} | set(ctx.own_files())
     ours = between_steps.step_names(ctx, step, files) | reached_from(_hooks_run(ctx, step), files)
     return bool(path) and not set(path) & ours
+
+
+def _held_elsewhere(obj, depth: int = 6, limit: int = 20000) -> bool:
+    """Whether `obj` is reachable from the locals of another live thread's frames (one the step did not start), through
+    attributes and containers, `depth` hops at most: a prefetch thread running `_populate_queue(source, q,
+    snapshot_store)` holds the store it fills; a test runner's or a progress bar's thread holds none of the target."""
+    if obj is None:
+        return False
+    me, threads = threading.get_ident(), {t.ident: t for t in threading.enumerate()}
+    todo, seen = deque(), set()
+    for tid, frame in sys._current_frames().items():
+        t = threads.get(tid)
+        while frame is not None and tid != me and t is not None and not _started_in_step(t):
+            todo.extend((v, 0) for v in list(frame.f_locals.values()))
+            frame = frame.f_back
+    while todo and len(seen) < limit:
+        v, d = todo.popleft()  # breadth first: the nearest holders before a large structure's depths
+        if v is obj:
+            return True
+        if id(v) in seen or d >= depth or isinstance(v, (str, bytes, int, float, type, types.ModuleType)):
+            continue
+        seen.add(id(v))
+        kids = list(v.values()) if isinstance(v, dict) else list(v) if isinstance(v, (list, tuple, deque)) \
+            else list(d_.values()) if isinstance(d_ := own_dict(v), dict) else []
+        todo.extend((k, d + 1) for k in kids[:256])
+    return False
 
 
 def _hooks_run(ctx, step: int) -> set:

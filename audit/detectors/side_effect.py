@@ -267,7 +267,8 @@ def python_state_changes(ctx):
             continue
         sites, note = _source_sites(ctx, c, s)
         if foreign_threads.other_threads_only(sites, library_callers.executed(ctx, s)) or \
-                foreign_threads.thread_work_only(ctx, s, sites, library_callers.executed(ctx, s)):  # a thread's own
+                foreign_threads.thread_work_only(ctx, s, sites, library_callers.executed(ctx, s)) or \
+                foreign_threads.unnamed_holder(ctx, s, c, sites):  # a thread's own
             continue
         if c.tensor_members_only and not shifted_members(c):  # a container slot rebound to a tensor made on
             # that same line: step-allocation reports it. A window whose older members moved (a full deque

@@ -20,6 +20,7 @@ the block's first op.
 from __future__ import annotations
 
 from audit.detectors import register
+from audit.detectors.source import lookup
 from audit.scan.patches.stream_hooks import KIND, parse
 
 
@@ -96,6 +97,13 @@ class _Step:
         self.hits.setdefault((kind, id(block)), (kind, block, first or block, why))
 
 
+def _sent(r) -> bool:
+    """`x.to(self.device, non_blocking=True)` on a CPU scan: a no-op here (no aten op), a copy kernel on the current
+    stream on a GPU (an apex-style prefetcher's upload inside `with torch.cuda.stream(s):`)."""
+    return r.kind == "host" and r.note == "cpu?" and not r.nested and bool(r.inputs) and bool(r.stack) \
+        and not lookup.names_cpu(r.stack[-1][0].co_filename, r.stack[-1][1])
+
+
 def _replay(recs: list) -> list:
     start = next((r for r in recs if r.kind == KIND and r.op == "stream.start"), None)
     if start is None:  # no stream information (a CPU scan on a machine that has CUDA)
@@ -106,6 +114,9 @@ def _replay(recs: list) -> list:
             st.stream_event(r)
         elif r.kind == "aten" and not r.nested:
             st.op(r)
+        elif _sent(r):
+            st.op(r)
+            st.writer[r.inputs[0].tid] = (st.cur, r.index, st.block.get(st.cur) or r)  # its device copy
     st.end()
     return list(st.hits.values())
 

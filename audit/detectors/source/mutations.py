@@ -174,7 +174,8 @@ def _stores(node) -> list[ast.Attribute]:
 def method_calls(filename: str, holder: str, global_name: bool = False) -> list[tuple[int, str, str]]:
     """(line, function, method) of method calls on the object held in `<x>.holder` (or global `holder`),
     directly, through a subscript or a local alias: `self.out.put_nowait(t)`, `q = self.out; q.put(t)`;
-    and of stores to its attributes (`self.done.value += 1` on a multiprocessing.Value).
+    and of stores to its attributes (`self.done.value += 1` on a multiprocessing.Value); `next(self.it)` as a
+    call of `__next__`.
 
     How user code changes an object whose class is not its own (a queue.Queue): the statements that
     mutate it are in the stdlib, which never hosts a finding; the call into it is the user's line."""
@@ -193,6 +194,11 @@ def method_calls(filename: str, holder: str, global_name: bool = False) -> list[
                 if (_rooted(t.value, holder, global_name) and _same_object(t.value)) or \
                         (isinstance(t.value, ast.Name) and t.value.id in aliases):
                     out.append((node.lineno, getattr(func, "name", "<lambda>"), t.attr))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next" and node.args:
+                v = node.args[0]  # `next(self.it)` calls the iterator's `__next__` (a DataLoader's iterator)
+                if (_rooted(v, holder, global_name) and _same_object(v)) or (isinstance(v, ast.Name) and v.id in aliases):
+                    out.append((node.lineno, getattr(func, "name", "<lambda>"), "__next__"))
+                continue
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)) or node.func.attr in READERS:
                 continue
             v = node.func.value

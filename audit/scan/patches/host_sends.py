@@ -12,7 +12,8 @@ Memory a torch factory makes naming no device (`nn.Linear(d, d)` built with no `
 torch.device(...)`) is host memory on a GPU too, until a `.to(<the step's device>)` or `.cuda()` moves it (a
 module's `.to(device)` moves each tensor so): a model built on the host and offloaded as it is (accelerate's
 `attach_align_device_hook(model, offload=True, weights_map=model.state_dict())`) keeps that memory in its hooks.
-Noted by storage, held weakly, with the line that made it (`born`).
+So is what ops compute from that memory alone while the target is built (`torch.rand(n, d) * 2 - 1`, a dataset's
+table). Noted by storage, held weakly, with the line that made it (`born`).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class Sends(TorchFunctionMode):
                 and isinstance(out, torch.Tensor):  # pinned staging is the legal form
             _note_born(out)
             return out
+        if func not in _MOVES and isinstance(out, torch.Tensor) and _all_born(args) and _storage(out) not in _BORN:
+            _note_born(out)  # `torch.rand(n, d) * 2 - 1`: computed from host memory alone, on the host
+            return out
         if func is torch.Tensor.cuda and args and isinstance(args[0], torch.Tensor) and args[0].layout == torch.strided:
             _BORN.pop(args[0].untyped_storage()._cdata, None)
         if not _to_cpu(func, args, out):
@@ -79,9 +83,28 @@ class Sends(TorchFunctionMode):
         return out
 
 
+_MOVES = (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.pin_memory)
+
+
+def _all_born(args) -> bool:
+    """Tensor arguments (also inside a list or tuple argument: `torch.stack(rows)`), all of them in memory a factory
+    naming no device made (noted as born), and at least one."""
+    sids = [_storage(t) for a in args for t in (a if isinstance(a, (list, tuple)) else (a,)) if isinstance(t, torch.Tensor)]
+    return bool(sids) and all(sid is not None and born(sid) for sid in sids)
+
+
+def _storage(t: torch.Tensor) -> int | None:
+    """The storage id of a plain strided tensor; None for one without a storage of its own (sparse, a vmap
+    `BatchedTensor` while `create_block_mask` builds a mask in make(), a wrapper subclass)."""
+    try:
+        return t.untyped_storage()._cdata if t.layout == torch.strided else None
+    except (NotImplementedError, RuntimeError, TypeError):
+        return None
+
+
 def _note_born(t: torch.Tensor) -> None:
     at = _asking_line()
-    if at is not None and t.layout == torch.strided:  # sparse and other layouts have no one storage
+    if at is not None and _storage(t) is not None:  # sparse and other layouts have no one storage
         s = t.untyped_storage()
         _BORN[s._cdata] = (weakref.ref(s), f"{at[0]}:{at[1]}")
 

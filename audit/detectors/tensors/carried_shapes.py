@@ -65,13 +65,15 @@ def carried_from_earlier_step(ctx, recs, varying, made_by: dict, gid: int, memo:
     step was made in an earlier audited step by a shape-varying call whose shape does not follow this call, in
     every step but the first."""
     born, first, checked = ctx.trace.born, min(r.step for r in recs), False
+    prev: dict = {}
     for r in recs:
         for j in varying:
             if j >= len(r.in_step) or r.in_step[j]:
                 continue
-            made = born.get(r.inputs[j].sid)
-            if made is None and r.step == first:
-                continue
+            made, shape = born.get(r.inputs[j].sid), tuple(r.inputs[j].shape)
+            kept, prev[j] = prev.get(j) == shape, shape
+            if made is None and (r.step == first or kept):
+                continue  # (made before the audited steps, and of the shape the step before read: nothing varied)
             if made is None or made not in made_by or made[0] >= r.step or \
                     (gid in _shape_sources(ctx, made, made_by, memo) and not _passes_on(r, j)):
                 return False

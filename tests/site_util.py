@@ -306,3 +306,19 @@ def one_read(path: Path, site: int, baked: bool):
     assert len(at(bad, "baked-host-value", site)) == (1 if baked else 0), table(bad)
     return bad
 
+
+
+FED_STEP = """
+    def prepare(self, i):
+        {prepare}
+
+    @torch.no_grad()
+    def step(self):
+        {take}  # SITE
+        self.out.copy_(self.x @ self.w)
+        return self.out
+
+
+def make(device):
+    return Target(device)
+"""  # the tail of a target fed by a loader: prepare() runs {prepare}, the step {take}s its input on the SITE line

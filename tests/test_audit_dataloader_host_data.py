@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from site_util import at, blocking, table, write_target
+from site_util import FED_STEP, at, blocking, table, write_target
 
 TARGET = """
 import torch
@@ -35,20 +35,7 @@ class Target:
         self.it = iter(DataLoader({dataset}(data), batch_size={b}))
         self.x = torch.zeros({b}, {d}, device=device)
         self.out = torch.zeros({b}, {d}, device=device)
-
-    def prepare(self, i):
-        {prepare}
-
-    @torch.no_grad()
-    def step(self):
-        {take}  # SITE
-        self.out.copy_(self.x @ self.w)
-        return self.out
-
-
-def make(device):
-    return Target(device)
-"""
+""" + FED_STEP
 
 HOST = ["torch.randn({n}, {d}, generator=g)", "torch.rand({n}, {d}, generator=g) * 2 - 1"]
 TAKES = ["self.x.copy_(next(self.it)[0].to(self.device, non_blocking=True))",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from site_util import at, blocking, table, write_target
+from site_util import FED_STEP, at, blocking, table, write_target
 
 TARGET = """
 import torch
@@ -32,20 +32,7 @@ class Target:
         self.feed = Feeder(DataLoader(TensorDataset(data), batch_size={b}))
         self.x = torch.zeros({b}, {d}, device=device)
         self.out = torch.zeros({b}, {d}, device=device)
-
-    def prepare(self, i):
-        {prepare}
-
-    @torch.no_grad()
-    def step(self):
-        {take}  # SITE
-        self.out.copy_(self.x @ self.w)
-        return self.out
-
-
-def make(device):
-    return Target(device)
-"""
+""" + FED_STEP
 
 IN_STEP = ["(x,) = next(self.it); self.x.copy_(x)", "self.x.copy_(next(self.it)[0])",
            "self.x.copy_(self.feed.pull()[0])"]

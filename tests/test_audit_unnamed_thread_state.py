@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from site_util import blocking, table, write_target
+from site_util import FED_STEP, blocking, table, write_target
 
 TARGET = """
 import queue
@@ -47,20 +47,7 @@ class Target:
         self.{feeder} = Feeder({d})
         self.x = torch.zeros(1, {d}, device=device)
         self.out = torch.zeros(1, {d}, device=device)
-
-    def prepare(self, i):
-        {prepare}
-
-    @torch.no_grad()
-    def step(self):
-        {take}  # SITE
-        self.out.copy_(self.x @ self.w)
-        return self.out
-
-
-def make(device):
-    return Target(device)
-"""
+""" + FED_STEP
 
 
 def _target(tmp_path, take: str, prepare: str):

@@ -18,7 +18,7 @@ import torch
 from audit import detectors
 from audit.errors import AuditError, TargetFailed
 from audit.report.inventory import SEVERITIES, Inventory
-from audit.target import describe_error, resolve
+from audit.target import describe_error, loaded_by_path, resolve
 from audit.scan.patches import hooks, host_sends
 from audit.scan.sources import compiled_frames
 from audit.scan.standins import cpu_cuda, pinned
@@ -66,16 +66,17 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     options.setdefault("max_new_tokens", warmup + steps + 1)  # what an hf: StaticCache must hold
     pinned.forget()  # the pinned storages an earlier scan's target asked for
     host_sends.forget()  # and the host copies it made
-    res = _build(target, device, path, tp, options)
-    obj, total = res.obj, warmup + steps
-    tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
-    with _no_cyclic_gc():
-        try:
-            with compiled_frames.unfused_scripts():  # the scan runs scripts op by op
-                failure = _run_steps(obj, tracer, res.label, warmup, total, progress)
-        finally:
-            tracer.close()  # the detectors below only read the trace
-        findings = detectors.run(tracer.trace, obj, cuda=tracer.cuda)
+    with loaded_by_path():
+        res = _build(target, device, path, tp, options)
+        obj, total = res.obj, warmup + steps
+        tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
+        with _no_cyclic_gc():
+            try:
+                with compiled_frames.unfused_scripts():  # the scan runs scripts op by op
+                    failure = _run_steps(obj, tracer, res.label, warmup, total, progress)
+            finally:
+                tracer.close()  # the detectors below only read the trace
+            findings = detectors.run(tracer.trace, obj, cuda=tracer.cuda)
     tr = tracer.trace
     meta = {
         "target": res.label, "path": path, "device": device, "warmup": warmup, "steps": steps,

@@ -24,6 +24,7 @@ import inspect
 
 from audit.detectors.source.lookup import enclosing_function
 from audit.detectors.state import handoff
+from audit.scan.sources.ast_nodes import nodes_of
 
 DEPTH = 3  # helpers of helpers read for a device test
 _CUDA, _CPU = "cuda", "cpu"
@@ -183,8 +184,8 @@ def _set_from_outside(file: str, attr: str) -> list:
     from audit.detectors.source.lookup import tree
 
     t = tree(file)
-    return [(node.value, node.lineno) for node in (ast.walk(t) if t is not None else ())
-            if isinstance(node, ast.Assign) and any(isinstance(x, ast.Attribute) and x.attr == attr and not (
+    return [(node.value, node.lineno) for node in (nodes_of(t, ast.Assign) if t is not None else ())
+            if any(isinstance(x, ast.Attribute) and x.attr == attr and not (
                 isinstance(x.value, ast.Name) and x.value.id in ("self", "cls")) for x in node.targets)]
 
 

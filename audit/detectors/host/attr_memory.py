@@ -14,7 +14,7 @@ import ast
 from audit.detectors.source.mutations import _field_factory, _host_computed, _host_factory
 from audit.detectors.host.names import bound_values
 from audit.detectors.source.lookup import tree
-from audit.scan.sources.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import nodes_of
 
 
 def host_memory(filename: str, call, _depth: int = 0) -> str | None:
@@ -43,8 +43,8 @@ def host_factory_attr(filename: str, attr: str, lines: tuple[int, int] | None = 
     assigned that way, or also assigned something else: moved to a device, computed)."""
     t = tree(filename)
     kinds = set()
-    for node in all_nodes(t) if t is not None else ():
-        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or (lines and not lines[0] <= node.lineno <= lines[1]):
+    for node in nodes_of(t, (ast.Assign, ast.AnnAssign)) if t is not None else ():
+        if (lines and not lines[0] <= node.lineno <= lines[1]):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if node.value is None:
@@ -68,8 +68,8 @@ def host_factory_item(filename: str, attr: str, key: str, lines: tuple[int, int]
     else None (never given one, or also given a value that is not a host factory)."""
     t = tree(filename)
     kinds = set()
-    for node in all_nodes(t) if t is not None else ():
-        if not isinstance(node, ast.Assign) or (lines and not lines[0] <= node.lineno <= lines[1]):
+    for node in nodes_of(t, ast.Assign) if t is not None else ():
+        if (lines and not lines[0] <= node.lineno <= lines[1]):
             continue
         for x in node.targets:
             if isinstance(x, ast.Attribute) and x.attr == attr:

@@ -74,8 +74,9 @@ def dict_host_entries(ctx):
                 continue
             for key, t in list(d.items()):
                 if isinstance(key, str) and isinstance(t, torch.Tensor) and t.device.type == "cpu" and any(
-                        attr_memory.host_factory_item(f, name, key, span) == "pageable"
-                        and _places.sends_to_device(f, span) for f, span in class_spans(type(obj))):
+                        _places.sends_to_device(f, span)
+                        and attr_memory.host_factory_item(f, name, key, span) == "pageable"
+                        for f, span in class_spans(type(obj))):
                     yield state.storage_id(t), f"{path}.{name}[{key!r}]" if path else f"{name}[{key!r}]", t
 
 

@@ -15,7 +15,7 @@ import torch
 
 from audit.detectors.source import scopes
 from audit.detectors.source.lookup import tree
-from audit.scan.sources.ast_nodes import all_nodes
+from audit.scan.sources.ast_nodes import all_nodes, nodes_of
 
 
 @functools.lru_cache(maxsize=512)
@@ -23,8 +23,8 @@ def sends_to_device(filename: str, lines: tuple[int, int] | None = None) -> bool
     """A call in the span (or the file) that names a device other than the CPU: a `device=` keyword,
     `.to(<device>)` or `.cuda()`; a keyword or argument that names the CPU does not count."""
     t = tree(filename)
-    for node in all_nodes(t) if t is not None else ():
-        if not isinstance(node, ast.Call) or (lines and not lines[0] <= node.lineno <= lines[1]):
+    for node in nodes_of(t, ast.Call) if t is not None else ():
+        if (lines and not lines[0] <= node.lineno <= lines[1]):
             continue
         if isinstance(node.func, ast.Attribute) and node.func.attr == "cuda":
             return True

@@ -96,7 +96,7 @@ def _self_name(func) -> str | None:
 
 def _classes(tree: ast.Module, cls: ast.ClassDef) -> list[ast.ClassDef]:
     """`cls` and its bases defined in the same module (by name), nearest first."""
-    by_name = {n.name: n for n in all_nodes(tree) if isinstance(n, ast.ClassDef)}
+    by_name = {n.name: n for n in nodes_of(tree, ast.ClassDef)}
     out, todo = [], [cls]
     while todo:
         c = todo.pop(0)

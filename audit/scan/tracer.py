@@ -236,15 +236,16 @@ class Tracer:
         finally:
             self.host_depth -= 1
 
-    def record_event(self, kind: str, op: str, tensor=None, note: str = "", depth: int | None = 2) -> None:
-        """A host read, a CUDA synchronization or a module setattr, at the caller's user frame (none: depth None)."""
+    def record_event(self, kind: str, op: str, tensor=None, note: str = "", depth: int | None = 2, stack=None) -> None:
+        """A host read, a CUDA synchronization or a module setattr, at the caller's user frame (none: depth None;
+        `stack` given: there)."""
         if self._step < 0:
             return
         mod = self._modstack.top()
         inputs = (self._meta(tensor),) if isinstance(tensor, torch.Tensor) else ()
         self._records.append(OpRecord(
             self._step, len(self._records), kind, op, (), inputs, (), (False,) * len(inputs), (),
-            mod, self.stack(sys._getframe(depth)) if depth is not None else (), note=note))
+            mod, stack if stack is not None else self.stack(sys._getframe(depth)) if depth is not None else (), note=note))
 
     def _pre_hook(self, mod, args):
         self._modstack.push(self._names.get(id(mod)) or type(mod).__name__)
@@ -283,7 +284,8 @@ class Tracer:
                         hooks.install_gpu_trace()
                 if not self.cuda:
                     stack.enter_context(cpu_cuda.cpu_only_checks(self))
-                stack.enter_context(compiled_frames.script_calls(lambda f: (self.stack(f) or ((None, 0),))[-1][0]))
+                stack.enter_context(compiled_frames.script_calls(lambda f: (self.stack(f) or ((None, 0),))[-1][0], lambda f, site, t:
+                                    self.record_event("host", "Tensor.tolist", t, stack=self.stack(f) + (self._known(site),))))
                 stack.enter_context(_Mode(self))
                 stack.enter_context(threads.traced_threads(lambda: _Mode(self), self.stack))
                 yield

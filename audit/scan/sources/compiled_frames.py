@@ -10,7 +10,9 @@
   Python frame at all, so the ops inside it would land on the line that called it. While one runs
   (its `__call__` is wrapped during the audited steps), each op is matched to the graph node of the
   same aten name, at the same rank in this call, and the node's source range gives the line
-  (`n = int(live.sum())`).
+  (`n = int(live.sum())`). A node that reads tensor data on the host without dispatching an op
+  (`prim::tolist`: `slots.tolist()` in a script) is reported by the call's wrapper once the call returns, when
+  its block ran (the function's own, or one whose aten ops ran): the dispatch mode never sees it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 __all__ = ["fx_site", "script_calls", "script_site"]
+_HOST_PRIMS = frozenset({"prim::tolist"})  # a host read of tensor data that dispatches no op
 
 _FX = re.compile(r"^<eval_with_key>\.\d+ from (.+):(\d+) in (\w+)$")
 _RANGE = re.compile(r'File "(.+)", line (\d+)')
@@ -150,6 +153,80 @@ def _traced_at(src: str):
     return None
 
 
+def _script_reads(fn) -> tuple:
+    """((file, line, name), argument index or None, {aten kind: [its ranks]} of its block or None for the
+    function's own block) of each node in `_HOST_PRIMS`; ranks counted in `_script_nodes`' order."""
+    out, seen, params = [], {}, []
+
+    def walk(block, top):
+        mine, reads = {}, []
+        for n in block.nodes():
+            src = n.sourceRange() or ""
+            m = _RANGE.search(src)
+            at = (m.group(1), int(m.group(2)), None) if m else _traced_at(src)
+            if at and n.kind().startswith("aten::"):
+                kind = "aten::_local_scalar_dense" if n.kind() in _READS else n.kind()
+                mine.setdefault(kind, []).append(seen.get(kind, 0))
+                seen[kind] = seen.get(kind, 0) + 1
+            elif n.kind() in _HOST_PRIMS and (at := at or _unranged_at(n)):
+                v = n.inputsAt(0)
+                reads.append((at, next((i for i, p in enumerate(params) if p is v or p.debugName() == v.debugName()),
+                                       None)))
+            for b in n.blocks():
+                walk(b, False)
+        out.extend((at, i, None if top else mine) for at, i in reads)
+
+    with contextlib.suppress(Exception):
+        graph = fn.inlined_graph
+        params[:] = list(graph.inputs())[1 if isinstance(fn, torch._C.ScriptMethod) else 0:]  # a method's self
+        walk(graph.block(), True)
+    return tuple(out)
+
+
+def _unranged_at(node):
+    """(file, line, None) of a host-read node TorchScript gives no source range (`prim::tolist`): the last
+    `.tolist(` call, in the function holding its first use, at or above the line of that use."""
+    for use in node.outputsAt(0).uses():
+        if (m := _RANGE.search(use.user.sourceRange() or "")) is None:
+            continue
+        file, line = m.group(1), int(m.group(2))
+        return file, max(_calls_above(file, line, node.kind().partition("::")[2]), default=line), None
+    return None
+
+
+@functools.lru_cache(maxsize=128)
+def _calls_above(file: str, line: int, name: str) -> tuple:
+    """Lines of the calls of method `name` in the innermost function of `file` around `line`, up to `line`."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ()
+    fns = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+           and f.lineno <= line <= (f.end_lineno or f.lineno)]
+    if not fns:
+        return ()
+    fn = max(fns, key=lambda f: f.lineno)
+    return tuple(c.lineno for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                 and c.func.attr == name and c.lineno <= line)
+
+
+def _ran_reads(entry, args: tuple) -> list:
+    """(site, tensor or None) of the host-read nodes of a finished call whose block ran."""
+    fn, ranks = entry[0], entry[2]
+    out = []
+    for (file, line, name), i, mine in _script_reads(fn):
+        if mine is None or any(k < ranks.get(kind, 0) for kind, ks in mine.items() for k in ks):
+            arg = args[i] if i is not None and i < len(args) else None
+            out.append((_site(fn, file, line, name), arg if isinstance(arg, torch.Tensor) else None))
+    return out
+
+
+def _site(fn, file: str, line: int, name):
+    """(code, line) standing for line `line` of the scripted source."""
+    orig = getattr(getattr(fn, "_torchdynamo_inline", None), "__code__", None)  # the Python function scripted
+    return (orig if orig is not None and orig.co_filename == file else _code(file, name or fn.name, line)), line
+
+
 class _Calls:
     """The script functions and methods running now, innermost last: [function, the code of the innermost
     visible frame that called it, ranks so far, its nodes (read on first use)]."""
@@ -162,20 +239,25 @@ CALLS = _Calls()
 
 
 @contextlib.contextmanager
-def script_calls(innermost):
+def script_calls(innermost, on_read=None):
     """Wraps `ScriptFunction.__call__` and `ScriptMethod.__call__` (a scripted module's forward, called
     through nn.Module's hidden frames) so the ops of a running script can be placed. innermost(frame): the
-    code of the innermost frame a finding may name, from `frame` outwards."""
+    code of the innermost frame a finding may name, from `frame` outwards. on_read(frame, site, tensor): a
+    host read the call ran below the dispatcher (`_HOST_PRIMS`), `frame` the one that called the script."""
     classes = (torch._C.ScriptFunction, torch._C.ScriptMethod)
     origs = [cls.__call__ for cls in classes]
 
     def wrap(orig):
         def call(self, *args, **kwargs):
-            CALLS.active.append([self, innermost(sys._getframe(1)), {}, None])
+            entry = [self, innermost(sys._getframe(1)), {}, None]
+            CALLS.active.append(entry)
             try:
-                return orig(self, *args, **kwargs)
+                out = orig(self, *args, **kwargs)
             finally:
                 CALLS.active.pop()
+            for site, t in (_ran_reads(entry, args) if on_read is not None else ()):
+                on_read(sys._getframe(1), site, t)
+            return out
         return call
 
     for cls, orig in zip(classes, origs):
@@ -206,8 +288,7 @@ def script_site(stack: tuple, op: str):
     rank = ranks.get(kind, 0)
     ranks[kind] = rank + 1
     file, line, name = nodes[min(rank, len(nodes) - 1)]  # name: a traced node's own function
-    orig = getattr(getattr(fn, "_torchdynamo_inline", None), "__code__", None)  # the Python function scripted
-    return (orig if orig is not None and orig.co_filename == file else _code(file, name or fn.name, line)), line
+    return _site(fn, file, line, name)
 
 
 @contextlib.contextmanager

@@ -247,6 +247,10 @@ class Tracer:
             self._step, len(self._records), kind, op, (), inputs, (), (False,) * len(inputs), (),
             mod, stack if stack is not None else self.stack(sys._getframe(depth)) if depth is not None else (), note=note))
 
+    def _script_read(self, frame, site, tensor) -> None:
+        """A `.tolist()` a script ran below the dispatcher (compiled_frames.script_calls), at its line."""
+        self.record_event("host", "Tensor.tolist", tensor, stack=self.stack(frame) + (self._known(site),))
+
     def _pre_hook(self, mod, args):
         self._modstack.push(self._names.get(id(mod)) or type(mod).__name__)
         if hs := module_hooks.hooks_of(mod, self):  # the hooks this call runs, and who called the module
@@ -284,8 +288,7 @@ class Tracer:
                         hooks.install_gpu_trace()
                 if not self.cuda:
                     stack.enter_context(cpu_cuda.cpu_only_checks(self))
-                stack.enter_context(compiled_frames.script_calls(lambda f: (self.stack(f) or ((None, 0),))[-1][0], lambda f, site, t:
-                                    self.record_event("host", "Tensor.tolist", t, stack=self.stack(f) + (self._known(site),))))
+                stack.enter_context(compiled_frames.script_calls(lambda f: (self.stack(f) or ((None, 0),))[-1][0], self._script_read))
                 stack.enter_context(_Mode(self))
                 stack.enter_context(threads.traced_threads(lambda: _Mode(self), self.stack))
                 yield

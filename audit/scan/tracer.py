@@ -123,7 +123,7 @@ class Tracer:
         self.trace.objects = state.reachable(self.target)
         self._names = state.module_names(self.trace.objects)
         self._paths = {id(o): p for p, o in self.trace.objects}
-        self._modules_state = state.user_modules(self.is_user)
+        self._modules_state = state.user_modules(self._roots)
 
     def path_of(self, obj) -> str:
         return self._paths.get(id(obj), type(obj).__name__)

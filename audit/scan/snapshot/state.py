@@ -217,13 +217,13 @@ def _cells(fn) -> list[tuple[str, object]]:
     return out
 
 
-def user_modules(is_user) -> list[tuple[str, types.ModuleType]]:
-    """Imported modules whose source counts as user code (their globals are state too)."""
-    out = []
-    for name, mod, f in loaded.with_files():
-        if os.path.isabs(f) and name.split(".")[0] not in _FOREIGN and is_user(f):
-            out.append((name, mod))
-    return out
+def user_modules(roots: tuple[str, ...]) -> list[tuple[str, types.ModuleType]]:
+    """Imported modules whose source counts as user code, with `roots` the target's own (their globals are state
+    too); asked again only when the loaded modules change."""
+    def build(_pairs):
+        return [(name, mod) for name, mod, f in loaded.with_files()
+                if os.path.isabs(f) and name.split(".")[0] not in _FOREIGN and user_code.is_user_file(f, roots)]
+    return list(loaded.until_changed(("state.user_modules", roots), build))
 
 
 def installed_modules(files: set) -> list[tuple[str, types.ModuleType]]:

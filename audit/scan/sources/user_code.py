@@ -208,9 +208,7 @@ def _package_path(f: str, skip: tuple[str, ...]) -> str | None:
     target file loaded under a private name is not found by any finder and keeps its full path)."""
     import sys
 
-    for name, _, file in loaded.with_files():
-        if real_path(file) != f:
-            continue
+    for name in _names_by_file().get(f, ()):
         top = name.partition(".")[0]
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
@@ -227,6 +225,16 @@ def _package_path(f: str, skip: tuple[str, ...]) -> str | None:
                 return os.path.relpath(f, root)
             break
     return None
+
+
+def _names_by_file() -> dict:
+    """Real path -> the names it is loaded under, in load order (rebuilt when the loaded modules change)."""
+    def build(_pairs):
+        out: dict = {}
+        for name, _, file in loaded.with_files():
+            out.setdefault(real_path(file), []).append(name)
+        return out
+    return loaded.until_changed("user_code.names_by_file", build)
 
 
 def is_import_root(folder: str) -> bool:

@@ -87,6 +87,8 @@ def _factory_indices(recs, skip: set) -> list:
 STAGED = ("{name} (pageable host memory: made by a torch factory that names no device or the CPU, or sent there with "
           "`.cpu()` / `.to(\"cpu\")`) is copied to the device in the step: on a GPU capture raises 'Cannot copy between "
           "CPU and CUDA tensors ...'")
+PINNED_STAGED = ("{name} is pinned in the step and copied to the device: on a GPU `.pin_memory()` makes a new pinned "
+                 "copy, captured with the rows of the captured step, so every replay uploads those stale rows")
 STAGED_FIX = ("Stage through a persistent pinned buffer (pin_memory=True) copied with non_blocking=True into a "
               "persistent device tensor, or keep the data on the device and refill it in prepare().")
 
@@ -119,8 +121,8 @@ def _sent_members(ctx, known: dict) -> dict[int, str]:
     out = {}
     root = ctx.trace.objects[0][1] if ctx.trace.objects else None
     placed = root is not None and any(places.sends_to_device(f, span) for f, span in class_spans(type(root)))
-    kept = (lambda sid, t: host_sends.sent(sid) or (host_sends.born(sid) and not pinned.asked(t))) if placed \
-        else (lambda sid, t: host_sends.sent(sid))
+    kept = (lambda sid, t: (host_sends.sent(sid) or host_sends.born(sid)) and not pinned.asked(t)) if placed \
+        else (lambda sid, t: host_sends.sent(sid) and not pinned.asked(t))  # pinned on a GPU's arm: pin_arms
     for path, obj in ctx.trace.objects:
         for name, v in list(own_dict(obj).items()):
             if name in ("_parameters", "_buffers"):  # Module.to(device) moves those, whatever made them
@@ -206,9 +208,20 @@ def host_attrs_to_device(ctx):
                 sid = r.inputs[0 if sent else 1].sid  # `.to(D)` of it, or the source of `buf.copy_(it)`
                 names[id(r)] = f"the host tensor `{derived[sid]}`" if sid in staged else \
                     f"a tensor computed from the host tensor `{derived[sid]}`"
-    return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps,
-                        STAGED.format(name=names[id(g[0])]), fix=STAGED_FIX, severity="blocks-capture")
-            for (_, _, op, _), g in ctx.per_site(hits).items()]
+    out = []
+    for (_, _, op, _), g in ctx.per_site(hits).items():
+        message, severity = _staged_message(g[0], names[id(g[0])])
+        out.append(ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, message, fix=STAGED_FIX,
+                               severity=severity))
+    return out
+
+
+def _staged_message(r, name: str) -> tuple[str, str]:
+    """(message, severity): a copy of a kept host tensor's rows the step pinned itself (`self.blocks[i].pin_memory()`,
+    a new pinned copy on a GPU) raises nothing under capture, and every replay uploads the captured step's rows."""
+    if r.op == "aten.copy_" and len(r.inputs) > 1 and pinned.asked_sid(r.inputs[1].sid):
+        return PINNED_STAGED.format(name=name), "silent-corruption"
+    return STAGED.format(name=name), "blocks-capture"
 
 
 def _device_made(recs, not_device: set) -> set:

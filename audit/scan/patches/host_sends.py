@@ -28,6 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import audit
+from audit.scan.standins import pin_arms, pinned
 from audit.scan.standins.pinned import SIZED_FACTORIES
 
 __all__ = ["Sends", "born", "forget", "sent"]
@@ -58,7 +59,12 @@ class Sends(TorchFunctionMode):
     """Around make() and prepare() on a CPU-only torch: `.cpu()` / `.to("cpu")` return new memory, noted."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        out = self._made(func, args, kwargs or {})
+        if isinstance(out, torch.Tensor) and pin_arms.pinned_arm():  # `w.cpu().pin_memory() if pin else w.cpu()`
+            pinned.note(out)
+        return out
+
+    def _made(self, func, args, kwargs):
         out = func(*args, **kwargs)
         if func in _FACTORIES and kwargs.get("device") is None and not kwargs.get("pin_memory") \
                 and isinstance(out, torch.Tensor):  # pinned staging is the legal form

@@ -31,10 +31,11 @@ import audit
 from audit.scan.standins import pin_arms, pinned
 from audit.scan.standins.pinned import SIZED_FACTORIES
 
-__all__ = ["Sends", "born", "forget", "sent"]
+__all__ = ["Sends", "born", "forget", "moved_on", "sent"]
 
 _SENT: dict[int, tuple[object, str]] = {}  # storage _cdata -> (the storage, held; 'file:line' that sent it)
-_BORN: dict[int, tuple[object, str]] = {}  # storage _cdata -> (a weak reference to it; 'file:line' that made it)
+_BORN: dict[int, tuple[object, str]] = {}
+_ONWARD: set[int] = set()  # storage _cdata moved with `.to(<device>)` in make(): on a GPU a device copy  # storage _cdata -> (a weak reference to it; 'file:line' that made it)
 _FACTORIES = {getattr(torch, n) for n in SIZED_FACTORIES}
 _NAMES_CPU = re.compile(r"""\.cpu\(|["']cpu["']""")
 _AUDIT = os.path.dirname(os.path.abspath(audit.__file__))  # the audit package
@@ -81,6 +82,7 @@ class Sends(TorchFunctionMode):
         if at is None or not _NAMES_CPU.search(linecache.getline(*at)):
             if func is torch.Tensor.to and args[0].layout == torch.strided and _names_device(args, kwargs):  # moved on a GPU
                 _BORN.pop(args[0].untyped_storage()._cdata, None)
+                _ONWARD.add(args[0].untyped_storage()._cdata)  # a sent buffer's module moved on: `Rope().to(device)`
             return out
         if out.untyped_storage()._cdata == args[0].untyped_storage()._cdata:  # the same memory here, new on a GPU
             out = out.clone()
@@ -130,6 +132,11 @@ def born(sid: int) -> str | None:
     return ent[1] if ent is not None and ent[0]() is not None else None
 
 
+def moved_on(sid: int) -> bool:
+    """Did a `.to(<the step's device>)` move this storage while the target was built (after it was sent there)?"""
+    return sid in _ONWARD and sid in _SENT
+
+
 def sent(sid: int) -> str | None:
     """'file:line' of the `.cpu()` / `.to("cpu")` that made this storage while the target was built, else None."""
     ent = _SENT.get(sid)
@@ -139,4 +146,5 @@ def sent(sid: int) -> str | None:
 def forget() -> None:
     """At the start of a scan: an earlier target's host copies are no concern of this one."""
     _SENT.clear()
+    _ONWARD.clear()
     _BORN.clear()

@@ -87,6 +87,8 @@ def _factory_indices(recs, skip: set) -> list:
 STAGED = ("{name} (pageable host memory: made by a torch factory that names no device or the CPU, or sent there with "
           "`.cpu()` / `.to(\"cpu\")`) is copied to the device in the step: on a GPU capture raises 'Cannot copy between "
           "CPU and CUDA tensors ...'")
+PINNED_STAGED = ("{name} is pinned in the step and copied to the device: on a GPU `.pin_memory()` makes a new pinned "
+                 "copy, captured with the rows of the captured step, so every replay uploads those stale rows")
 STAGED_FIX = ("Stage through a persistent pinned buffer (pin_memory=True) copied with non_blocking=True into a "
               "persistent device tensor, or keep the data on the device and refill it in prepare().")
 
@@ -119,11 +121,15 @@ def _sent_members(ctx, known: dict) -> dict[int, str]:
     out = {}
     root = ctx.trace.objects[0][1] if ctx.trace.objects else None
     placed = root is not None and any(places.sends_to_device(f, span) for f, span in class_spans(type(root)))
-    kept = (lambda sid, t: host_sends.sent(sid) or (host_sends.born(sid) and not pinned.asked(t))) if placed \
-        else (lambda sid, t: host_sends.sent(sid))
+    kept = (lambda sid, t: (host_sends.sent(sid) or host_sends.born(sid)) and not pinned.asked(t)) if placed \
+        else (lambda sid, t: host_sends.sent(sid) and not pinned.asked(t))  # pinned on a GPU's arm: pin_arms
     for path, obj in ctx.trace.objects:
         for name, v in list(own_dict(obj).items()):
-            if name in ("_parameters", "_buffers"):  # Module.to(device) moves those, whatever made them
+            if name in ("_parameters", "_buffers"):  # Module.to(device) moves those, whatever made them, unless
+                for k, t in list(v.items()):  # the source sent the module to the host (`self.tail.to("cpu")`)
+                    if isinstance(t, torch.Tensor) and (sid := state.storage_id(t)) not in known \
+                            and host_sends.sent(sid) and not host_sends.moved_on(sid) and not pinned.asked(t):
+                        out[sid] = f"{path}.{k}" if path else k
                 continue
             if isinstance(v, torch.Tensor) and moved_elsewhere(obj, name):
                 continue  # `self.eos = self.eos.to(ids.device)` in the call: on the device from the first step on
@@ -139,7 +145,7 @@ _GATHERS = ("aten.index", "aten.index_select", "aten.embedding", "aten.gather", 
             "aten.embedding_bag")
 
 
-def _from_staged(recs, staged: dict, host: set = frozenset()) -> dict[int, str]:
+def _from_staged(recs, staged: dict, host: set = frozenset(), sent: set = frozenset()) -> dict[int, str]:
     """`staged` and the storages of ops whose tensor inputs are all among them, or host data built in the step
     (`host`: a length mask `torch.arange(n)[None] < self.lens_cpu[:, None]`), op by op (not call by call:
     inside a torch helper such as pack_padded_sequence, `torch.sort(lengths)` computes on the host while
@@ -159,6 +165,14 @@ def _from_staged(recs, staged: dict, host: set = frozenset()) -> dict[int, str]:
             src = next((out[m.sid] for m in r.inputs if m.sid in held), None)
             for m in r.outputs if src is not None else ():
                 out.setdefault(m.sid, src)
+        elif r.kind == "aten" and (src := next((out[m.sid] for m in r.inputs if m.sid in held and m.sid in sent
+                                                and len(m.shape) and m.dtype.is_floating_point), None)):
+            # a layer the source put on the host (`self.tail.to("cpu")`) run on hidden states sent there: on a GPU an
+            # op with such an operand of values (no scalar, no index, which some ops copy over) runs on the host, so
+            # what it makes is host memory too
+            for m, new in zip(r.outputs, r.new):
+                if new:
+                    out.setdefault(m.sid, src)
     return out
 
 
@@ -186,11 +200,12 @@ def host_attrs_to_device(ctx):
     if ctx.cuda:
         return []
     staged, device = _host_attrs(ctx), None
+    placed = {sid for sid in staged if host_sends.sent(sid)}  # sent to the host by the source: meant to run there
     hits, names = [], {}
     for step, recs in enumerate(ctx.steps) if staged else ():
         # moved: sent by `.to(D)` (a no-op on a CPU scan); a later `.to(D)` of the same memory through another
         # tensor object (accelerate re-wrapping the moved weight in a Parameter) moves the device copy on a GPU
-        derived, moved, sent_tids = _from_staged(recs, staged, host_data(ctx, step)), set(), set()
+        derived, moved, sent_tids = _from_staged(recs, staged, host_data(ctx, step), placed), set(), set()
         for r in recs:
             sent = r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack and r.inputs[0].sid in derived \
                 and not lookup.names_cpu(*_src(r))
@@ -206,9 +221,20 @@ def host_attrs_to_device(ctx):
                 sid = r.inputs[0 if sent else 1].sid  # `.to(D)` of it, or the source of `buf.copy_(it)`
                 names[id(r)] = f"the host tensor `{derived[sid]}`" if sid in staged else \
                     f"a tensor computed from the host tensor `{derived[sid]}`"
-    return [ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps,
-                        STAGED.format(name=names[id(g[0])]), fix=STAGED_FIX, severity="blocks-capture")
-            for (_, _, op, _), g in ctx.per_site(hits).items()]
+    out = []
+    for (_, _, op, _), g in ctx.per_site(hits).items():
+        message, severity = _staged_message(g[0], names[id(g[0])])
+        out.append(ctx.finding("pageable-copy", g[0], op, len(g) / ctx.n_steps, message, fix=STAGED_FIX,
+                               severity=severity))
+    return out
+
+
+def _staged_message(r, name: str) -> tuple[str, str]:
+    """(message, severity): a copy of a kept host tensor's rows the step pinned itself (`self.blocks[i].pin_memory()`,
+    a new pinned copy on a GPU) raises nothing under capture, and every replay uploads the captured step's rows."""
+    if r.op == "aten.copy_" and len(r.inputs) > 1 and pinned.asked_sid(r.inputs[1].sid):
+        return PINNED_STAGED.format(name=name), "silent-corruption"
+    return STAGED.format(name=name), "blocks-capture"
 
 
 def _device_made(recs, not_device: set) -> set:

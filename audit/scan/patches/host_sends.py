@@ -28,12 +28,14 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import audit
+from audit.scan.standins import pin_arms, pinned
 from audit.scan.standins.pinned import SIZED_FACTORIES
 
-__all__ = ["Sends", "born", "forget", "sent"]
+__all__ = ["Sends", "born", "forget", "moved_on", "sent"]
 
 _SENT: dict[int, tuple[object, str]] = {}  # storage _cdata -> (the storage, held; 'file:line' that sent it)
-_BORN: dict[int, tuple[object, str]] = {}  # storage _cdata -> (a weak reference to it; 'file:line' that made it)
+_BORN: dict[int, tuple[object, str]] = {}
+_ONWARD: set[int] = set()  # storage _cdata moved with `.to(<device>)` in make(): on a GPU a device copy  # storage _cdata -> (a weak reference to it; 'file:line' that made it)
 _FACTORIES = {getattr(torch, n) for n in SIZED_FACTORIES}
 _NAMES_CPU = re.compile(r"""\.cpu\(|["']cpu["']""")
 _AUDIT = os.path.dirname(os.path.abspath(audit.__file__))  # the audit package
@@ -58,7 +60,12 @@ class Sends(TorchFunctionMode):
     """Around make() and prepare() on a CPU-only torch: `.cpu()` / `.to("cpu")` return new memory, noted."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        out = self._made(func, args, kwargs or {})
+        if isinstance(out, torch.Tensor) and pin_arms.pinned_arm():  # `w.cpu().pin_memory() if pin else w.cpu()`
+            pinned.note(out)
+        return out
+
+    def _made(self, func, args, kwargs):
         out = func(*args, **kwargs)
         if func in _FACTORIES and kwargs.get("device") is None and not kwargs.get("pin_memory") \
                 and isinstance(out, torch.Tensor):  # pinned staging is the legal form
@@ -75,6 +82,7 @@ class Sends(TorchFunctionMode):
         if at is None or not _NAMES_CPU.search(linecache.getline(*at)):
             if func is torch.Tensor.to and args[0].layout == torch.strided and _names_device(args, kwargs):  # moved on a GPU
                 _BORN.pop(args[0].untyped_storage()._cdata, None)
+                _ONWARD.add(args[0].untyped_storage()._cdata)  # a sent buffer's module moved on: `Rope().to(device)`
             return out
         if out.untyped_storage()._cdata == args[0].untyped_storage()._cdata:  # the same memory here, new on a GPU
             out = out.clone()
@@ -124,6 +132,11 @@ def born(sid: int) -> str | None:
     return ent[1] if ent is not None and ent[0]() is not None else None
 
 
+def moved_on(sid: int) -> bool:
+    """Did a `.to(<the step's device>)` move this storage while the target was built (after it was sent there)?"""
+    return sid in _ONWARD and sid in _SENT
+
+
 def sent(sid: int) -> str | None:
     """'file:line' of the `.cpu()` / `.to("cpu")` that made this storage while the target was built, else None."""
     ent = _SENT.get(sid)
@@ -133,4 +146,5 @@ def sent(sid: int) -> str | None:
 def forget() -> None:
     """At the start of a scan: an earlier target's host copies are no concern of this one."""
     _SENT.clear()
+    _ONWARD.clear()
     _BORN.clear()

@@ -17,7 +17,7 @@ import itertools
 import torch
 from audit.scan.patches import host_sends, stream_hooks
 from audit.scan.snapshot.own_dict import own_dict
-from audit.scan.standins import cpu_graphs, cpu_queries, dynamo_rules, pinned
+from audit.scan.standins import cpu_graphs, cpu_queries, dynamo_rules, generic_streams, pinned
 from audit.scan.sources import loaded
 
 __all__ = ["HostEvent", "HostStream", "alias_sites", "needs_gpu", "outside_steps", "standing_in"]
@@ -296,6 +296,7 @@ def standing_in(tracer, patched):
                 *((cuda.Event, m, vars(HostEvent)[m]) for m in _EVENT_METHODS),
                 *cpu_graphs.stand_ins(host),  # a capture begun in the step (torch.cuda.graph, CUDAGraph)
                 *pinned.step_patches(),  # `.pin_memory()`, `pin_memory=True` in the step (noted: audit.scan.standins.pinned)
+                *generic_streams.stand_ins(HostStream, HostEvent),  # `torch.Stream()`: the accelerator's on a GPU
                 *cpu_queries.stand_ins()):  # current_device, get_device_capability, `with torch.cuda.device(d)`, ...
             if not isinstance(owner, type):
                 orig = getattr(owner, name)
@@ -362,7 +363,7 @@ def outside_steps(gpu_scan: bool = False):
         host_cls = HostEvent if cls is cuda.Event else HostStream
         cls.__new__ = _host_new(host_cls) if real else _or_host(cls.__new__, host_cls)
     try:
-        with pinned.stand_in(), host_sends.Sends():
+        with pinned.stand_in(), host_sends.Sends(), generic_streams.outside(HostStream, HostEvent, not real):
             yield
     finally:
         for cls, new in saved:

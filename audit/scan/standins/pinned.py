@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from audit.scan.standins import pin_flags
 
-__all__ = ["asked", "asked_sid", "forget", "holder", "lies_in", "stand_in", "step_patches"]
+__all__ = ["asked", "asked_sid", "forget", "holder", "lies_in", "note", "stand_in", "step_patches"]
 
 _ASKED: dict[int, object] = {}  # storage _cdata -> the storage (held: the id stays unique until forget())
 
@@ -30,6 +30,9 @@ def _note(t) -> None:
         with contextlib.suppress(Exception):  # no storage (a wrapper subclass): nothing to note
             s = t.untyped_storage()
             _ASKED[s._cdata] = s
+
+
+note = _note  # audit.scan.patches.host_sends: memory a GPU's arm of a probe pins (audit.scan.standins.pin_arms)
 
 
 class _StandIn(TorchFunctionMode):
@@ -72,8 +75,13 @@ def _unpinned(orig):
 
 
 def _pin_memory(self, *args, **kwargs):
-    _note(self)
-    return self
+    """In the step, as on a GPU: memory already pinned is returned as it is; anything else is copied into new
+    (pinned) memory, so a kept host table's `self.blocks[i].pin_memory()` pins a copy, not the table."""
+    if asked(self):
+        return self
+    out = self.clone()
+    _note(out)
+    return out
 
 
 def step_patches() -> list:

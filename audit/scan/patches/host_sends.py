@@ -34,8 +34,8 @@ from audit.scan.standins.pinned import SIZED_FACTORIES
 __all__ = ["Sends", "born", "forget", "moved_on", "sent"]
 
 _SENT: dict[int, tuple[object, str]] = {}  # storage _cdata -> (the storage, held; 'file:line' that sent it)
-_BORN: dict[int, tuple[object, str]] = {}
-_ONWARD: set[int] = set()  # storage _cdata moved with `.to(<device>)` in make(): on a GPU a device copy  # storage _cdata -> (a weak reference to it; 'file:line' that made it)
+_BORN: dict[int, tuple[object, str]] = {}  # storage _cdata -> (a weak reference to it; 'file:line' that made it)
+_ONWARD: set[int] = set()  # storage _cdata moved with `.to(<device>)` in make(): on a GPU a device copy
 _FACTORIES = {getattr(torch, n) for n in SIZED_FACTORIES}
 _NAMES_CPU = re.compile(r"""\.cpu\(|["']cpu["']""")
 _AUDIT = os.path.dirname(os.path.abspath(audit.__file__))  # the audit package

@@ -157,8 +157,7 @@ def _origin(expr, frame, hops: int, module: str | None = None) -> str:
 
 
 _COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")  # a frame of their own before Python 3.12
-origin = _origin  # for audit.scan.standins.pin_arms
-SKIP = _SKIP
+origin, SKIP = _origin, _SKIP  # for audit.scan.standins.pin_arms: a flag's origin, the frames never the target's
 
 
 def probed() -> bool:

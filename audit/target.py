@@ -9,7 +9,6 @@ a target is an AuditError with one line that says what to fix.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -133,23 +132,7 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}{': ' + msg if msg else ''}{_user_frame(exc)}"
 
 
-@contextlib.contextmanager
-def loaded_by_path():
-    """The target modules loaded from files (`_audit_target_*`) and the folders put on sys.path for their sibling
-    imports are taken out again when the block ends: a process that scans many files (a test suite, a notebook)
-    would otherwise keep every target module, and every import would search every target's folder."""
-    path, names = list(sys.path), {n for n in sys.modules if n.startswith(_PREFIX)}
-    try:
-        yield
-    finally:
-        added = [d for d in sys.path if d not in path]
-        for d in added:
-            sys.path.remove(d)
-        for n in [n for n in sys.modules if n.startswith(_PREFIX) and n not in names]:
-            sys.modules.pop(n, None)
-
-
-_PREFIX = "_audit_target_"
+TARGET_PREFIX = "_audit_target_"  # the name of a target module loaded from its file
 
 
 def _load_file(spec: str) -> tuple[Callable, str, str, tuple[str, ...]]:
@@ -163,7 +146,7 @@ def _load_file(spec: str) -> tuple[Callable, str, str, tuple[str, ...]]:
         raise AuditError(f"--target {spec!r}: no such file {file}")
     if p.suffix != ".py":
         raise AuditError(f"--target {spec!r}: {file} is not a .py file")
-    mod_name = f"{_PREFIX}{p.stem}_{abs(hash(str(p.resolve()))) % 10**8}"
+    mod_name = f"{TARGET_PREFIX}{p.stem}_{abs(hash(str(p.resolve()))) % 10**8}"
     try:
         spec_obj = importlib.util.spec_from_file_location(mod_name, p)
         module = importlib.util.module_from_spec(spec_obj)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import platform
+import sys
 import time
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ import torch
 from audit import detectors
 from audit.errors import AuditError, TargetFailed
 from audit.report.inventory import SEVERITIES, Inventory
-from audit.target import describe_error, loaded_by_path, resolve
+from audit.target import TARGET_PREFIX, describe_error, resolve
 from audit.scan.patches import hooks, host_sends
 from audit.scan.sources import compiled_frames
 from audit.scan.standins import cpu_cuda, pinned
@@ -66,7 +67,7 @@ def scan(target, device: str = "cpu", steps: int = 4, warmup: int = 2, path: str
     options.setdefault("max_new_tokens", warmup + steps + 1)  # what an hf: StaticCache must hold
     pinned.forget()  # the pinned storages an earlier scan's target asked for
     host_sends.forget()  # and the host copies it made
-    with loaded_by_path():
+    with _loaded_by_path():
         res = _build(target, device, path, tp, options)
         obj, total = res.obj, warmup + steps
         tracer = Tracer(obj, device, res.roots, gpu_trace=gpu_trace)
@@ -116,6 +117,22 @@ def _no_cyclic_gc():
     finally:
         if was:
             gc.enable()
+
+
+@contextlib.contextmanager
+def _loaded_by_path():
+    """The target modules loaded from files (`_audit_target_*`) and the folders put on sys.path for their sibling
+    imports are taken out again when the block ends: a process that scans many files (a test suite, a notebook)
+    would otherwise keep every target module, and every import would search every target's folder."""
+    path, names = list(sys.path), {n for n in sys.modules if n.startswith(TARGET_PREFIX)}
+    try:
+        yield
+    finally:
+        added = [d for d in sys.path if d not in path]
+        for d in added:
+            sys.path.remove(d)
+        for n in [n for n in sys.modules if n.startswith(TARGET_PREFIX) and n not in names]:
+            sys.modules.pop(n, None)
 
 
 def _build(target, device: str, path: str, tp: int, options: dict | None = None):

@@ -26,6 +26,8 @@ import sys
 
 import torch
 
+from audit.scan.sources.ast_nodes import nodes_of
+from audit.scan.sources.frame_source import tree
 from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 __all__ = ["fx_site", "script_calls", "script_site"]
@@ -77,12 +79,8 @@ def _post_order(node, out: list, func_of_call: bool = False) -> list:
 @functools.lru_cache(maxsize=128)
 def _traced_exprs(file: str, line: int, name: str) -> tuple:
     """(key, line) of the expressions of the function `name` defined at `line` of `file`, in order."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
-        return ()
-    for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == name and fn.lineno == line:
+    for fn in _defs(file):
+        if fn.name == name and fn.lineno == line:
             out: list = []
             for stmt in fn.body:
                 _post_order(stmt, out)
@@ -194,20 +192,20 @@ def _unranged_at(node):
     return None
 
 
-@functools.lru_cache(maxsize=128)
 def _calls_above(file: str, line: int, name: str) -> tuple:
     """Lines of the calls of method `name` in the innermost function of `file` around `line`, up to `line`."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
-        return ()
-    fns = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-           and f.lineno <= line <= (f.end_lineno or f.lineno)]
+    fns = [f for f in _defs(file) if f.lineno <= line <= (f.end_lineno or f.lineno)]
     if not fns:
         return ()
     fn = max(fns, key=lambda f: f.lineno)
-    return tuple(c.lineno for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+    return tuple(c.lineno for c in nodes_of(fn, ast.Call) if isinstance(c.func, ast.Attribute)
                  and c.func.attr == name and c.lineno <= line)
+
+
+def _defs(file: str) -> tuple:
+    """The function definitions of a file's source, in walk order."""
+    t = tree(file)
+    return nodes_of(t, (ast.FunctionDef, ast.AsyncFunctionDef)) if t is not None else ()
 
 
 def _ran_reads(entry, args: tuple) -> list:

@@ -127,11 +127,8 @@ def _script_nodes(fn) -> dict:
 
     def walk(block):
         for n in block.nodes():
-            src = n.sourceRange() or ""
-            m = _RANGE.search(src)
-            at = (m.group(1), int(m.group(2)), None) if m else _traced_at(src)
-            if at and n.kind().startswith("aten::"):
-                kind = "aten::_local_scalar_dense" if n.kind() in _READS else n.kind()
+            at, kind = _node_site(n)
+            if at and kind:
                 out.setdefault(kind, []).append(at)
             for b in n.blocks():
                 walk(b)
@@ -139,6 +136,16 @@ def _script_nodes(fn) -> dict:
     with contextlib.suppress(Exception):
         walk(fn.inlined_graph)
     return out
+
+
+def _node_site(n) -> tuple:
+    """(file, line, function) of a graph node's source (None without one), and the aten name the dispatcher reports
+    for it (a scalar read under its dispatched name; None for a node that is no aten op)."""
+    src = n.sourceRange() or ""
+    m = _RANGE.search(src)
+    at = (m.group(1), int(m.group(2)), None) if m else _traced_at(src)
+    kind = ("aten::_local_scalar_dense" if n.kind() in _READS else n.kind()) if n.kind().startswith("aten::") else None
+    return at, kind
 
 
 def _traced_at(src: str):
@@ -159,11 +166,8 @@ def _script_reads(fn) -> tuple:
     def walk(block, top):
         mine, reads = {}, []
         for n in block.nodes():
-            src = n.sourceRange() or ""
-            m = _RANGE.search(src)
-            at = (m.group(1), int(m.group(2)), None) if m else _traced_at(src)
-            if at and n.kind().startswith("aten::"):
-                kind = "aten::_local_scalar_dense" if n.kind() in _READS else n.kind()
+            at, kind = _node_site(n)
+            if at and kind:
                 mine.setdefault(kind, []).append(seen.get(kind, 0))
                 seen[kind] = seen.get(kind, 0) + 1
             elif n.kind() in _HOST_PRIMS and (at := at or _unranged_at(n)):

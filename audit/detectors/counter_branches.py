@@ -25,6 +25,7 @@ from audit.detectors.device import callee_waits
 from audit.detectors.source.module_numbers import module_numbers
 from audit.detectors.source.number_tables import module_tables
 from audit.detectors.source.property_aliases import returned_attr_at
+from audit.detectors.branches import library_code
 from audit.detectors.branches.passed_counters import callers, passed
 from audit.detectors.branches.raising_checks import as_ifs
 from audit.detectors.branches.counter_tests import compiled, grown, settled
@@ -144,28 +145,38 @@ def _classes(ctx, code, me, counters, paths: list) -> dict:
     return out
 
 
-def _bound(func, refs) -> dict:
-    """Local name -> the expression it is bound from, where that reads a counter (`step = self.n`)."""
-    out = {}
-    for a in nodes_of(func, ast.Assign):
-        if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) and \
-                any(id(n) in refs for n in ast.walk(a.value)):
-            out[a.targets[0].id] = a.value
+def _bound(func, refs, seed=None) -> dict:
+    """Local name -> the expression it is bound from, where that reads a counter (`step = self.n`), also through
+    other such locals (`current = self.n`, then `is_full = current >= self.cap`, then `if is_full:`)."""
+    out: dict = dict(seed or {})  # `seed`: parameters bound to a caller's counter (passed_counters)
+    assigns = [a for a in nodes_of(func, ast.Assign) if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name)]
+    grew = True
+    while grew:
+        grew = False
+        for a in assigns:
+            name = a.targets[0].id
+            if name not in out and any(id(n) in refs or isinstance(n, ast.Name) and n.id in out and n.id != name
+                                       for n in ast.walk(a.value)):
+                out[name] = a.value
+                grew = True
     return out
 
 
-def _reads(test, refs, bound) -> list:
-    """The (owner, attr) counters a test reads, directly or through a local bound from one."""
+def _reads(test, refs, bound, depth=0) -> list:
+    """The (owner, attr) counters a test reads, directly or through locals bound from one."""
     out = [refs[id(n)] for n in ast.walk(test) if id(n) in refs]
     for n in ast.walk(test):
-        if isinstance(n, ast.Name) and n.id in bound:
-            out += [refs[id(m)] for m in ast.walk(bound[n.id]) if id(m) in refs]
+        if isinstance(n, ast.Name) and n.id in bound and depth < 4:
+            out += _reads(bound[n.id], refs, bound, depth + 1)
     return list(dict.fromkeys(out))
 
 
-def _turns(test, counter, refs, bound, stride, last, selves, consts=None, moving=None, history=()) -> bool:
+def _turns(test, counter, refs, bound, stride, last, selves, consts=None, moving=None, history=(), read_only=False) -> bool:
     """Whether the test's value changes over the steps ahead, the counter moving by its stride; True where
-    the test reads anything but the counter, constants and plain numbers of the object it runs on. `moving`:
+    the test reads anything but the counter, constants and plain numbers of the object it runs on, unless
+    `read_only` (a library's test: only one run forward counts; rotary_embedding_torch compares its cached
+    length with `t.shape[seq_dim]`, a size that grows with it, and such a test would be reported on every
+    library that keeps a cache). `moving`:
     the other counters the test reads, (stride, last) each, which move ahead with it (`seq_len > self.cached`
     with the cache length set to `seq_len` every step never turns). A table the step grew with the counter over
     its `history` is no fixed table: that test does not turn."""
@@ -173,7 +184,7 @@ def _turns(test, counter, refs, bound, stride, last, selves, consts=None, moving
     names = {counter: "_c", **{c: f"_m{i}" for i, c in enumerate(others)}}
     found = compiled(test, counter, refs, bound, selves, consts, names)
     if found is None:  # unread: a schedule only where the counter is compared as a number (`self.pos + t > cap`)
-        return _scheduled(test, counter, refs, bound)
+        return not read_only and _scheduled(test, counter, refs, bound)
     if history and grown(found, history):
         return False
     return _differs(found, [{"_c": last + k * stride, **{names[c]: b + k * d for c, (d, b) in others.items()}}
@@ -220,15 +231,21 @@ def _scheduled(test, counter, refs, bound) -> bool:
 
 
 def _ran(ctx) -> tuple[dict, list]:
-    """The target's own code objects the audited steps ran ops in, and per step the ops dispatched on the way
+    """The code objects the audited steps ran ops in, the target's own and an installed library's (a cache layer's
+    `is_full = self.cumulative_length_int >= self.max_cache_len`), each with the target's own frames that called
+    into it (none for its own code: the site is its own caller); and per step the ops dispatched on the way
     through each (file, line)."""
     codes, lines = {}, []
     for s in ctx.complete:
         seen: dict = {}
         for r in ctx.steps[s]:
+            own = None
             for code, line in r.stack:
                 if ctx.trace.is_own(code):
-                    codes[code] = None
+                    codes.setdefault(code, {})
+                    own = (code.co_filename, line, code.co_name)
+                elif own is not None and library_code.is_library(ctx, code):
+                    codes.setdefault(code, {})[own] = None
                 seen.setdefault((code.co_filename, line), []).append(r.op)
         lines.append(seen)
     return codes, lines
@@ -248,14 +265,15 @@ def _sides(node, file: str, lines: list) -> set:
 
 
 def _branches(ctx):
-    """(file, code, func, node, counter, history) for every branch of the target's own functions that reads a
-    counter the step advances and would turn on a later step, where the audited steps all took one side."""
+    """(code, node, counter, kind, history, sides, caller) for every branch of the target's own functions, or of
+    a library's it called into (one per calling line: `caller`), that reads a counter the step advances and would
+    turn on a later step, where the audited steps all took one side."""
     counters = _counters(ctx)
     if not counters:
         return
     codes, lines = _ran(ctx)
     above = callers(ctx)
-    for code in codes:
+    for code, entry in codes.items():
         func = function_of(code)
         paths = _self_paths(ctx, code) if func is not None else []  # the objects the function runs on
         refs = _refs(func, code, ctx, counters, paths) if func is not None else {}
@@ -264,11 +282,17 @@ def _branches(ctx):
         refs.update(given)  # a parameter the caller passed a counter in (`self.rope(h, self.seq_len)`)
         if not refs:
             continue
-        bound = {**_bound(func, refs), **args}
+        bound = {**_bound(func, refs, args), **args}
         selves = [object_at(ctx, p) for p in paths]
         local = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
         consts = {k: v for k, v in {**module_tables(code), **module_numbers(code)}.items() if k not in local}
+        chained = {id(n.orelse[0]): n for n in nodes_of(func, ast.If)
+                   if len(n.orelse) == 1 and isinstance(n.orelse[0], ast.If)}  # `elif` -> its `if`
+        turned: set = set()
         for node in [*nodes_of(func, (ast.If, ast.IfExp)), *as_ifs(func)]:  # `assert`, `torch._check` as ifs
+            if id(chained.get(id(node))) in turned:
+                turned.add(id(node))  # an `elif` of a test that turns: that test decides first, one finding
+                continue
             sides = _sides(node, code.co_filename, lines)
             if len(sides) > 1:
                 continue  # the audited steps took different sides: op_sequence_divergence reports it
@@ -284,8 +308,11 @@ def _branches(ctx):
                     # (False, False): the audited steps walked both sides and neither ran an op (a host free
                     # list popped every few positions): no kernel hangs on the test, the Python work is state
                     break
-                if _turns(node.test, counter, refs, bound, after - before, after, selves, consts, moving, history):
-                    yield code, node, counter, kind, history, next(iter(sides))
+                if _turns(node.test, counter, refs, bound, after - before, after, selves, consts, moving, history,
+                          read_only=bool(entry)):
+                    turned.add(id(node))
+                    for caller in list(entry) or [None]:  # a library's branch: one per calling line of the target
+                        yield code, node, counter, kind, history, next(iter(sides)), caller
                     break
 
 
@@ -307,7 +334,7 @@ def _moved(kind: str, short: bool = False) -> str:
 def branches_on_advanced_counters(ctx):
     """A Python branch on a host counter the step advances: the side a graph captured replays on every step."""
     out = []
-    for code, node, counter, kind, history, sides in _branches(ctx):
+    for code, node, counter, kind, history, sides, caller in _branches(ctx):
         took = {(True, False): "the `if` side", (False, True): "the `else` side"}.get(sides, "the same side")
         seen = ", ".join(str(a) for _, a in history[:4])
         other = [st for side, body in zip(sides, (node.body, node.orelse)) if not side for st in body] \
@@ -320,7 +347,7 @@ def branches_on_advanced_counters(ctx):
             f"steps all took {took}, but on a later step the test turns and {then} (found by running the "
             "test forward on the counter's stride, not traced)",
             fix="Decide on the device (`torch.where` on a device counter), or run the rare side outside the "
-                "captured step, on the host's schedule."))
+                "captured step, on the host's schedule.", caller=caller))
     return out
 
 
@@ -328,7 +355,7 @@ def branches_on_advanced_counters(ctx):
 def syncs_behind_advanced_counters(ctx):
     """The waits in the side of a counter branch that no audited step ran: a later step runs them."""
     out = []
-    for code, node, counter, kind, _, sides in _branches(ctx):
+    for code, node, counter, kind, _, sides, caller in _branches(ctx):
         if not isinstance(node, ast.If):
             continue
         sts = [st for side, body in zip(sides, (node.body, node.orelse)) if not side for st in body]
@@ -341,5 +368,5 @@ def syncs_behind_advanced_counters(ctx):
                 f"`{_name(counter)}` {_moved(kind, short=True)}; the audited steps did not take it, a later step does "
                 "and waits for the device inside the step (found in the source, not traced)",
                 fix="Move the read out of the captured step (read it after the step, on the host's schedule).",
-                caller=None if wfile == file else (file, node.lineno, code.co_name)))
+                caller=caller or (None if wfile == file else (file, node.lineno, code.co_name))))
     return out

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
-import math
 import os
 import sys
 import threading
@@ -26,9 +25,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from audit.scan import composites, custom_ops, hops, layouts, module_stacks, wrappers
+from audit.scan import composites, custom_ops, hops, layouts, module_stacks, op_args, wrappers
 from audit.scan.patches import hooks, module_hooks, threads
-from audit.scan.snapshot import class_state, script_args, state
+from audit.scan.snapshot import class_state, state
 from audit.scan.sources import branch_flags, compiled_frames, loaded
 from audit.scan.standins import cpu_cuda
 from audit.scan.records import OpRecord, TensorMeta, Trace
@@ -37,11 +36,9 @@ from audit.scan.sources.user_code import HIDDEN, LIBRARY, frame_kind, is_user_fi
 DIGEST_MAX = 1 << 16  # a host-built tensor up to this many values is compared by its data across steps
 __all__ = ["Tracer"]
 
-TENSOR = "<T>"  # placeholder for a tensor inside normalized arguments
 _LIFT = {"lift_fresh", "lift_fresh_copy"}  # torch.tensor(data) inside the step: host data
-_ATOMS = (type(None), bool, int, str)
-_ATOMS_OBJ = (torch.dtype, torch.device, torch.layout, torch.memory_format); _ATOM_TYPES = frozenset(_ATOMS + _ATOMS_OBJ)
 _OPNAMES: dict = {}  # OpOverload -> "aten.name"
+_tuple_new = tuple.__new__
 
 
 # ---------------------------------------------------------------------- the tracer
@@ -154,9 +151,9 @@ class Tracer:
     def record_op(self, func, args, kwargs, out, failed: bool = False) -> None:
         tensors: list = []
         adopted = func._opname == "set_" and self._adopts_new_storage(args)
-        norm = _walk(args, tensors)
+        norm = op_args.walk(args, tensors)
         if kwargs:
-            norm = norm + tuple([(k, _walk(v, tensors)) for k, v in kwargs.items()])
+            norm = norm + tuple([(k, op_args.walk(v, tensors)) for k, v in kwargs.items()])
         meta = self._meta
         inputs = tuple([meta(t) for t in tensors])
         produced = self._produced
@@ -171,7 +168,7 @@ class Tracer:
             self.trace.born.setdefault(inputs[0].sid, (self._step, idx))
         outs: list = []
         if out is not None:
-            _walk(out, outs)
+            op_args.walk(out, outs)
         out_metas, new = [], []
         if outs:
             in_sids = {m.sid for m in inputs}
@@ -195,7 +192,7 @@ class Tracer:
             self._step, idx, "aten", name, norm, inputs, tuple(out_metas), in_step, tuple(new),
             mod, stack, func,
             self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
-            "failed" if failed else "", _host_scalars(tensors, inputs),
+            "failed" if failed else "", op_args.host_scalars(tensors, inputs),
             thread=0 if (tid := threading.get_ident()) == self._thread else tid))
 
     def _adopts_new_storage(self, args) -> bool:
@@ -248,8 +245,12 @@ class Tracer:
             mod, stack if stack is not None else self.stack(sys._getframe(depth)) if depth is not None else (), note=note))
 
     def _script_read(self, frame, site, tensor) -> None:
-        """A `.tolist()` a script ran below the dispatcher (compiled_frames.script_calls), at its line."""
-        self.record_event("host", "Tensor.tolist", tensor, stack=self.stack(frame) + (self._known(site),))
+        """A `.tolist()` a script ran below the dispatcher (compiled_frames.script_calls), at its line; the wait that
+        sync-debug mode saw as the script returned (at the line that called it) is this read."""
+        at = self.stack(frame)
+        while self._records and self._records[-1].op == "sync-debug" and self._records[-1].stack == at:
+            self._records.pop()
+        self.record_event("host", "Tensor.tolist", tensor, stack=at + (self._known(site),))
 
     def _pre_hook(self, mod, args):
         self._modstack.push(self._names.get(id(mod)) or type(mod).__name__)
@@ -361,40 +362,3 @@ class _Mode(TorchDispatchMode):
         if body is not None:  # the body's ops are records start.. of this step (detectors: body_of)
             self.tracer._records[-1].note = f"body:{start}"
         return out
-
-
-def _host_scalars(tensors: list, inputs: tuple) -> tuple:
-    """(index, value) of the 0-dim CPU tensor inputs (reading one is a host read, not a sync)."""
-    out = ()
-    for i, m in enumerate(inputs):
-        if not m.shape and m.device.type == "cpu":
-            t = tensors[i]
-            try:
-                out += ((i, hooks.ORIG["item"](t)),)
-            except Exception:  # noqa: BLE001 - a value we cannot read (meta, sparse)
-                continue
-    return out
-_tuple_new = tuple.__new__
-
-
-def _walk(a, tensors: list):
-    """Normalized, hashable copy of a (nested) argument; tensors are appended to `tensors`."""
-    if isinstance(a, torch.Tensor):
-        tensors.append(a)
-        return TENSOR
-    t = type(a)
-    if t in _ATOM_TYPES:
-        return a
-    if t is float:
-        return "nan" if math.isnan(a) else a
-    if t is tuple or t is list or isinstance(a, (list, tuple)):
-        return tuple([x if type(x) in _ATOM_TYPES else _walk(x, tensors) for x in a])
-    if isinstance(a, _ATOMS):
-        return a
-    if isinstance(a, float):
-        return "nan" if math.isnan(a) else a
-    if isinstance(a, _ATOMS_OBJ):
-        return a
-    if isinstance(a, torch.Generator):
-        return ("generator", str(a.device), hooks.is_default_generator(a))
-    return script_args.value(a)

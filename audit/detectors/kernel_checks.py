@@ -5,6 +5,8 @@
   `torch.distributions.Normal(loc, scale).sample()` is that call. `rsample()`, `normal_` and a float std check
   nothing on the device.
 - `torch.quantize_per_tensor_dynamic` picks its scale and zero point from its input's min and max, read back.
+- `torch.fake_quantize_per_channel_affine` checks that every zero point lies in [quant_min, quant_max]
+  (`zero_point.min()` / `.max()` read back); the per-tensor form with tensor qparams checks nothing.
 """
 
 from __future__ import annotations
@@ -36,3 +38,13 @@ def normal_std_check(rec):
         return None
     return ("`torch.normal` with a tensor std checks `std.min() >= 0` on the host (`.item()` inside the op)",
             "Sample as loc + scale * torch.randn_like(loc) (what `Normal.rsample()` does), which checks nothing.")
+
+
+@sync_op("aten.fake_quantize_per_channel_affine_cachemask")
+def channel_zero_points(rec):
+    """fake_quantize_per_channel_affine checks `zero_point.min() >= quant_min and zero_point.max() <= quant_max`
+    with `.item()` inside the op, on every device (a QAT model served with its fake-quant nodes in place)."""
+    return ("`fake_quantize_per_channel_affine` reads its zero points' min and max back to the host to check their "
+            "range (`.item()` inside the op)",
+            "Quantize the weights once outside the step and keep them (weights do not change between steps), or "
+            "fake-quantize with the arithmetic itself: `(torch.clamp(torch.round(w / s) + z, lo, hi) - z) * s`.")

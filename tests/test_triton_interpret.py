@@ -1,7 +1,8 @@
 """The Triton kernels (bf16 GEMV, Sinkhorn) on the CPU through Triton's interpreter, against float64.
 
 Skipped where Triton is not installed (the CPU torch wheels don't bring it). Each case runs in a
-child process because TRITON_INTERPRET is read when a kernel is defined. The GPU runs of the same
+child process because TRITON_INTERPRET is read when a kernel is defined: a fork of one warm process per test
+process (tests/interpret_server.py), which imported torch and Triton once. The GPU runs of the same
 kernels are in tests/test_fuse_gpu.py and tests/test_bf16_gemv_gpu.py.
 
 The interpreter does not support `tl.dot` on bfloat16 (it multiplies the uint16 bit patterns:
@@ -13,9 +14,12 @@ exact products, and an fp32 accumulator that each 16-wide K chunk is added into 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -106,10 +110,36 @@ def _interpret(body: str, prelude: str = "") -> None:
     seed = int.from_bytes(os.urandom(4), "little")
     code = (f"import torch\ng = torch.Generator().manual_seed({seed})\n" + _BF16_DOT + prelude + textwrap.dedent(body)
             + "\nprint('ok')\n")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), f"seed {seed}\n{r.stderr[-3000:]}"
+    status, out = run_interpreted(code)
+    assert status == 0 and out.strip().endswith("ok"), f"seed {seed}\n{out[-3000:]}"
+
+
+_SERVER: list = []  # this test process's warm interpreter process (tests/interpret_server.py), started on first use
+
+
+def run_interpreted(code: str, timeout: float = 600) -> tuple[int, str]:
+    """(exit status, output) of `code` run with TRITON_INTERPRET=1 in a fork of the warm interpreter process."""
+    if not _SERVER or _SERVER[0].poll() is not None:
+        env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+        _SERVER[:] = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "interpret_server.py")], env=env,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)]
+    proc = _SERVER[0]
+    fd, out = tempfile.mkstemp(suffix=".log")
+    os.close(fd)
+    try:
+        proc.stdin.write(json.dumps({"code": code, "out": out}) + "\n")
+        proc.stdin.flush()
+        ready = select.select([proc.stdout], [], [], timeout)[0]
+        line = proc.stdout.readline() if ready else ""
+        text = Path(out).read_text(errors="replace")
+    finally:
+        os.unlink(out)
+    if not line:  # timed out, or the warm process died: the next case starts another
+        proc.kill()
+        _SERVER.clear()
+        return -1, text + ("\n(timed out)" if not ready else "\n(the interpreter process died)")
+    return int(line), text
 
 
 def test_sinkhorn_kernel_matches_float64_for_any_hc():

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from test_triton_interpret import run_interpreted
 
 import dsv4
 from dsv4 import kernels
@@ -55,10 +54,8 @@ def _interpret(body: str) -> None:
     seed = int.from_bytes(os.urandom(4), "little")
     code = (f"import torch\ng = torch.Generator().manual_seed({seed})\n" + textwrap.dedent(_PRELUDE)
             + textwrap.dedent(body) + "\nprint('ok')\n")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), f"seed {seed}\n{r.stderr[-3000:]}"
+    status, out = run_interpreted(code)
+    assert status == 0 and out.strip().endswith("ok"), f"seed {seed}\n{out[-3000:]}"
 
 
 @needs_triton

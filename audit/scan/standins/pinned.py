@@ -25,14 +25,13 @@ __all__ = ["asked", "asked_sid", "forget", "holder", "lies_in", "note", "stand_i
 _ASKED: dict[int, object] = {}  # storage _cdata -> the storage (held: the id stays unique until forget())
 
 
-def _note(t) -> None:
+def note(t) -> None:
+    """Marks t's memory as asked to be pinned (also from audit.scan.patches.host_sends: memory a GPU's arm of a
+    probe pins, audit.scan.standins.pin_arms)."""
     if isinstance(t, torch.Tensor):
         with contextlib.suppress(Exception):  # no storage (a wrapper subclass): nothing to note
             s = t.untyped_storage()
             _ASKED[s._cdata] = s
-
-
-note = _note  # audit.scan.patches.host_sends: memory a GPU's arm of a probe pins (audit.scan.standins.pin_arms)
 
 
 class _StandIn(TorchFunctionMode):
@@ -41,15 +40,15 @@ class _StandIn(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.Tensor.pin_memory:
-            _note(args[0])
+            note(args[0])
             return args[0]
         if kwargs.get("pin_memory"):
             out = func(*args, **{**kwargs, "pin_memory": False})
-            _note(out)
+            note(out)
             return out
         out = func(*args, **kwargs)
         if "pin_memory" in kwargs and pin_flags.probed():  # False only because this machine has no CUDA
-            _note(out)
+            note(out)
         return out
 
 
@@ -64,10 +63,10 @@ def _unpinned(orig):
         if not kwargs.get("pin_memory"):
             out = orig(*args, **kwargs)
             if "pin_memory" in kwargs and pin_flags.probed():  # False only because this machine has no CUDA
-                _note(out)
+                note(out)
             return out
         out = orig(*args, **{**kwargs, "pin_memory": False})
-        _note(out)
+        note(out)
         return out
 
     factory.__wrapped__ = orig
@@ -80,7 +79,7 @@ def _pin_memory(self, *args, **kwargs):
     if asked(self):
         return self
     out = self.clone()
-    _note(out)
+    note(out)
     return out
 
 

@@ -212,11 +212,26 @@ def _defs(file: str) -> tuple:
     return nodes_of(t, (ast.FunctionDef, ast.AsyncFunctionDef)) if t is not None else ()
 
 
+_GRAPH_VIEWS: dict = {}  # (id(function), reader) -> (function, view): a script's graph is fixed once scripted
+
+
+def _read_once(fn, reader):
+    """reader(fn), read once per script function (its graph is walked in full: not at every call of a step's
+    loop); the function is held, so its id is not reused."""
+    key = (id(fn), reader)
+    ent = _GRAPH_VIEWS.get(key)
+    if ent is None or ent[0] is not fn:
+        if len(_GRAPH_VIEWS) > 512:
+            _GRAPH_VIEWS.clear()
+        ent = _GRAPH_VIEWS[key] = (fn, reader(fn))
+    return ent[1]
+
+
 def _ran_reads(entry, args: tuple) -> list:
     """(site, tensor or None) of the host-read nodes of a finished call whose block ran."""
     fn, ranks = entry[0], entry[2]
     out = []
-    for (file, line, name), i, mine in _script_reads(fn):
+    for (file, line, name), i, mine in _read_once(fn, _script_reads):
         if mine is None or any(k < ranks.get(kind, 0) for kind, ks in mine.items() for k in ks):
             arg = args[i] if i is not None and i < len(args) else None
             out.append((_site(fn, file, line, name), arg if isinstance(arg, torch.Tensor) else None))
@@ -282,7 +297,7 @@ def script_site(stack: tuple, op: str):
     if stack[-1][0] is not caller:  # a Python function the script called (@torch.jit.ignore) is running
         return None
     if entry[3] is None:
-        entry[3] = _script_nodes(fn)
+        entry[3] = _read_once(fn, _script_nodes)
     kind = "aten::" + op.partition(".")[2]
     nodes = entry[3].get(kind)
     if not nodes:

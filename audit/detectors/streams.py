@@ -12,7 +12,10 @@ a vector clock per stream (what each stream has waited for) and check every op:
 - an op on a side stream that has not (transitively) waited on the step's stream: fork missing;
 - an op reading a tensor another stream wrote after the last wait on it: join missing (or a fork
   that came too early, when the writer is the step's stream);
-- a side stream with work the step's stream never waited for by the end of the step: join missing.
+- a side stream with work the step's stream never waited for by the end of the step: join missing;
+- a wait, on the step's stream or one forked from it, for an event recorded outside the step or on a stream
+  that was not forked (`cur.wait_stream(self.copy_stream)` for a copy prepare() issued): a capturing stream
+  cannot wait on an event its capture did not record, so capture fails (cudaErrorStreamCaptureIsolation).
 One finding per stream block (the line that switched to the stream) and kind; the message names
 the block's first op.
 """
@@ -24,6 +27,14 @@ from audit.detectors.source import lookup
 from audit.scan.patches.stream_hooks import KIND, parse
 
 
+OUTSIDE = ("waits on an event recorded outside the step or on a stream the step never forked (work issued in "
+           "prepare() or a previous step): a capturing stream cannot wait on an event its capture did not record, so "
+           "capture fails (cudaErrorStreamCaptureIsolation), and a replay would not wait for that work anyway")
+OUTSIDE_FIX = ("wait for prepare()'s work in prepare() (`torch.cuda.current_stream().wait_stream(s)` there, before the "
+               "step runs) or issue it on the stream the step runs on; inside the step wait only on events recorded "
+               "in the step, on streams forked from the step's stream")
+
+
 class _Step:
     """Replays one step's stream events; collects (kind, block record, first op, detail)."""
 
@@ -31,6 +42,7 @@ class _Step:
         self.main, self.cur = main, main
         self.clock: dict[str, dict[str, int]] = {main: {main: -1}}  # stream -> {stream: last op index waited for}
         self.events: dict[str, dict[str, int]] = {}
+        self.captured: dict[str, bool] = {}                       # event id -> recorded in the step's capture
         self.writer: dict[int, tuple[str, int, object]] = {}      # tensor id -> (stream, op index, block)
         self.block: dict[str, object] = {}                        # stream -> the record that switched to it
         self.first: dict[int, object] = {}                        # id(block) -> first op in it
@@ -48,7 +60,11 @@ class _Step:
             self.cur, self.entering = ids[0], None
         elif op == "event.record":
             self.events[ids[0]] = dict(self._clock(ids[1]))
+            # a stream that ran ops in the step unforked has its own finding (fork missing) at its block
+            self.captured[ids[0]] = self._forked(ids[1]) or ids[1] in self.last
         elif op == "event.wait":
+            if self._forked(ids[1]) and not self.captured.get(ids[0], False):
+                self._hit("outside", r, r, OUTSIDE)
             mine = self._clock(ids[1])
             for s, k in self.events.get(ids[0], {}).items():
                 mine[s] = max(mine.get(s, -1), k)
@@ -56,12 +72,16 @@ class _Step:
     def _clock(self, sid: str) -> dict:
         return self.clock.setdefault(sid, {})
 
+    def _forked(self, sid: str) -> bool:
+        """Part of the capture: the step's stream, or one that waited on it (transitively) in this step."""
+        return sid == self.main or self.main in self._clock(sid)
+
     def op(self, r) -> None:
         s, clock = self.cur, self._clock(self.cur)
         block = self.block.get(s) if s != self.main else None
         if block is not None:
             self.first.setdefault(id(block), r)
-        forked = s == self.main or self.main in clock
+        forked = self._forked(s)
         if not forked:
             self._hit("fork", block or r, r, "runs with no wait on the step's stream before it: under capture it "
                                               "is not part of the graph and replay skips it")
@@ -133,6 +153,10 @@ def unjoined_streams(ctx):
     out = []
     for (_, _, kind), g in groups.items():
         block, first, why = g[0]
+        if kind == "outside":
+            out.append(ctx.finding("unjoined-stream", block, "stream wait", len(g) / ctx.n_steps, why,
+                                   severity="blocks-capture", fix=OUTSIDE_FIX))
+            continue
         file, line, _ = ctx.where(first)
         msg = (f"side-stream work (first op `{first.op}` at {file}:{line}) {why}" if first is not block
                else f"side-stream op `{first.op}` {why}")

@@ -40,8 +40,22 @@ def on_kept_host(ctx, r) -> bool:
     if not r.inputs:
         return False
     sid = r.inputs[0].sid
-    if ctx.cuda:
-        return r.inputs[0].device.type == "cpu"
+    if ctx.cuda:  # a host buffer the step itself allocated (pad_sequence's padded table) is no kept buffer
+        return r.inputs[0].device.type == "cpu" and sid not in made_in_step(ctx, r.step)
     if sid not in staging_buffers(ctx):
         return False
     return _host.sent_at(ctx.steps[r.step]).get(sid, r.index + 1) > r.index
+
+
+def made_in_step(ctx, step: int) -> set[int]:
+    """Storage ids the step allocated: first met as an op's output, never before as an input (a kept buffer, or a
+    view of one, is met as an input first). Computed once per step."""
+    cache = ctx.__dict__.setdefault("_made_in_step", {})
+    if step not in cache:
+        seen, made = set(), set()
+        for q in ctx.steps[step]:
+            seen |= {m.sid for m in q.inputs}
+            made |= {m.sid for m in q.outputs if m.sid not in seen}
+            seen |= {m.sid for m in q.outputs}
+        cache[step] = made
+    return cache[step]

@@ -21,7 +21,7 @@ from collections import defaultdict
 from audit.detectors import register
 from audit.detectors.state import (between_steps, co_holders, constructors, drawn as _drawn, elements,
                                    foreign_threads, handoff, held_objects, library_callers, module_refs, ran_hooks,
-                                   rebinds)
+                                   reached_twice, rebinds)
 from audit.detectors.device import capture_guards
 from audit.detectors.source import descriptors, implicit, mutations
 from audit.detectors.tensors import fresh_slots
@@ -247,7 +247,7 @@ def python_state_changes(ctx):
     setattrs = defaultdict(list)  # "owner\0attr" -> records
     for r in ctx.all_records(("setattr",)):
         setattrs[r.note].append(r)
-    out, unsited, sited, filled = [], [], set(), set()
+    out, unsited, sited, filled, located = [], [], set(), set(), []
     escaped = escape_lines(ctx)
     own_files = {ent[0].co_filename for ent in ctx.trace.codes.values() if ent[1] == 2}
     for (owner, attr), hits in changed.items():
@@ -308,8 +308,9 @@ def python_state_changes(ctx):
             if first_use.first_fill(ctx, owner, attr, hits, caller, changed):  # einops' backend registry, first filled here
                 text, sev = text + first_use.NOTE, "info"
                 filled.add((owner, attr))
-            out.append(ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
-                                   caller=caller))
+            located.append((reached_twice.shared_key(c), owner, site, s, ctx.finding("cpu-side-effect", site, "mutate", count, text,
+                                                                      severity=sev, module=owner, caller=caller)))
+    out += reached_twice.keep_ran(ctx, located)
     for c, count, msg, owner in unsited:  # one object reached two ways (an attribute and a closure cell): once
         if state_fps(c) not in sited:
             fill = first_use.under_fill(owner, c.attr, c.before, filled)

@@ -11,35 +11,43 @@ generator objects on the traced target and they differ (a runner's `self.gen` be
 `self.gen`: the helper's draw stays unregistered). A generator
 handed to another object under another name (`DDPMStep(..., self.gen)` keeping it as `self.generator`) is matched
 by the object itself: both expressions, rooted at `self`, are followed on the traced objects whose class defines
-the function they are written in.
+the function they are written in. One of a container's generators (`self.gens[b]`, registered in a loop over
+`self.gens`) is matched by that container (generator_elements.py).
 """
 
 from __future__ import annotations
 
 import ast
-import inspect
 
 import torch
 
 from audit.detectors.source.lookup import enclosing_function, tree
-from audit.detectors.state.sites import objects_defining
-from audit.scan.sources.ast_nodes import attr_chain, calls_at, nodes_of
+from audit.detectors.state.generator_elements import container_of, registered_element, values_at
+from audit.scan.sources.ast_nodes import calls_at, nodes_of
 
 
 def _last(expr) -> str | None:
     return expr.attr if isinstance(expr, ast.Attribute) else expr.id if isinstance(expr, ast.Name) else None
 
 
-def registrations(files) -> dict[str, list[tuple[str, int, ast.expr]]]:
-    """last name -> [(file, line, argument)] of the `X.register_generator_state(gen)` calls in the files."""
-    out: dict[str, list] = {}
+def _calls(files) -> list[tuple[str, int, ast.expr]]:
+    """[(file, line, argument)] of the `X.register_generator_state(gen)` calls in the files."""
+    out = []
     for f in sorted(set(files)):
         t = tree(f)
         for c in nodes_of(t, ast.Call) if t is not None else ():
             if isinstance(c.func, ast.Attribute) and c.func.attr == "register_generator_state" and c.args:
-                name = _last(c.args[0])
-                if name is not None:
-                    out.setdefault(name, []).append((f, c.lineno, c.args[0]))
+                out.append((f, c.lineno, c.args[0]))
+    return out
+
+
+def registrations(files) -> dict[str, list[tuple[str, int, ast.expr]]]:
+    """last name -> [(file, line, argument)] of the `X.register_generator_state(gen)` calls in the files."""
+    out: dict[str, list] = {}
+    for f, line, arg in _calls(files):
+        name = _last(arg)
+        if name is not None:
+            out.setdefault(name, []).append((f, line, arg))
     return out
 
 
@@ -81,23 +89,7 @@ def drawn_from(stack) -> str | None:
 def _generators(ctx, filename: str, line: int, expr) -> list:
     """The generator objects `expr` (an attribute chain on the first parameter of the function holding `line`)
     names on the traced objects whose class defines that function, read without running code."""
-    chain, func = attr_chain(expr), enclosing_function(filename, line)
-    args = getattr(getattr(func, "args", None), "args", None)
-    if not chain or len(chain) < 2 or not args or chain[0] != args[0].arg:
-        return []
-    first = min([func.lineno] + [d.lineno for d in func.decorator_list])
-    out = []
-    for _, obj in objects_defining(ctx, filename, first, func.name):
-        v = obj
-        for name in chain[1:]:
-            try:
-                v = inspect.getattr_static(v, name)
-            except AttributeError:
-                v = None
-                break
-        if isinstance(v, torch.Generator):
-            out.append(v)
-    return out
+    return [v for v in values_at(ctx, filename, line, expr) if isinstance(v, torch.Generator)]
 
 
 def _by_object(ctx, stack, files) -> tuple[str, str, int] | None:
@@ -121,10 +113,16 @@ def registered(ctx, rec) -> tuple[str, str, int] | None:
     name = None if found is None else _last(found[2])
     files = list(ctx.own_files()) + [code.co_filename for code, _ in rec.stack]
     drawn = {id(g) for g in _generators(ctx, found[0].co_filename, found[1], found[2])} if found else set()
+    if found is not None and container_of(found[0].co_filename, found[1], found[2]) is not None:
+        name = None  # an element of a container (`self.gens[b]`, a loop's `gen`): matched by its container below
     for f, line, arg in registrations(files).get(name, []) if name is not None else ():
+        if container_of(f, line, arg) is not None:
+            continue  # a loop variable's name says nothing of which generators it registers
         # the same last name is trusted unless both sides resolve to generator objects and differ: a runner
         # registering its sampling `self.gen` says nothing of a noise helper's own `self.gen`
         regd = _generators(ctx, f, line, arg) if drawn else []
         if not regd or any(id(g) in drawn for g in regd):
             return name, f, line
-    return _by_object(ctx, rec.stack, files)
+    # one generator per request in a list or dict (`generator=self.gens[b]`, registered in a loop over them)
+    element = registered_element(ctx, found, _calls(files)) if found is not None else None
+    return element or _by_object(ctx, rec.stack, files)

@@ -233,10 +233,14 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         # the earlier call in the same steps: all of them, or the few with equal inputs baked's check compares
         # (then the earlier call ran in every step the whole group ran in)
         want = len(recs) if whole is None else len(whole)
-        same = read and (len(other) == want or len(other) > want and _statement_skipped(ctx, r0, other, mine))
+        elided = _elided(ctx, r0, other, mine) if read and len(other) > want else {}
+        same = read and (len(other) == want or len(other) > want and (_statement_skipped(ctx, r0, other, mine)
+                                                                       or bool(elided)))
         for k, d in _varying_dims([theirs[s] for s in sorted(theirs)]) if same else ():
+            everywhere = {u.step: u for u in other}
             unmatched -= {(j, e) for j, e in unmatched
-                          if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine)}
+                          if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine)
+                          and all(_sized_alike(qs, j, e, everywhere[s].outputs[k].shape[d]) for s, qs in elided.items())}
             if not unmatched:
                 return True
         if not read and _composite_of(ctx, mine, theirs, dims):
@@ -256,6 +260,25 @@ def _statement_skipped(ctx, r0, other, mine: dict) -> bool:
     another op (a slice torch elides to an alias when its bound covers the whole dimension) is not skipped."""
     missing = {u.step for u in other} - set(mine)
     return bool(missing) and not any(q.stack == r0.stack for s in missing for q in ctx.ops(s))
+
+
+def _elided(ctx, r0, other, mine: dict) -> dict:
+    """{step: the statement's records there} for the steps where the earlier call ran and this one did not, when the
+    statement ran in each of them with another op (`hist[: counts.numel()]` is an alias, no `slice`, when the
+    bincount's length fills the buffer); {} when some such step did not run the statement."""
+    out = {}
+    for s in {u.step for u in other} - set(mine):
+        qs = [q for q in ctx.ops(s) if q.stack == r0.stack and q.op != r0.op]
+        if not qs:
+            return {}
+        out[s] = qs
+    return out
+
+
+def _sized_alike(qs, j: int, e: int, size: int) -> bool:
+    """One of the statement's records in an elided step has output `j`'s dimension `e` of `size`: the alias spans
+    what the slice would have cut, so that step follows the same size too."""
+    return any(len(q.outputs) > j and len(q.outputs[j].shape) > e and q.outputs[j].shape[e] == size for q in qs)
 
 
 def _from_arms(ctx, recs, mine: dict, dims) -> bool:

@@ -26,7 +26,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from audit.scan import composites, custom_ops, hops, layouts, module_stacks, op_args, wrappers
-from audit.scan.patches import hooks, module_hooks, threads
+from audit.scan.patches import dist_hooks, hooks, module_hooks, threads
 from audit.scan.snapshot import class_state, state
 from audit.scan.sources import branch_flags, compiled_frames, loaded
 from audit.scan.standins import cpu_cuda
@@ -68,6 +68,7 @@ class Tracer:
         self._produced: set = set()
         self._modstack = module_stacks.ModuleStacks()
         self._step, self.host_depth = -1, 0
+        self.dist_works: list | None = None  # the step's collectives' Work objects (dist_hooks.issued)
         self.cpu_checks = 0  # inside a call whose value reads happen on a CPU only (one_hot's range check)
         self._wlog: list | None = None
         self._flags = branch_flags.BranchFlags(self.trace.flags, on=not self.cuda)  # untaken device branches
@@ -359,6 +360,8 @@ class _Mode(TorchDispatchMode):
             self.tracer.record_op(func, args, kwargs, None, failed=True)  # the op the step died in
             raise
         self.tracer.record_op(func, args, kwargs, out)
+        if func.namespace == "c10d":  # a collective's Work: which later wait joins it
+            dist_hooks.issued(self.tracer, func, out)
         if body is not None:  # the body's ops are records start.. of this step (detectors: body_of)
             self.tracer._records[-1].note = f"body:{start}"
         return out

@@ -305,7 +305,7 @@ def python_state_changes(ctx):
                           or implicit.inline_uses(own_files, site, library_callers.executed(ctx, s, own_only=True))
                           or called_by_name(ctx, site, s, elements.held_names(ctx, c.owner))
                           or elements.handed_call(ctx, c.owner, own_files, library_callers.executed(ctx, s, True)))
-            if first_use.first_fill(ctx, owner, attr, hits, caller, changed):  # einops' backend registry, first filled here
+            if first_use.first_fill(ctx, owner, attr, hits, caller or (site if own_site else None), changed):  # a lazy first fill
                 text, sev = text + first_use.NOTE, "info"
                 filled.add((owner, attr))
             located.append((reached_twice.shared_key(c), owner, site, s, ctx.finding("cpu-side-effect", site, "mutate", count, text,

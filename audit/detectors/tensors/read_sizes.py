@@ -233,7 +233,7 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
         # the earlier call in the same steps: all of them, or the few with equal inputs baked's check compares
         # (then the earlier call ran in every step the whole group ran in)
         want = len(recs) if whole is None else len(whole)
-        elided = _elided(ctx, r0, other, mine) if read and len(other) > want else {}
+        elided = _elided(ctx, r0, other, mine) if read and len(other) > want and _origin(other) else {}
         same = read and (len(other) == want or len(other) > want and (_statement_skipped(ctx, r0, other, mine)
                                                                        or bool(elided)))
         for k, d in _varying_dims([theirs[s] for s in sorted(theirs)]) if same else ():
@@ -273,6 +273,13 @@ def _elided(ctx, r0, other, mine: dict) -> dict:
             return {}
         out[s] = qs
     return out
+
+
+def _origin(calls) -> bool:
+    """The calls' inputs kept their shapes while their outputs' varied: the varying size starts there (a `bincount`,
+    reported as dynamic-shape itself). A `torch.stack(heads)` of a list whose length varies is no origin, and a
+    slice cut to its length stays a finding of its own."""
+    return len({tuple(tuple(m.shape) for m in u.inputs) for u in calls}) == 1
 
 
 def _sized_alike(qs, j: int, e: int, size: int) -> bool:

@@ -322,3 +322,27 @@ FED_STEP = """
 def make(device):
     return Target(device)
 """  # the tail of a target fed by a loader: prepare() runs {prepare}, the step {take}s its input on the SITE line
+
+
+def captured_sampler(out: str, cls: str) -> str:
+    """The tail of a sampler target whose `capture()` (which a scan never calls) registers generators and records
+    the step: format fields `{register}` and `{draw}` stay open; the step returns `self.<out>`, make() a `<cls>`."""
+    return """
+    def capture(self):
+        self.graph = torch.cuda.CUDAGraph()
+        {register}
+        with torch.cuda.graph(self.graph):
+            self.step()
+
+    def prepare(self, i):
+        self.logits.copy_(torch.randn(B, V))
+
+    def step(self):
+        probs = torch.softmax(self.logits, dim=-1)
+        {draw}
+        return self.OUT
+
+
+def make(device):
+    return CLS()
+""".replace("OUT", out).replace("CLS", cls)

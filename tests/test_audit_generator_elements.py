@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from site_util import at, blocking, table, write_target
+from site_util import at, blocking, captured_sampler, table, write_target
 
 TARGET = """
 import torch
@@ -34,24 +34,7 @@ class Sampler:
         self.out = torch.zeros(B, dtype=torch.long)
         self.graph = None
 
-    def capture(self):
-        self.graph = torch.cuda.CUDAGraph()
-        {register}
-        with torch.cuda.graph(self.graph):
-            self.step()
-
-    def prepare(self, i):
-        self.logits.copy_(torch.randn(B, V))
-
-    def step(self):
-        probs = torch.softmax(self.logits, dim=-1)
-        {draw}
-        return self.out
-
-
-def make(device):
-    return Sampler()
-"""
+""" + captured_sampler("out", "Sampler")
 
 CONTAINERS = {"list": "[torch.Generator().manual_seed({seed} + k) for k in range(B)]",
               "dict": "{{k: torch.Generator().manual_seed({seed} + k) for k in range(B)}}"}

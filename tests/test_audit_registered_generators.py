@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from site_util import at, blocking, table, write_target
+from site_util import at, blocking, captured_sampler, table, write_target
 
 TARGET = """
 import torch
@@ -37,24 +37,7 @@ class Runner:
         self.tok = torch.zeros(B, 1, dtype=torch.long)
         self.graph = None
 
-    def capture(self):
-        self.graph = torch.cuda.CUDAGraph()
-        {register}
-        with torch.cuda.graph(self.graph):
-            self.step()
-
-    def prepare(self, i):
-        self.logits.copy_(torch.randn(B, V))
-
-    def step(self):
-        probs = torch.softmax(self.logits, dim=-1)
-        {draw}
-        return self.tok
-
-
-def make(device):
-    return Runner()
-"""
+""" + captured_sampler("tok", "Runner")
 
 DRAWS = {"direct": "torch.multinomial(probs, 1, generator=self.sampler.gen, out=self.tok)  # SITE",
          "helper": "draw(probs, self.tok, generator=self.sampler.gen)"}

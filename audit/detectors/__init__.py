@@ -23,8 +23,8 @@ from audit.scan.sources.user_code import OWN, display_path
 __all__ = ["REGISTRY", "Context", "Rule", "register", "run"]
 
 FAMILIES = ("host_sync", "guarded_sync", "allocation", "control", "baked", "stale_pointer", "side_effect", "rng",
-            "cross_device", "pageable_copy", "host_data", "streams", "settings", "global_rng", "staging_refill",
-            "step_host_buffers", "scalar_args", "hook_registrations", "sparse_sizes", "nested_masks",
+            "cross_device", "pageable_copy", "host_data", "streams", "guarded_streams", "settings", "global_rng",
+            "staging_refill", "step_host_buffers", "scalar_args", "hook_registrations", "sparse_sizes", "nested_masks",
             "host_clock", "cached_host", "runtime_syncs", "grouped_mm", "optimizer_capture", "linalg_kernels",
             "kernel_checks", "counter_branches", "read_branches", "collective_joins")
 

@@ -141,13 +141,10 @@ def _untaken(node: ast.If, file: str, lines: set, library: bool):
             yield side, body
 
 
-@register("host-sync")
-def syncs_in_untaken_device_branches(ctx):
-    """On a CPU scan: synchronizing calls in device-guarded branches of code the step ran."""
-    if ctx.cuda:
-        return []
+def untaken_sides(ctx):
+    """On a CPU scan, for each device branch of code the step ran: (file, function name, caller, the `if` node,
+    the statements of its side(s) this scan did not take and a GPU would run)."""
     funcs, lines = _ran(ctx)
-    out, seen = [], set()
     for (file, first), (name, rec) in funcs.items():
         func = lookup.enclosing_function(file, first + 1)
         if func is None or getattr(func, "name", None) != name:
@@ -163,19 +160,30 @@ def syncs_in_untaken_device_branches(ctx):
             sides = _untaken(node, file, lines, rec is not None) if is_device(node.test) else ()
             sts = [st for side, body in sides if reached(side) for st in body]
             sts += _in_test(node, file) if reached("body") else []
-            waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st)
-                     if (what := _sync_call(call)) and not host_args.reads_host(file, call)]
-            for wfile, line, fname, what in [*waits, *callee_waits.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
-                if (wfile, line) in seen:
-                    continue
-                seen.add((wfile, line))
-                via = "" if wfile == file and fname == name else \
-                    f" in `{fname}()`, called from line {node.lineno} of `{name}()`, in"
-                out.append(ctx.finding(
-                    "host-sync", (wfile, line, fname), what, 0.0,
-                    f"`{what}()`{via} {'sits in ' if not via else ''}a branch guarded by `{ast.unparse(node.test)}` "
-                    "that this CPU scan did not take; on the GPU it waits for the device inside the step "
-                    "(found in the source, not traced)",
-                    fix="Remove the wait from the step, or move it outside the captured region.",
-                    caller=caller))
+            if sts:
+                yield file, name, caller, node, sts
+
+
+@register("host-sync")
+def syncs_in_untaken_device_branches(ctx):
+    """On a CPU scan: synchronizing calls in device-guarded branches of code the step ran."""
+    if ctx.cuda:
+        return []
+    out, seen = [], set()
+    for file, name, caller, node, sts in untaken_sides(ctx):
+        waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st)
+                 if (what := _sync_call(call)) and not host_args.reads_host(file, call)]
+        for wfile, line, fname, what in [*waits, *callee_waits.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
+            if (wfile, line) in seen:
+                continue
+            seen.add((wfile, line))
+            via = "" if wfile == file and fname == name else \
+                f" in `{fname}()`, called from line {node.lineno} of `{name}()`, in"
+            out.append(ctx.finding(
+                "host-sync", (wfile, line, fname), what, 0.0,
+                f"`{what}()`{via} {'sits in ' if not via else ''}a branch guarded by `{ast.unparse(node.test)}` "
+                "that this CPU scan did not take; on the GPU it waits for the device inside the step "
+                "(found in the source, not traced)",
+                fix="Remove the wait from the step, or move it outside the captured region.",
+                caller=caller))
     return out

@@ -11,6 +11,7 @@ import torch
 
 from audit.detectors.host import (attr_memory, dataclass_fields, factories as _factories, module_tensors,
                                  places as _places)
+from audit.detectors.host.kept_before_move import kept_before_move
 from audit.detectors.host.places import class_spans
 from audit.detectors.source import lookup, mutations
 from audit.detectors.device import optimizer_steps
@@ -47,7 +48,8 @@ def host_tensors(ctx) -> dict[int, str]:
             ctx._pinned_host.add(sid)
             continue
         placed = ctx.cuda or any(mutations.assigns_host_tensor(f, name, span) for f, span in spans) or \
-            pageable_beside_device(obj, name, ctx)
+            pageable_beside_device(obj, name, ctx) or \
+            (any(kept_before_move(f, name, span) for f, span in spans) and not moved_elsewhere(obj, name))
         if t.dim() > 1 or t.numel() > 64 or not placed:  # counters and small host scalars only: large host
             if placed or dataclass_fields.field_memory(obj, name) == "pageable":  # buffers are staging
                 ctx._read_host.add(sid)  # but a read of one is of host memory (read_kept)

@@ -81,7 +81,7 @@ def test_an_async_collective_never_waited_is_an_unjoined_stream(tmp_path, one_ra
     path, site = _write(tmp_path, UNJOINED[how], random.choice(sorted(ISSUE)))
     bad = blocking(path)
     hit = at(bad, "unjoined-stream", site)
-    assert len(hit) == 1 and hit.iloc[0].severity == "blocks-capture", table(bad)
+    assert len(hit) == 1 and hit.iloc[0].severity == "silent-corruption", table(bad)
     assert len(bad[bad.category == "unjoined-stream"]) == 1, table(bad)
 
 

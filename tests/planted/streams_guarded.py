@@ -11,7 +11,8 @@ D = int(torch.randint(8, 48, (1,)))
 class Base:
     def __init__(self, device):
         self.stream = torch.cuda.Stream() if torch.cuda.is_available() else None
-        self.host_w = torch.randn(D, D)
+        # pinned where a GPU is (its arm uploads it with non_blocking=True): the planted hazard is the stream alone
+        self.host_w = torch.randn(D, D).pin_memory() if torch.cuda.is_available() else torch.randn(D, D)
         self.w = torch.zeros(D, D, device=device)
         self.x = torch.zeros(2, D, device=device)
 

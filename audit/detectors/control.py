@@ -17,7 +17,7 @@ from difflib import SequenceMatcher
 from torch import nn
 
 from audit.detectors import register
-from audit.detectors.branches import call_arms, control_source, fork_keys, other_instance, size_tests
+from audit.detectors.branches import call_arms, control_source, fork_keys, moved_hooks, other_instance, size_tests
 from audit.detectors.device import eager_forks
 from audit.detectors.host import regions as _host_regions
 from audit.detectors.source import lookup
@@ -280,9 +280,15 @@ def op_sequence_divergence(ctx):
         (ra, ta), (rb, tb) = seqs[s0], seqs[s1]
         if ta == tb:
             continue
+        pair = []
+        if (hooks := moved_hooks.moved(ctx, s0, s1)):  # a hook registered on other modules: its ops moved
+            (ra, ta, x0), (rb, tb, x1) = (moved_hooks.split(r, t, hooks) for r, t in ((ra, ta), (rb, tb)))
+            if (x := x0 or x1) is not None:
+                code, line = moved_hooks.hook_frame(x, hooks)
+                pair.append(((code.co_filename, line, code.co_name),
+                             [moved_hooks.message(code, hooks[code], s0, s1), x.op, x.module, x], [x.frame] if x.frame else []))
         codes = [c for c in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes() if c[0] != "equal"]
         shifted = _shifted_regions(ta, tb, codes)
-        pair = []
         for tag, i1, i2, j1, j2 in codes:
             if elided_slice(tag, ra, rb, i1, i2, j1, j2) or picked_by_layout(tag, ra, rb, i1, i2, j1, j2) \
                     or (i1, j1) in shifted or _host_regions.host_work_only(ctx, ra[i1:i2], rb[j1:j2]):

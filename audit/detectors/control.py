@@ -316,7 +316,7 @@ def op_sequence_divergence(ctx):
                                           for w, r, h in pair], ctx.rel)
         for (where, region, _), eager in zip(pair, eagers):
             hits[(where, fork_keys.caller_key(ctx, region[3], where))].append((*region, eager))
-    fork_keys.fold_loops_into_guards(hits)
+    fork_keys.fold_loops_into_guards(ctx, hits)
     out = []
     n_pairs = len(steps) - 1
     for (where, _), regions in hits.items():

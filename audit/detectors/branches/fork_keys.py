@@ -4,6 +4,7 @@ guard clause was blamed beside it (the guard takes the loop's regions)."""
 
 from __future__ import annotations
 
+from audit.detectors.branches import steady_loops
 from audit.detectors.source import lookup
 
 __all__ = ["caller_key", "fold_loops_into_guards"]
@@ -19,14 +20,28 @@ def caller_key(ctx, rec, where) -> tuple | None:
     return tuple(cal[:2]) if cal else None
 
 
-def fold_loops_into_guards(hits: dict) -> None:
+def fold_loops_into_guards(ctx, hits: dict) -> None:
     """A loop line blamed next to a guard clause of its own body (`if ...: continue`) that was also
     blamed: the iterations differ because of the guard, so its finding takes the loop's regions
-    (when a different iteration is skipped each step the alignment also cuts across the loop)."""
+    (when a different iteration is skipped each step the alignment also cuts across the loop). So does
+    an `if` of the body whose test ran equally often in every step (steady_loops: the trip count held),
+    blamed or not, when the differing ops sit inside it."""
     for key in list(hits):
-        (file, line, _), caller = key
+        (file, line, function), caller = key
         guards = lookup.loop_guards(file, line)
         into = next((k for k in hits if k[0][0] == file and k[0][1] in guards and k[1] == caller), None) \
             if guards else None
+        if into is None:
+            into = _steady_if(ctx, file, line, function, caller, hits[key])
         if into is not None:
-            hits[into].extend(hits.pop(key))
+            hits.setdefault(into, []).extend(hits.pop(key))
+
+
+def _steady_if(ctx, file, line, function, caller, regions) -> tuple | None:
+    """The key of the body `if` of the loop on `line` that ran its test equally often in every step and
+    holds the differing ops of every region (a region's record stands in the file on a line of that if)."""
+    spans = steady_loops.steady_body_ifs(ctx, file, line)
+    for at, end in spans.items():
+        if all(any(c.co_filename == file and at <= ln <= end for c, ln in r[3].stack) for r in regions):
+            return (file, at, function), caller
+    return None

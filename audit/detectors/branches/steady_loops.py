@@ -1,0 +1,54 @@
+"""A loop whose trip count stayed the same while its body's `if` chose differently.
+
+`for b in range(B): if self.done[b]: self.state[b].zero_()` resets other rows in other steps. The
+sequence alignment cuts across the loop when the extra ops sit in another iteration, so the loop line
+is blamed beside the `if` in its body. When the `if`'s own test (a statement of the loop body, run once
+per iteration) ran the same number of ops in every audited step, the loop went round equally often in
+every step: the `if` decided, and the loop's finding folds into it (fork_keys.fold_loops_into_guards),
+also when only the loop was blamed (the differing ops sit inside that `if`).
+A loop whose trip count moved (`for b in range(self.n_active)`) runs that test a different number of
+times and keeps its own finding.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors.source import lookup
+from audit.scan.sources.ast_nodes import nodes_of
+from audit.scan.sources.frame_source import tree
+
+__all__ = ["steady_body_ifs"]
+
+
+def _body_ifs(filename: str, line: int) -> dict[int, tuple[int, int, int]]:
+    """`if` statements that are direct statements of the body of the loop starting on `line`:
+    {if line: (first, last) line of its test, last line of the statement}."""
+    t = tree(filename)
+    loop = next((n for n in nodes_of(t, (ast.For, ast.AsyncFor, ast.While)) if n.lineno == line),
+                None) if t is not None else None
+    if loop is None:
+        return {}
+    return {n.lineno: (n.test.lineno, n.test.end_lineno or n.test.lineno, n.end_lineno or n.lineno)
+            for n in loop.body if isinstance(n, ast.If)}
+
+
+def _test_counts(ctx, filename: str, lo: int, hi: int) -> list[int]:
+    """Per complete step, the ops run while a frame of `filename` stood on lines lo..hi."""
+    return [sum(1 for r in ctx.ops(s) if any(c.co_filename == filename and lo <= ln <= hi for c, ln in r.stack))
+            for s in ctx.complete]
+
+
+def steady_body_ifs(ctx, filename: str, line: int) -> dict[int, int]:
+    """The body-level `if`s of the loop on `line` whose test ran equally often (and at all) in every complete
+    step, {if line: last line of the if}: the loop's trip count did not change, so such an `if` decided
+    (guard clauses, which lookup.loop_guards names, fold without this check)."""
+    out = {}
+    guards = lookup.loop_guards(filename, line)
+    for at, (lo, hi, end) in _body_ifs(filename, line).items():
+        if at in guards:
+            continue
+        counts = _test_counts(ctx, filename, lo, hi)
+        if counts and counts[0] > 0 and len(set(counts)) == 1:
+            out[at] = end
+    return out

@@ -346,3 +346,14 @@ def captured_sampler(out: str, cls: str) -> str:
 def make(device):
     return CLS()
 """.replace("OUT", out).replace("CLS", cls)
+
+
+# the head of a target class with seeded weights, an input and an output on the device (format fields {seed}, {d});
+# a template goes on with more of `__init__`
+SEEDED_TARGET = """class Target:
+    def __init__(self, device):
+        g = torch.Generator().manual_seed({seed})
+        self.w = (torch.randn({d}, {d}, generator=g) * 0.1).to(device)
+        self.x = torch.zeros(1, {d}, device=device)
+        self.out = torch.zeros(1, {d}, device=device)
+"""

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from site_util import blocking, clean_or_hit, install_library, write_target
+from site_util import SEEDED_TARGET, blocking, clean_or_hit, install_library, write_target
 
 LIB = """
 import torch
@@ -42,13 +42,7 @@ import torch
 from {mod} import BannedTokens, Moved
 
 
-class Target:
-    def __init__(self, device):
-        g = torch.Generator().manual_seed({seed})
-        self.w = (torch.randn({d}, {d}, generator=g) * 0.1).to(device)
-        self.x = torch.zeros(1, {d}, device=device)
-        self.out = torch.zeros(1, {d}, device=device)
-        self.ban = {make}
+""" + SEEDED_TARGET + """        self.ban = {make}
 
     def prepare(self, i):
         self.x.copy_(torch.randn(1, {d}))

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from site_util import at, blocking, install_library, table, write_target
+from site_util import SEEDED_TARGET, at, blocking, install_library, table, write_target
 
 PROCESSOR = """
 import torch
@@ -49,13 +49,7 @@ import torch
 from {mod} import process, process_batch
 
 
-class Target:
-    def __init__(self, device):
-        g = torch.Generator().manual_seed({seed})
-        self.w = (torch.randn({d}, {d}, generator=g) * 0.1).to(device)
-        self.x = torch.zeros(1, {d}, device=device)
-        self.out = torch.zeros(1, {d}, device=device)
-        {bind}
+""" + SEEDED_TARGET + """        {bind}
         {keep}
         {use}
 

@@ -11,20 +11,14 @@ import random
 
 import pytest
 
-from site_util import blocking, table, write_target
+from site_util import SEEDED_TARGET, blocking, table, write_target
 
 TEMPLATE = """
 import numpy as np
 import torch
 
 
-class Target:
-    def __init__(self, device):
-        g = torch.Generator().manual_seed({seed})
-        self.w = (torch.randn({d}, {d}, generator=g) * 0.1).to(device)
-        self.x = torch.zeros(1, {d}, device=device)
-        self.out = torch.zeros(1, {d}, device=device)
-        self.fill = np.{made}
+""" + SEEDED_TARGET + """        self.fill = np.{made}
 
     def prepare(self, i):
         self.x.copy_(torch.randn(1, {d}))

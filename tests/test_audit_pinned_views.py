@@ -13,7 +13,7 @@ import random
 import pytest
 import torch
 
-from site_util import at, blocking, table, write_target
+from site_util import SEEDED_TARGET, at, blocking, table, write_target
 
 WRAPS = {
     "from_numpy": "torch.from_numpy(self.stage_np{cut})",
@@ -27,13 +27,7 @@ import numpy as np
 import torch
 
 
-class Target:
-    def __init__(self, device):
-        g = torch.Generator().manual_seed({seed})
-        self.w = (torch.randn({d}, {d}, generator=g) * 0.1).to(device)
-        self.x = torch.zeros(1, {d}, device=device)
-        self.out = torch.zeros(1, {d}, device=device)
-{init}
+""" + SEEDED_TARGET + """{init}
 
     def prepare(self, i):
         self.x.copy_(torch.randn(1, {d}))

@@ -141,9 +141,16 @@ def _untaken(node: ast.If, file: str, lines: set, library: bool):
             yield side, body
 
 
-def untaken_sides(ctx):
+def untaken_sides(ctx) -> list:
     """On a CPU scan, for each device branch of code the step ran: (file, function name, caller, the `if` node,
-    the statements of its side(s) this scan did not take and a GPU would run)."""
+    the statements of its side(s) this scan did not take and a GPU would run). Read once per scan: the guarded
+    host-sync and stream rules both walk them."""
+    if (cached := getattr(ctx, "_untaken_sides", None)) is None:
+        cached = ctx._untaken_sides = list(_untaken_sides(ctx))
+    return cached
+
+
+def _untaken_sides(ctx):
     funcs, lines = _ran(ctx)
     for (file, first), (name, rec) in funcs.items():
         func = lookup.enclosing_function(file, first + 1)

@@ -11,6 +11,7 @@ A name rebound to a moved copy anywhere in the function (`thw = thw.to(device)`)
 from __future__ import annotations
 
 import ast
+import functools
 
 from audit.detectors.source import scopes
 from audit.detectors.source.lookup import tree
@@ -22,8 +23,12 @@ def kept_before_move(filename: str, attr: str, lines: tuple[int, int] | None = N
     entry of one, `inputs["image_grid_thw"]`) that the same function also sends to a device (`thw.to(device)`,
     `inputs.to(self.device)`, `.cuda()`), never rebinding that name to a moved copy."""
     t = tree(filename)
-    if t is None:
-        return False
+    return t is not None and _kept_before_move(t, attr, tuple(lines) if lines else None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kept_before_move(t: ast.Module, attr: str, lines) -> bool:
+    """kept_before_move on a parsed file (keyed by the tree object: a file parsed again is asked again)."""
     for fn in all_nodes(t):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
                 (lines and not lines[0] <= fn.lineno <= lines[1]):

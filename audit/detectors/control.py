@@ -285,8 +285,9 @@ def op_sequence_divergence(ctx):
             (ra, ta, x0), (rb, tb, x1) = (moved_hooks.split(r, t, hooks) for r, t in ((ra, ta), (rb, tb)))
             if (x := x0 or x1) is not None:
                 code, line = moved_hooks.hook_frame(x, hooks)
-                pair.append(((code.co_filename, line, code.co_name),
-                             [moved_hooks.message(code, hooks[code], s0, s1), x.op, x.module, x], [x.frame] if x.frame else []))
+                what = moved_hooks.message(code, hooks[code], s0, s1)
+                pair.append(((code.co_filename, line, code.co_name), [what, x.op, x.module, x],
+                             [x.frame] if x.frame else []))
         codes = [c for c in SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes() if c[0] != "equal"]
         shifted = _shifted_regions(ta, tb, codes)
         for tag, i1, i2, j1, j2 in codes:

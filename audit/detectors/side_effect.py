@@ -305,11 +305,13 @@ def python_state_changes(ctx):
                           or implicit.inline_uses(own_files, site, library_callers.executed(ctx, s, own_only=True))
                           or called_by_name(ctx, site, s, elements.held_names(ctx, c.owner))
                           or elements.handed_call(ctx, c.owner, own_files, library_callers.executed(ctx, s, True)))
-            if first_use.first_fill(ctx, owner, attr, hits, caller or (site if own_site else None), changed):  # a lazy first fill
+            near = caller or (site if own_site else None)  # the target's line that led there
+            if first_use.first_fill(ctx, owner, attr, hits, near, changed):  # a lazy first fill
                 text, sev = text + first_use.NOTE, "info"
                 filled.add((owner, attr))
-            located.append((reached_twice.shared_key(c), owner, site, s, ctx.finding("cpu-side-effect", site, "mutate", count, text,
-                                                                      severity=sev, module=owner, caller=caller)))
+            found = ctx.finding("cpu-side-effect", site, "mutate", count, text, severity=sev, module=owner,
+                                caller=caller)
+            located.append((reached_twice.shared_key(c), owner, site, s, found))
     out += reached_twice.keep_ran(ctx, located)
     for c, count, msg, owner in unsited:  # one object reached two ways (an attribute and a closure cell): once
         if state_fps(c) not in sited:

@@ -5,9 +5,10 @@ first time it sees a tensor type. fla's chunked gated-delta-rule reference calls
 that kernel only past a context length fills them in the first step that crosses the bound. That is lazy
 initialization, done once per process, not state the step advances: a replay that skips it leaves nothing stale
 (the next eager call finds the registry filled, or fills it). The step ran it because it took a new arm, which is
-the data-dependent-control finding; the fill is info. The same holds for a private member of a library or standard-library object the target keeps: a
-`logging.Logger`'s `_cache` of enabled levels, filled by the first `log.debug(...)` the step runs under a branch
-(`if self.n % 4 == 0:`) is memoisation, not state a replay leaves stale.
+the data-dependent-control finding; the fill is info. The same holds for a private member of a library or
+standard-library object the target keeps: a `logging.Logger`'s `_cache` of enabled levels, filled by the first
+`log.debug(...)` the step runs under a branch (`if self.n % 4 == 0:`), is memoisation, not state a replay leaves
+stale.
 """
 
 from __future__ import annotations

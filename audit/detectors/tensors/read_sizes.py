@@ -240,7 +240,8 @@ def follows_varying_shape(ctx, recs, aligned: dict) -> bool:
             everywhere = {u.step: u for u in other}
             unmatched -= {(j, e) for j, e in unmatched
                           if all(mine[s].outputs[j].shape[e] == theirs[s].outputs[k].shape[d] for s in mine)
-                          and all(_sized_alike(qs, j, e, everywhere[s].outputs[k].shape[d]) for s, qs in elided.items())}
+                          and all(_sized_alike(qs, j, e, everywhere[s].outputs[k].shape[d])
+                                  for s, qs in elided.items())}
             if not unmatched:
                 return True
         if not read and _composite_of(ctx, mine, theirs, dims):

@@ -15,8 +15,8 @@ inside it: its own reads are part of the one wait.
 
 Which collective a step waits for is recorded too (`issued`, `completing`): a c10d op's `Work` is noted on its
 record (`work:<id>`), and `work.wait()` (or `get_future()` / `synchronize()`, which hand the wait elsewhere, or
-an `is_completed()` poll) is a `dist` record naming the same id. An async collective the step never waits is a fork of the NCCL stream that the
-capture never joins (audit/detectors/collective_joins.py).
+an `is_completed()` poll) is a `dist` record naming the same id. An async collective the step never waits for
+leaves the NCCL stream unjoined where the step reads its output (audit/detectors/collective_joins.py).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from audit.detectors.state import library_callers
+from audit.detectors.state.sites import state_fps
 
 __all__ = ["keep_ran", "shared_key"]
 
@@ -37,4 +38,4 @@ def keep_ran(ctx, entries: list) -> list:
 
 def shared_key(change):
     """The key two owners of one container share (its before and after), or None for a bare value."""
-    return repr((change.before, change.after)) if isinstance(change.after, tuple) else None
+    return state_fps(change) if isinstance(change.after, tuple) else None

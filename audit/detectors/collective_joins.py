@@ -24,6 +24,7 @@ from audit.detectors import register
 from audit.detectors.source import lookup
 from audit.scan.patches.dist_hooks import KIND
 from audit.scan.sources.ast_nodes import calls_at
+from audit.scan.sources.user_code import is_torch_file
 
 _FIX = ("keep the handle and call `work.wait()` before the result is read and before the step ends (or pass "
         "async_op=False); a handle carried into the next step cannot be captured")
@@ -35,8 +36,7 @@ def _group(r) -> str:
 
 def _asked_async(r) -> bool:
     """The first frame outside torch that issued the collective passes `async_op=` something other than False."""
-    frame = next(((c.co_filename, line) for c, line in reversed(r.stack)
-                  if "/torch/" not in c.co_filename.replace("\\", "/")), None)
+    frame = next(((c.co_filename, line) for c, line in reversed(r.stack) if not is_torch_file(c.co_filename)), None)
     t = lookup.tree(frame[0]) if frame else None
     return t is not None and any(k.arg == "async_op" and not (isinstance(k.value, ast.Constant) and not k.value.value)
                                  for c in calls_at(t, frame[1]) for k in c.keywords)

@@ -36,6 +36,7 @@ HIDDEN, LIBRARY, OWN = 0, 1, 2
 # A scan resolves the same few thousand source files (every imported module's) on each lookup; a file's
 # resolved path does not change while the process runs.
 real_path = functools.lru_cache(maxsize=1 << 16)(os.path.realpath)
+_TORCH_ROOT = os.path.join(os.path.realpath(os.path.dirname(torch.__file__)), "")
 
 
 def norm_dir(p: str) -> str:
@@ -164,6 +165,11 @@ def is_user_file(filename: str, extra: tuple[str, ...] = ()) -> bool:
     if any(f.startswith(d) for d in _KEEP) or _under(f, extra):
         return True
     return not any(f.startswith(d) for d in _SKIP)
+
+
+def is_torch_file(filename: str) -> bool:
+    """Whether a frame's file is torch's own Python (by where torch is installed, not by a path's words)."""
+    return bool(filename) and not filename.startswith("<") and real_path(filename).startswith(_TORCH_ROOT)
 
 
 def frame_kind(filename: str, roots: tuple[str, ...] = ()) -> int:

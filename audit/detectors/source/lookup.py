@@ -218,10 +218,30 @@ def skipped_loop_index(filename: str, line: int, indexed: str | None = None) -> 
                 and (attr_chain(n.value) or [None])[-1] == indexed]
         if subs:
             read = {n.id for s in subs for n in ast.walk(s) if isinstance(n, ast.Name)}
-    return bool(index & read) and any(
+    return bool(index & read) and (any(
         isinstance(n, ast.If) and n.lineno < line
         and (_span(n, line) or any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(n)))
-        for n in ast.walk(loop) if n is not loop)
+        for n in ast.walk(loop) if n is not loop) or _breaks_inside(func, loop))
+
+
+def _own(node):
+    """The nodes under `node` that belong to its own loop level (not to a nested loop or function)."""
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef,
+                                  ast.Lambda)):
+            yield child
+            yield from _own(child)
+
+
+def _breaks_inside(func, loop) -> bool:
+    """`loop` runs inside another loop of `func`, and a conditional of its own body can `break` it (a
+    verifier walking drafted tokens per sequence, stopping at the first rejection): each outer iteration
+    then runs it a data-dependent number of times, so the k-th run of a line in it is another (outer, inner)
+    pair in another step, whether the line comes before the `break` or after it."""
+    if _loop_of(func, loop.lineno) is None:
+        return False
+    return any(isinstance(n, ast.If) and any(isinstance(x, ast.Break) for x in _own(n))
+               for n in _own(loop))
 
 
 def decider(filename: str, lo: int | None, line: int) -> int | None:

@@ -55,14 +55,18 @@ _COPIES_INDEX = _INDEXING - {"aten.index_select"}
 
 def _host_indices(recs, born: set) -> list:
     """(lift_fresh record, indexing record, op) of host data that a later op of the step uses as an index into a
-    tensor not born from host data (a device tensor on a GPU): `mask[allowed] = 0` with `allowed` a list."""
+    tensor not born from host data (a device tensor on a GPU): `mask[allowed] = 0` with `allowed` a list. Host data
+    the source sent on with `.to(D)` before the indexing op (nano-vllm's block table, `torch.tensor(rows,
+    pin_memory=True).to(dev, non_blocking=True)`, then `k_cache[block_tables]`) indexes with the device copy on a
+    GPU: the copy is the `.to(D)` line's finding, and the indexing op copies nothing."""
     lifted = {r.inputs[0].sid: r for r in recs if r.kind == "aten" and r.stack and r.inputs
               and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs[0].sid in born
               and len(r.inputs[0].shape) > 0}  # a 0-dim host tensor is a scalar operand: no copy
-    out = []
-    for r in recs:
+    moved, out = sent_at(recs), []
+    for i, r in enumerate(recs):
         if r.kind == "aten" and r.op in _INDEXING and r.inputs and r.inputs[0].sid not in born:
-            out += [(lifted.pop(t.sid), r, r.op) for t in index_tensors(r) if t.sid in lifted]
+            out += [(lifted.pop(t.sid), r, r.op) for t in index_tensors(r)
+                    if t.sid in lifted and moved.get(t.sid, i) >= i]
     return out
 
 

@@ -5,8 +5,9 @@ is host-sync's finding, but the `if` two lines down is a second hazard that outl
 alone. Its side is decided by the data of the step a graph captured, and every replay runs that side. When
 the audited steps happen to take the same side (the stop word never came), the op sequences agree and the
 trace shows no fork; the source does. For each host read the step made (host_sync.read_records), the names its
-statement binds (`n = int(t)`, `a, b = t.tolist()`, `for v in t.tolist():`) and those later bound from them
-in the same function (`word = vocab[n]`) are followed to the tests that read them: an `if`, `elif`, `while`,
+statement binds (`n = int(t)`, `a, b = t.tolist()`, `for v in t.tolist():`; of a loop over `zip`/`enumerate`,
+only the names paired with the read) and those later bound from them in the same function (`word = vocab[n]`)
+are followed to the tests that read them: an `if`, `elif`, `while`,
 a conditional expression, or `range(n)` that sets a loop's trip count; also into a function of the same file they
 are passed to (`self.check_stop(tok)`, then `if tok in self.stops:`), two calls down. A test on the same line as its read
 (`if t.item() > 0:`) is left to host-sync (one place to act); a test in the `elif`/`else` of the `if` whose body
@@ -61,8 +62,33 @@ def _bound(st, line: int) -> set[str]:
     elif isinstance(st, (ast.AnnAssign, ast.AugAssign)) and st.value is not None:
         targets = [st.target]
     elif isinstance(st, (ast.For, ast.AsyncFor)) and st.iter.lineno <= line <= (st.iter.end_lineno or line):
-        targets = [st.target]
+        return _paired(st.target, st.iter)
     return {n for t in targets for n in _stored(t)}
+
+
+_READ_ATTRS = {"item", "tolist", "numpy", "cpu"}
+_READ_CASTS = {"int", "float", "bool"}
+
+
+def _reads_back(expr) -> bool:
+    """`expr` holds a call that reads a tensor's value to the host (`t.tolist()`, `int(t)`)."""
+    return any(isinstance(n, ast.Call) and ((isinstance(n.func, ast.Attribute) and n.func.attr in _READ_ATTRS)
+                                            or (isinstance(n.func, ast.Name) and n.func.id in _READ_CASTS))
+               for n in ast.walk(expr))
+
+
+def _paired(target, it) -> set[str]:
+    """The names of a `for` target that take the values read back: `zip` pairs each name with one iterable, so
+    `for seq, tok in zip(self.seqs, ids.tolist()):` binds only `tok` to the read (`seq` is the host's own
+    object), and `enumerate` binds its index to none. Where no one iterable shows the read, every name."""
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in ("zip", "enumerate") \
+            and isinstance(target, (ast.Tuple, ast.List)) and not it.keywords \
+            and not any(isinstance(x, ast.Starred) for x in [*it.args, *target.elts]):
+        sources = list(it.args) if it.func.id == "zip" else [None, *it.args[:1]]
+        picked = [(t, src) for t, src in zip(target.elts, sources) if src is not None and _reads_back(src)]
+        if len(sources) == len(target.elts) and picked:
+            return {n for t, src in picked for n in _paired(t, src)}
+    return _stored(target)
 
 
 _SHAPE_ATTRS = {"shape", "ndim", "dtype", "device", "is_cuda", "layout"}

@@ -94,7 +94,8 @@ def varying_shapes(ctx):
     makers, memo = carried_shapes.makers(plan), {}
     for gid, (recs, outs, varying, outside) in enumerate(plan):
         origin = not varying or _host_sized(recs) or \
-            (outside and not carried_shapes.carried_from_earlier_step(ctx, recs, varying, makers, gid, memo))
+            (outside and not carried_shapes.carried_from_earlier_step(ctx, recs, varying, makers, gid, memo)) or \
+            (not outside and carried_shapes.grows_own_output(ctx, recs, varying, makers, gid, memo))
         if origin and recs[0].op in _LIFTS and host_only.stays_on_host(ctx, recs):
             continue  # host data of a changing length, read back on the host alone: no kernel's shape
         if origin and host_only.host_work_stays(ctx, recs):

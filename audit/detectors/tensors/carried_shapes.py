@@ -11,6 +11,11 @@ back through the shape-varying calls of its own step never reaches this call. Th
 back by itself (directly, or through `torch.cat(...) * 1.0` stored back), is on that loop and stays the origin;
 the attention reading the cache is off it. The first audited step's predecessor ran untraced: its provenance is
 unknown and does not count against the rule.
+
+The `cat` may also read its own last output through ops that keep its shape: a beam search reorders the running
+ids by beam before appending (`self.seqs = torch.cat([self.seqs[beam_idx], tok], -1)`). The reorder is then the
+call that reads from outside, and it only passes the growth on; the `cat`, whose inputs are all the step's own,
+is where the shape changes, and stays the origin (`grows_own_output`).
 """
 
 from __future__ import annotations
@@ -86,3 +91,39 @@ def _passes_on(r, j: int) -> bool:
     through the steps (a quantized cache dequantized, grown by a `cat`, quantized back) it carries the growth the
     `cat` makes, and the `cat`, which changes the shape, stays the origin."""
     return bool(r.outputs) and all(tuple(o.shape) == tuple(r.inputs[j].shape) for o in r.outputs)
+
+
+def grows_own_output(ctx, recs, varying, made_by: dict, gid: int, memo: dict) -> bool:
+    """Whether each call of `recs` (group `gid`) changes the shape of a varying input it got from within its step,
+    and that input follows, through shape-varying calls that pass their input's shape on, a read from outside the
+    step of what this same call made in an earlier audited step: the call grows its own output, read back through
+    a reorder. Checked in every step but the first (whose predecessor ran untraced)."""
+    born, first, checked = ctx.trace.born, min(r.step for r in recs), False
+    for r in recs:
+        if r.step == first:
+            continue
+        grown = [j for j in varying if j < len(r.in_step) and r.in_step[j] and not _passes_on(r, j)]
+        if not grown or not any(_reads_back(ctx, r, j, made_by, gid, born, memo) for j in grown):
+            return False
+        checked = True
+    return checked
+
+
+def _reads_back(ctx, r, j: int, made_by: dict, gid: int, born: dict, memo: dict, depth: int = 8) -> bool:
+    """Whether input `j` of `r` was made in its step by a chain of shape-passing calls (at most `depth`) that starts
+    at a read of storage an earlier step's call of group `gid` made."""
+    by_tid = _producers(ctx, r.step, memo)
+    key = (r.step, _made_before(by_tid, r.inputs[j].tid, r.index))
+    for _ in range(depth):
+        if key not in made_by:
+            return False
+        rec = ctx.steps[r.step][key[1]]
+        outside = [k for k, inside in enumerate(rec.in_step) if not inside and _passes_on(rec, k)]
+        if any((m := born.get(rec.inputs[k].sid)) is not None and m[0] < r.step and made_by.get(m) == gid
+               for k in outside):
+            return True
+        inner = [k for k, inside in enumerate(rec.in_step) if inside and _passes_on(rec, k)]
+        if not inner:
+            return False
+        key = (r.step, _made_before(by_tid, rec.inputs[inner[0]].tid, rec.index))
+    return False

@@ -5,8 +5,8 @@ permutation from all operands' sizes: a capacity-factor MoE whose capacity `C` f
 `dispatch` of another `C` each step, and the permute of the unchanged `x` then gets another order (a size-1 dim is
 moved aside) and another output shape. Its own input kept its shape, so it read as a new origin, a dynamic-shape and
 a baked-host-value at the einsum line, whose only fix is the one of the call that made `dispatch`. Such an op is
-downstream when the code line writes no op of its name (torch issued it), an earlier op of the same call run (the
-same frames) read a tensor whose shape varies between the steps, and steps whose run read the same shapes got the
+downstream when the code line writes no op of its name (torch issued it), another op of the same call run (the
+same frames, before or after it) read a tensor whose shape varies between the steps, and steps whose run read the same shapes got the
 same arguments and output shape: the variation is a function of the operands' sizes, not of a host value.
 """
 
@@ -41,17 +41,20 @@ def follows_operand_layout(ctx, recs) -> bool:
 
 
 def _run_shapes(ctx, r):
-    """The input shapes of the earlier ops of `r`'s call run (the records with its frames just before it)."""
+    """The input shapes of the other ops of `r`'s call run (the records with its frames just before and after it):
+    a composite may lay out one operand before it reads the one whose size it follows (`torch.take_along_dim(seqs,
+    idx[:, None], 0)` expands the index to the width of `seqs`, then expands `seqs`)."""
     recs = ctx.steps[r.step] if r.step < len(ctx.steps) else []
     if r.index >= len(recs) or recs[r.index] is not r:
         return None
     shapes = []
-    for q in reversed(recs[:r.index]):
-        if q.kind != "aten":
-            continue
-        if q.stack != r.stack:
-            break
-        shapes.append(tuple(tuple(m.shape) for m in q.inputs))
+    for side in (reversed(recs[:r.index]), recs[r.index + 1:]):
+        for q in side:
+            if q.kind != "aten":
+                continue
+            if q.stack != r.stack:
+                break
+            shapes.append(tuple(tuple(m.shape) for m in q.inputs))
     return tuple(shapes) or None
 
 

@@ -42,15 +42,16 @@ def value_names(node) -> set:
     return out
 
 
-def passed_counter(frames, values: list, counters: set) -> bool:
-    """Whether a parameter that `values` (the innermost statement's expressions and the locals it reads) use
-    outside size reads carries, from a caller further out, a host counter attribute. `frames` are (file, line),
-    innermost first."""
+def passed_counter(frames, parts: list, counters: set) -> bool:
+    """Whether a parameter that the innermost statement's expressions `parts` use outside size reads, directly or
+    through a local its function bound earlier (`end_pos = start_pos + seqlen`), carries a host counter attribute
+    from a caller further out. A local read only inside a size read (`self.v[:, :keys.size(1)]`) hands on no
+    value. `frames` are (file, line), innermost first."""
     if not counters or len(frames) < 2:
         return False
     filename, line = frames[0]
     func = lookup.enclosing_function(filename, line)
-    wanted = set().union(*(value_names(v) for v in values)) & _params(func) - {"self"}
+    wanted = _with_locals(func, parts, line) & _params(func) - {"self"}
     for cfile, cline in frames[1:]:
         if not wanted:
             return False
@@ -60,10 +61,17 @@ def passed_counter(frames, values: list, counters: set) -> bool:
         if not args:
             return False
         cfunc = lookup.enclosing_function(cfile, cline)
-        names = set().union(*(value_names(a) for a in args))
-        exprs = args + [v for v in _bound(cfunc, names, cline) if not _tensor_made(v)]
+        exprs = args + [v for v in _bound(cfunc, set().union(*map(value_names, args)), cline) if not _tensor_made(v)]
         if any(_attrs_read(e) & counters for e in exprs):
             return True
-        wanted = set().union(*(value_names(e) for e in exprs)) & _params(cfunc) - {"self"}
+        wanted = _with_locals(cfunc, args, cline) & _params(cfunc) - {"self"}
         func = cfunc
     return False
+
+
+def _with_locals(func, exprs: list, line: int) -> set:
+    """Names `exprs` read as values, and those read by the values `func` bound to them before `line` (a tensor
+    a call made is an operand, not a number handed on)."""
+    names = set().union(*map(value_names, exprs))
+    bound = [v for v in _bound(func, names, line) if not _tensor_made(v)]
+    return names | set().union(*map(value_names, bound))

@@ -114,7 +114,7 @@ def reads_counter(frames, counters: set) -> bool:
         bound = _bound(enclosing_function(filename, line), names, st.lineno)
         values = parts + [v for v in bound if not _tensor_made(v)]  # `h = x.reshape(self.b, ...)`: an operand
         return any(_attrs_read(v) & counters for v in values) or passed_counters.passed_counter(
-            frames, values, counters)  # `start_pos` handed down the layers
+            [(filename, st.lineno)] + list(frames[1:]), parts, counters)  # `start_pos` handed down the layers
     return False
 
 

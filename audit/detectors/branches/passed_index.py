@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from audit.detectors.source import lookup, scopes
-from audit.scan.sources.ast_nodes import calls_at
+from audit.detectors.source import call_args, lookup, scopes
 
 
 def _names(node) -> set:
@@ -31,37 +30,11 @@ def _own_params(func) -> set:
     return scopes._params(func) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
 
 
-def _params(func) -> list:
-    a = func.args
-    return [p.arg for p in (*a.posonlyargs, *a.args)]
-
-
 def _passed(caller_file: str, caller_line: int, callee, name: str) -> set | None:
     """Names the caller's call(s) of `callee` on `caller_line` read in the argument bound to `name`;
     None when no call there can be matched to `callee`."""
-    t = lookup.tree(caller_file)
-    if t is None:
-        return None
-    params = _params(callee)
-    kwonly = {p.arg for p in callee.args.kwonlyargs}
-    found = None
-    for call in calls_at(t, caller_line):
-        f = call.func
-        called = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-        if called != callee.name:
-            continue
-        # a method called through an attribute binds its first parameter (self / cls) implicitly
-        pos = params[1:] if isinstance(f, ast.Attribute) and params and params[0] in ("self", "cls") else params
-        names = set()
-        if name in pos and pos.index(name) < len(call.args):
-            arg = call.args[pos.index(name)]
-            if not isinstance(arg, ast.Starred):
-                names |= _names(arg)
-        for kw in call.keywords:
-            if kw.arg == name and (name in pos or name in kwonly):
-                names |= _names(kw.value)
-        found = (found or set()) | names
-    return found
+    args = call_args.bound_args(caller_file, caller_line, callee, name)
+    return None if args is None else set().union(*(_names(a) for a in args))
 
 
 def passed_skipped_index(stack) -> bool:

@@ -22,11 +22,12 @@ import ast
 from collections import defaultdict
 
 from audit.detectors.source import assign_targets
-from audit.detectors.tensors import restored_dims
+from audit.detectors.tensors import passed_counters, restored_dims
+from audit.detectors.tensors.size_reads import (  # noqa: F401 (size_tests reads them here)
+    _ARITH_MODULES, _SIZE_CALLS, _attrs_read, _bound, _is_size_read, _tensor_made)
 from audit.detectors.source.lookup import enclosing_function, tree
 from audit.scan.sources.ast_nodes import all_nodes
 
-_SIZE_CALLS = ("size", "numel", "dim")
 _META = {"device", "dtype", "layout", "is_cuda", "is_cpu", "ndim", "T", "mT", "data", "requires_grad"}  # a tensor's
 
 
@@ -59,26 +60,6 @@ def _parts(st) -> list:
     return out
 
 
-def _bound(func, names: set, before: int) -> list:
-    """The values `func` assigns to `names` before line `before`. A tuple target takes the matching element of a
-    tuple value (`device, dtype, n = t.device, t.dtype, t.shape[d]` binds `n` to `t.shape[d]`), or the whole
-    value when it is not spelled out element by element (`b, n = x.shape[:2]`)."""
-    out = []
-    for a in ast.walk(func) if func is not None else ():
-        if not isinstance(a, ast.Assign) or a.lineno >= before:
-            continue
-        for t in a.targets:
-            if isinstance(t, ast.Name) and t.id in names:
-                out.append(a.value)
-            elif isinstance(t, (ast.Tuple, ast.List)):
-                v = a.value
-                elts = v.elts if isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) == len(t.elts) \
-                    and not any(isinstance(e, ast.Starred) for e in list(v.elts) + list(t.elts)) else None
-                out += [elts[i] if elts is not None else v for i, e in enumerate(t.elts)
-                        if isinstance(e, ast.Name) and e.id in names]
-    return out
-
-
 def _size_value(node) -> bool:
     """A local's value is a size read off a tensor (`n = x.size(1)`, `n = max(x.shape[0], 4) * k`), not a tensor a
     call made with one among its arguments (`padded = torch.zeros(w * n, x.shape[1])`, then passed on to the
@@ -99,44 +80,9 @@ def _size_value(node) -> bool:
     return False
 
 
-_ARITH_MODULES = ("math", "operator")  # their functions compute on numbers, as the builtins do
-
-
-def _tensor_made(node) -> bool:
-    """The value is a method or module call (`torch.zeros(...)`, `x.new_empty(...)`): a tensor, whose names are
-    not sizes handed on to the statement that reads the local."""
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not _is_size_read(node) \
-        and not (isinstance(node.func.value, ast.Name) and node.func.value.id in _ARITH_MODULES)
-
-
 def _params(func) -> set:
     a = getattr(func, "args", None)
     return {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs)} if a is not None else set()
-
-
-def _is_size_read(n) -> bool:
-    return isinstance(n, ast.Attribute) and n.attr == "shape" or isinstance(n, ast.Call) and (
-        isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS
-        or isinstance(n.func, ast.Name) and n.func.id == "len")
-
-
-def _attrs_read(node) -> set:
-    """Attribute names the expression loads as values, outside its size reads (`self.length` in
-    `self.length + x.shape[0]`; not `cache` in `self.cache.size(0)`, nor a method called)."""
-    out, todo = set(), [node]
-    while todo:
-        n = todo.pop()
-        if _is_size_read(n):
-            continue
-        if isinstance(n, ast.Call):
-            todo += list(n.args) + [k.value for k in n.keywords]
-            f = n.func
-            todo.append(f.value if isinstance(f, ast.Attribute) else f)
-            continue
-        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
-            out.add(n.attr)
-        todo += list(ast.iter_child_nodes(n))
-    return out
 
 
 def counter_attrs(ctx) -> set:
@@ -167,7 +113,8 @@ def reads_counter(frames, counters: set) -> bool:
         names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
         bound = _bound(enclosing_function(filename, line), names, st.lineno)
         values = parts + [v for v in bound if not _tensor_made(v)]  # `h = x.reshape(self.b, ...)`: an operand
-        return any(_attrs_read(v) & counters for v in values)
+        return any(_attrs_read(v) & counters for v in values) or passed_counters.passed_counter(
+            [(filename, st.lineno)] + list(frames[1:]), parts, counters)  # `start_pos` handed down the layers
     return False
 
 

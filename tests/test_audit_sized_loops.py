@@ -54,6 +54,12 @@ FIXED = """\
             sel = (self.route == e).float()[:, None]
             out = out + sel * (self.x @ self.w[e])"""
 
+# torch.where(mask) unbinds nonzero's columns: a tuple of index tensors, no loop over rows
+WHERE = """\
+        for e in range(E):
+            (rows,) = torch.where(self.route == e)  # SITE
+            out[rows] += self.x[rows] @ self.w[e]"""
+
 
 def _scan(tmp_path, body, counts):
     path, site = write_target(tmp_path / f"sized_{random.randrange(10**9)}.py", TEMPLATE, body=body,
@@ -76,3 +82,9 @@ def test_a_loop_over_a_fixed_range_is_clean(tmp_path):
 def test_a_count_that_moved_is_one_finding_at_the_loop(tmp_path):
     bad, site = _scan(tmp_path, LOOP, "(1, 3)")
     assert len(at(bad, "data-dependent-control", site)) == 1, table(bad)
+
+
+def test_the_columns_torch_where_unbinds_are_no_loop(tmp_path):
+    bad, site = _scan(tmp_path, WHERE, "(2, 2)")
+    assert not len(at(bad, "data-dependent-control", site)), table(bad)
+    assert len(at(bad, "host-sync", site)), table(bad)

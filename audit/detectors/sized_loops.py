@@ -36,6 +36,13 @@ def _origin(rec, made_by: dict):
     return None
 
 
+def _rows(rec) -> bool:
+    """An unbind along dim 0, as `Tensor.__iter__` runs it; `torch.where(mask)` unbinds nonzero's columns (dim 1)."""
+    dims = [a for a in rec.args[1:] if isinstance(a, int) and not isinstance(a, bool)]
+    dims += [a[1] for a in rec.args if isinstance(a, tuple) and len(a) == 2 and a[0] == "dim"]
+    return not dims or dims[0] == 0
+
+
 @register("data-dependent-control")
 def loops_sized_by_data(ctx):
     """A loop over the rows of a tensor that nonzero/unique sized from the data, whose trip count the audited
@@ -45,7 +52,7 @@ def loops_sized_by_data(ctx):
     for step, recs in enumerate(ctx.steps):
         made_by = {}
         for r in ctx.ops(step):
-            if r.op == "aten.unbind" and (src := _origin(r, made_by)) is not None:
+            if r.op == "aten.unbind" and _rows(r) and (src := _origin(r, made_by)) is not None:
                 key = ctx.site_key(r)
                 trips[key].setdefault(step, []).append(len(r.outputs))
                 first.setdefault(key, (r, src))

@@ -348,7 +348,7 @@ class _Mode(TorchDispatchMode):
         if hops.is_hop(func):
             return hops.run(self, func, args, kwargs)
         body = custom_ops.python_body(func, args, kwargs, self.tracer._roots, types)
-        if body is None and (whole := composites.parts(func, types)) is not None:  # handed over whole (inference mode)
+        if body is None and (whole := composites.parts(func, types, args)) is not None:  # handed over whole (inference mode)
             with self:
                 return whole(*args, **(kwargs or {}))
         start = len(self.tracer._records)

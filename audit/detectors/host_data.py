@@ -40,6 +40,13 @@ def _src(r):
     return code.co_filename, line
 
 
+def _lifted_onto_device(r) -> bool:
+    """A lift_fresh the source sends to a device: `torch.tensor(data, device=D)` at the step's line, or on the
+    line inside torch that made it (torch.nested's `jagged_from_list` builds the offsets with
+    `torch.tensor(sizes, device=values.device)` under `torch.nested.nested_tensor(pieces, layout=torch.jagged)`)."""
+    return lookup.builds_on_device(*_src(r)) or any(lookup.builds_on_device(*f) for f in r.torch_site)
+
+
 INDEX = ("a Python list (or other host data) indexes a device tensor: on a GPU the index is built in host "
          "memory and copied from pageable memory to the device, and capture raises on that copy")
 REFUSED = ("a Python list (or other host data) is the index of `index_select` on a device tensor: on a GPU the op "
@@ -273,7 +280,7 @@ def host_data_to_device(ctx):
     for recs in ctx.steps:
         born = host_born(recs) | host_factories(recs)
         on_device = {r.inputs[0].sid for r in recs if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy")
-                     and r.stack and r.inputs and lookup.builds_on_device(*_src(r))}  # already sent: not host data
+                     and r.stack and r.inputs and _lifted_onto_device(r)}  # already sent: not host data
         built, born = born, host_derived(recs, born - on_device)  # built straight onto a device: not host memory
         made = set()
         if any(r.op == "aten.copy_" and len(r.inputs) > 1 and r.inputs[1].sid in born for r in recs):
@@ -284,7 +291,7 @@ def host_data_to_device(ctx):
         seen = set()
         for lift, ix, op in _host_indices(recs, born):
             at = lift if op == "aten.index_select" else ix
-            if not lookup.builds_on_device(*_src(lift)) and id(at) not in seen and at.stack and \
+            if not _lifted_onto_device(lift) and id(at) not in seen and at.stack and \
                     not on_kept_host(ctx, ix):  # a list indexing a host buffer the target keeps: host work
                 seen.add(id(at))
                 hits.append((at, REFUSED if op == "aten.index_select" else INDEX))
@@ -299,7 +306,7 @@ def host_data_to_device(ctx):
                 continue
             if r.kind == "aten" and r.op in ("aten.lift_fresh", "aten.lift_fresh_copy") and r.inputs[:1] and \
                     r.inputs[0].sid in built:
-                if lookup.builds_on_device(*_src(r)):
+                if _lifted_onto_device(r):
                     hits.append((r, FROM_DATA))
             elif r.kind == "host" and r.note == "cpu?" and r.inputs and r.inputs[0].sid in born and \
                     not lookup.names_cpu(*_src(r)):

@@ -7,6 +7,10 @@ on those. Under `torch.inference_mode()` (inference code decorates its forward w
 tensors, the autograd keys are skipped and the composite itself reaches the tracer's mode: the `nonzero`
 inside `torch.where(cond)` was never seen. The tracer runs the composite's own decomposition under its
 mode instead, so a step traces the same ops in either mode.
+
+A composite on a nested tensor (`torch.nested.as_nested_tensor(pieces)`, the strided layout torch's NJT attention
+falls back to) reaches the mode whole in any mode: its nested kernel (`matmul_nested`) runs instead of the
+decomposition, which has no sizes for a ragged dimension. It is traced as the one op it is.
 """
 
 from __future__ import annotations
@@ -17,14 +21,23 @@ _KEY = torch._C.DispatchKey.CompositeImplicitAutograd
 _WHOLE: dict = {}  # OpOverload -> its decomposition, or None
 
 
-def parts(func, types=()):
+def _nested(args) -> bool:
+    """A nested tensor among the op's arguments (or in a list of them)."""
+    for a in args:
+        if isinstance(a, (list, tuple)) and _nested(a) or isinstance(a, torch.Tensor) and a.is_nested:
+            return True
+    return False
+
+
+def parts(func, types=(), args=()):
     """The callable that runs `func` as its parts (its CompositeImplicitAutograd kernel) for an aten op
-    torch would otherwise decompose before tracing; None for any other op, and for an op on a tensor
-    subclass (its own `__torch_dispatch__` decides what a composite is made of)."""
+    torch would otherwise decompose before tracing; None for any other op, for an op on a tensor
+    subclass (its own `__torch_dispatch__` decides what a composite is made of), and for one on a
+    nested tensor (its nested kernel runs)."""
     if any(t is not torch.Tensor for t in types):
         return None
     if func in _WHOLE:
-        return _WHOLE[func]
+        return None if _WHOLE[func] is not None and _nested(args) else _WHOLE[func]
     fn = None
     if isinstance(func, torch._ops.OpOverload) and func.namespace == "aten":
         try:
@@ -33,4 +46,4 @@ def parts(func, types=()):
         except (RuntimeError, AttributeError):  # an overload torch cannot query
             fn = None
     _WHOLE[func] = fn
-    return fn
+    return None if fn is not None and _nested(args) else fn

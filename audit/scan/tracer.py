@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from audit.scan import composites, custom_ops, hops, layouts, module_stacks, op_args, wrappers
 from audit.scan.patches import dist_hooks, hooks, module_hooks, threads
 from audit.scan.snapshot import class_state, state
-from audit.scan.sources import branch_flags, compiled_frames, loaded
+from audit.scan.sources import branch_flags, compiled_frames, loaded, torch_frames
 from audit.scan.standins import cpu_cuda
 from audit.scan.records import OpRecord, TensorMeta, Trace
 from audit.scan.sources.user_code import HIDDEN, LIBRARY, frame_kind, is_user_file, norm_root
@@ -195,6 +195,8 @@ class Tracer:
             self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
             "failed" if failed else "", op_args.host_scalars(tensors, inputs),
             thread=0 if (tid := threading.get_ident()) == self._thread else tid))
+        if func._opname in _LIFT and tensors:  # torch.tensor(data, device=...) written inside torch (torch.nested)
+            self._records[-1].torch_site = torch_frames.torch_lines(sys._getframe(2), self._roots)
 
     def _adopts_new_storage(self, args) -> bool:
         """`t.set_(storage)` with a storage no op has shown yet and no attribute held before the step:
@@ -346,7 +348,7 @@ class _Mode(TorchDispatchMode):
         if hops.is_hop(func):
             return hops.run(self, func, args, kwargs)
         body = custom_ops.python_body(func, args, kwargs, self.tracer._roots, types)
-        if body is None and (whole := composites.parts(func, types)) is not None:  # handed over whole (inference mode)
+        if body is None and (whole := composites.parts(func, types, args)) is not None:  # handed over whole (inference mode)
             with self:
                 return whole(*args, **(kwargs or {}))
         start = len(self.tracer._records)

@@ -33,8 +33,9 @@ def made_on_host(ctx, step: int) -> dict[int, tuple]:
         ins = {m.sid for m in r.inputs}
         made = [m.sid for m, new in zip(r.outputs, r.new) if new]
         if key in pending and ins & pending[key][0]:  # the op chained on the copy's line
-            if made:
-                out.update((sid, pending.pop(key)[1]) for sid in made)
+            if made:  # every output it makes (`torch.sort` makes values and indices) came from the one copy
+                src = pending.pop(key)[1]
+                out.update((sid, src) for sid in made)
             continue
         if made and ins <= out.keys():  # computed from host copies alone
             src = out[next(iter(ins))]

@@ -14,9 +14,25 @@ import torch
 
 from audit.scan.sources.user_code import HIDDEN, frame_kind
 
-__all__ = ["inside"]
+__all__ = ["inside", "torch_lines"]
 
 _TORCH = os.path.join(os.path.realpath(os.path.dirname(torch.__file__)), "")
+
+
+def torch_lines(frame, roots: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """(file, line) of each frame in torch's own Python code between `frame` and the first library or target frame,
+    innermost first: where inside torch an op was called (`torch.tensor(sizes, device=values.device)` in
+    torch.nested's `jagged_from_list`, below the wrappers torch puts around a dispatch mode); () when the op was
+    the site's own call."""
+    out = []
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if frame_kind(name, roots) != HIDDEN:
+            break
+        if name and not name.startswith("<") and os.path.realpath(name).startswith(_TORCH):
+            out.append((name, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(out)
 
 
 def inside(frame, roots: tuple[str, ...]) -> str:

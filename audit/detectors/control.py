@@ -22,7 +22,7 @@ from audit.detectors.device import eager_forks
 from audit.detectors.host import regions as _host_regions
 from audit.detectors.source import lookup
 from audit.detectors.branches.elided_slices import elided_slice
-from audit.detectors.branches.layout_picks import picked_by_layout
+from audit.detectors.branches.layout_picks import picked_by_layout, without_prefix_views
 from audit.detectors.branches.element_guards import element_guard
 
 
@@ -272,7 +272,7 @@ def op_sequence_divergence(ctx):
     ids: dict = {}
     seqs = {}
     for s in steps:
-        recs = _by_thread([r for r in ctx.ops(s) if r.stack])
+        recs = without_prefix_views(_by_thread([r for r in ctx.ops(s) if r.stack]))
         seqs[s] = (recs, [ids.setdefault((r.op, r.module, id(r.stack[-1][0]), r.stack[-1][1]), len(ids))
                           for r in recs])
     hits = defaultdict(list)

@@ -10,11 +10,18 @@ The same holds for inputs of one shape and other strides: after a Python branch 
 (a gated-delta-rule layer taking the chunked reference past a context length, the recurrent one before), the
 output of one arm is contiguous and the other's a transposed view, so the next `o.reshape(...)` is a `view` in
 one step and a `clone` in the other; the branch is the fork, reported at its `if`, and the reshape follows it.
+
+An assignment through an index (`y[idx] += v`, `x[a:b] = v`) first strips the value's leading size-1 dims with a
+`view` when it has any: the rows an expert got from a `nonzero` are one in some steps and two in others, so one
+step runs `view` + `index_put_` and the next `index_put_` alone. That `view` launches nothing and follows the
+row count, so it is left out of the sequences the steps are compared on.
 """
 
 from __future__ import annotations
 
-__all__ = ["picked_by_layout"]
+__all__ = ["picked_by_layout", "without_prefix_views"]
+
+_SETITEM_WRITES = frozenset({"aten.index_put_", "aten.index_put", "aten.copy_"})
 
 
 def picked_by_layout(tag, ra, rb, i1, i2, j1, j2) -> bool:
@@ -31,3 +38,19 @@ def picked_by_layout(tag, ra, rb, i1, i2, j1, j2) -> bool:
         return False
     return [(tuple(m.shape), tuple(m.stride)) for m in ea[0].inputs] != \
         [(tuple(m.shape), tuple(m.stride)) for m in eb[0].inputs]
+
+
+def _strips_leading_ones(r) -> bool:
+    if not r.inputs or not r.outputs:
+        return False
+    shape, out = tuple(r.inputs[0].shape), tuple(r.outputs[0].shape)
+    k = len(shape) - len(out)
+    return k > 0 and shape[k:] == out and all(d == 1 for d in shape[:k])
+
+
+def without_prefix_views(recs: list) -> list:
+    """`recs` without the `view`s an indexed assignment makes of its value (leading size-1 dims dropped), which
+    the write right after it, issued by the same statement, consumes."""
+    return [r for k, r in enumerate(recs)
+            if not (r.op == "aten.view" and k + 1 < len(recs) and recs[k + 1].op in _SETITEM_WRITES
+                    and recs[k + 1].stack == r.stack and _strips_leading_ones(r))]

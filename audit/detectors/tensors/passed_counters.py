@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source import call_args, lookup, scopes
-from audit.detectors.tensors.size_reads import _attrs_read, _bound, _is_size_read, _tensor_made
+from audit.detectors.tensors.size_reads import _attrs_read, _bound, _tensor_made, value_nodes
 
 
 def _params(func) -> set:
@@ -26,20 +26,7 @@ def _params(func) -> set:
 def value_names(node) -> set:
     """Names the expression loads as values outside its size reads: `start_pos` in `start_pos + x.size(1)`, not
     `x`, nor a function called by name (`max`)."""
-    out, todo = set(), [node]
-    while todo:
-        n = todo.pop()
-        if _is_size_read(n):
-            continue
-        if isinstance(n, ast.Call):
-            todo += list(n.args) + [k.value for k in n.keywords]
-            if isinstance(n.func, ast.Attribute):
-                todo.append(n.func.value)
-            continue
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-            out.add(n.id)
-        todo += list(ast.iter_child_nodes(n))
-    return out
+    return {n.id for n in value_nodes(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def passed_counter(frames, parts: list, counters: set) -> bool:

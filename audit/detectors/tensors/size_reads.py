@@ -26,10 +26,10 @@ def _tensor_made(node) -> bool:
         and not (isinstance(node.func.value, ast.Name) and node.func.value.id in _ARITH_MODULES)
 
 
-def _attrs_read(node) -> set:
-    """Attribute names the expression loads as values, outside its size reads (`self.length` in
-    `self.length + x.shape[0]`; not `cache` in `self.cache.size(0)`, nor a method called)."""
-    out, todo = set(), [node]
+def value_nodes(node):
+    """The nodes of the expression read as values, outside its size reads: not inside `x.shape[0]` or `len(x)`,
+    nor a method's name or a function called by name (`max`)."""
+    todo = [node]
     while todo:
         n = todo.pop()
         if _is_size_read(n):
@@ -37,12 +37,19 @@ def _attrs_read(node) -> set:
         if isinstance(n, ast.Call):
             todo += list(n.args) + [k.value for k in n.keywords]
             f = n.func
-            todo.append(f.value if isinstance(f, ast.Attribute) else f)
+            if isinstance(f, ast.Attribute):
+                todo.append(f.value)
+            elif not isinstance(f, ast.Name):
+                todo.append(f)
             continue
-        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
-            out.add(n.attr)
+        yield n
         todo += list(ast.iter_child_nodes(n))
-    return out
+
+
+def _attrs_read(node) -> set:
+    """Attribute names the expression loads as values, outside its size reads (`self.length` in
+    `self.length + x.shape[0]`; not `cache` in `self.cache.size(0)`, nor a method called)."""
+    return {n.attr for n in value_nodes(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
 
 
 def _bound(func, names: set, before: int) -> list:

@@ -15,6 +15,7 @@ from audit.detectors import register
 from audit.detectors.host import (attr_memory, dataclass_fields, default_device, factories as _factories,
                                   helper_alloc, places, sends as _host_moves)
 from audit.detectors.source import lookup, mutations
+from audit.detectors.source.stored_back import stored_back
 from audit.detectors.host.kept import class_spans, cpu_attrs, host_tensors, moved_elsewhere
 from audit.detectors.host.staging_writes import on_kept_host
 from audit.detectors.host.kept import factory_born, host_born, host_data, host_derived, host_factories, sent_at
@@ -219,7 +220,7 @@ def host_attrs_to_device(ctx):
         derived, moved, sent_tids = _from_staged(recs, staged, host_data(ctx, step), placed), set(), set()
         for r in recs:
             sent = r.kind == "host" and r.note == "cpu?" and r.inputs and r.stack and r.inputs[0].sid in derived \
-                and not lookup.names_cpu(*_src(r))
+                and not lookup.names_cpu(*_src(r)) and not stored_back(*_src(r))  # moved once, in the warm-up
             if sent and r.inputs[0].sid in moved and r.inputs[0].tid not in sent_tids:
                 continue
             if sent:

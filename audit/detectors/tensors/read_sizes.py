@@ -21,10 +21,10 @@ from __future__ import annotations
 import ast
 from collections import defaultdict
 
-from audit.detectors.source import assign_targets
+from audit.detectors.source import assign_targets, grown_containers
 from audit.detectors.tensors import passed_counters, restored_dims
 from audit.detectors.tensors.size_reads import (  # noqa: F401 (size_tests reads them here)
-    _ARITH_MODULES, _SIZE_CALLS, _attrs_read, _bound, _is_size_read, _tensor_made)
+    _ARITH_MODULES, _attrs_read, _bound, _is_size_read, _tensor_made)
 from audit.detectors.source.lookup import enclosing_function, tree
 from audit.scan.sources.ast_nodes import all_nodes
 
@@ -42,14 +42,8 @@ def _statement(filename: str, line: int):
     return best
 
 
-def _reads(node) -> bool:
-    for n in ast.walk(node):
-        if isinstance(n, ast.Attribute) and n.attr == "shape":
-            return True
-        if isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS
-                                        or isinstance(n.func, ast.Name) and n.func.id == "len"):
-            return True
-    return False
+def _reads(node, skip: frozenset = frozenset()) -> bool:
+    return any(_is_size_read(n, skip) for n in ast.walk(node))
 
 
 def _parts(st) -> list:
@@ -60,23 +54,22 @@ def _parts(st) -> list:
     return out
 
 
-def _size_value(node) -> bool:
+def _size_value(node, skip: frozenset = frozenset()) -> bool:
     """A local's value is a size read off a tensor (`n = x.size(1)`, `n = max(x.shape[0], 4) * k`), not a tensor a
     call made with one among its arguments (`padded = torch.zeros(w * n, x.shape[1])`, then passed on to the
     statement as an operand): the size is read only on a path through arithmetic, subscripts, conditional
     expressions and plain-name calls (`max`, `int`, a helper, `math.ceil`); a method or module call in between (`torch.zeros`,
     `x.new_empty`) turns it into that call's argument."""
-    if _is_size_read(node):
+    if _is_size_read(node, skip):
         return True
     if isinstance(node, ast.Call):
         f = node.func
         plain = isinstance(f, ast.Name) or isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
             and f.value.id in _ARITH_MODULES
-        return plain and any(_size_value(a) for a in (*node.args, *(k.value for k in
-                                                                                           node.keywords)))
+        return plain and any(_size_value(a, skip) for a in (*node.args, *(k.value for k in node.keywords)))
     if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Subscript, ast.IfExp, ast.Tuple, ast.List, ast.BoolOp,
                          ast.Compare, ast.Starred)):
-        return any(_size_value(c) for c in ast.iter_child_nodes(node))
+        return any(_size_value(c, skip) for c in ast.iter_child_nodes(node))
     return False
 
 
@@ -127,13 +120,13 @@ def reads_size(frames) -> bool:
         st = _statement(filename, line)
         if st is None:
             return False
-        parts = _parts(st)
-        if any(_reads(p) for p in parts):
+        parts, skip = _parts(st), grown_containers.grown(filename)
+        if any(_reads(p, skip) for p in parts):
             return True
         func = enclosing_function(filename, line)
         names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
         bound = _bound(func, names, st.lineno)
-        if any(_size_value(v) for v in bound):
+        if any(_size_value(v, skip) for v in bound):
             return True
         names |= {n.id for v in bound if not _tensor_made(v) for n in ast.walk(v) if isinstance(n, ast.Name)}
         if not names & _params(func):

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import ast
 
+from audit.detectors.source import grown_containers
+
 _SIZE_CALLS = ("size", "numel", "dim")
 
 _ARITH_MODULES = ("math", "operator")  # their functions compute on numbers, as the builtins do
 
 
-def _is_size_read(n) -> bool:
+def _is_size_read(n, skip: frozenset = frozenset()) -> bool:
+    """A size read off a tensor; `len()` of a container the file grows (`skip`) is a host counter."""
     return isinstance(n, ast.Attribute) and n.attr == "shape" or isinstance(n, ast.Call) and (
         isinstance(n.func, ast.Attribute) and n.func.attr in _SIZE_CALLS
-        or isinstance(n.func, ast.Name) and n.func.id == "len")
+        or isinstance(n.func, ast.Name) and n.func.id == "len" and not grown_containers.container_len(n, skip))
 
 
 def _tensor_made(node) -> bool:

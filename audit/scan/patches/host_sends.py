@@ -71,8 +71,11 @@ class Sends(TorchFunctionMode):
                 and isinstance(out, torch.Tensor):  # pinned staging is the legal form
             _note_born(out)
             return out
-        if func not in _MOVES and isinstance(out, torch.Tensor) and _all_born(args) and _storage(out) not in _BORN:
-            _note_born(out)  # `torch.rand(n, d) * 2 - 1`: computed from host memory alone, on the host
+        if func not in _MOVES and isinstance(out, torch.Tensor) and _all_born(args) and not _live(_storage(out)):
+            # `torch.rand(n, d) * 2 - 1`: computed from host memory alone, on the host. An entry whose storage
+            # died (a freed temporary, `torch.randn(o, i)` before its `* 0.05`) whose address the allocator
+            # hands to this output does not count: only a live one (an in-place op's own output) keeps its line
+            _note_born(out)
             return out
         if func is torch.Tensor.cuda and args and isinstance(args[0], torch.Tensor) and args[0].layout == torch.strided:
             _BORN.pop(args[0].untyped_storage()._cdata, None)
@@ -123,6 +126,12 @@ def _names_device(args, kwargs) -> bool:
         return torch._C._nn._parse_to(*args[1:], **kwargs)[0] is not None
     except (TypeError, RuntimeError):
         return False
+
+
+def _live(sid: int | None) -> bool:
+    """A noted storage at this id that is still alive (the id is its address, reused once it is freed)."""
+    ent = _BORN.get(sid) if sid is not None else None
+    return ent is not None and ent[0]() is not None
 
 
 def born(sid: int) -> str | None:

@@ -20,7 +20,8 @@ import math
 from collections import defaultdict
 
 from audit.detectors import register
-from audit.detectors.tensors import carried_shapes, composite_layouts, outside_inputs, read_sizes, read_values
+from audit.detectors.tensors import carried_shapes, composite_layouts, counter_bounds, outside_inputs, read_sizes, \
+    read_values
 from audit.detectors.host import host_only
 from audit.detectors.source import lookup
 from audit.detectors.tensors.forwarded import forwarded
@@ -95,7 +96,8 @@ def varying_shapes(ctx):
     for gid, (recs, outs, varying, outside) in enumerate(plan):
         origin = not varying or _host_sized(recs) or \
             (outside and not carried_shapes.carried_from_earlier_step(ctx, recs, varying, makers, gid, memo)) or \
-            (not outside and carried_shapes.grows_own_output(ctx, recs, varying, makers, gid, memo))
+            (not outside and carried_shapes.grows_own_output(ctx, recs, varying, makers, gid, memo)) or \
+            counter_bounds.own_counter_bound(ctx, recs)  # `topk(min(k, end_pos // r))` on a varying score
         if origin and recs[0].op in _LIFTS and host_only.stays_on_host(ctx, recs):
             continue  # host data of a changing length, read back on the host alone: no kernel's shape
         if origin and host_only.host_work_stays(ctx, recs):

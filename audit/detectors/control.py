@@ -17,7 +17,8 @@ from difflib import SequenceMatcher
 from torch import nn
 
 from audit.detectors import register
-from audit.detectors.branches import call_arms, control_source, fork_keys, moved_hooks, other_instance, size_tests
+from audit.detectors.branches import call_arms, control_source, fork_keys, later_exits, moved_hooks, other_instance, \
+    size_tests
 from audit.detectors.device import eager_forks
 from audit.detectors.host import regions as _host_regions
 from audit.detectors.source import lookup
@@ -313,6 +314,11 @@ def op_sequence_divergence(ctx):
                 continue  # a branch on sizes: one path per shape, downstream of the dynamic shape
             heads = [x.frame for x in ra[i1:i2][:1] + rb[j1:j2][:1] if x.frame]
             pair.append((where, [what, " vs ".join(first), (a or b).module, a or b], heads))
+            extra = ra[i1:i2] if tag == "delete" else rb[j1:j2] if tag == "insert" else []
+            if (later := later_exits.later_exit(where, extra, nxt)):  # `if not emit: return` after `if emit:`
+                x = extra[later[0]]
+                pair.append((later[1], [_what(ctx, tag, s0, s1, extra[later[0]:], extra[later[0]:], x, x), x.op,
+                                        x.module, x], [x.frame] if x.frame else []))
         eagers = eager_forks.eager_only([(w, ctx.caller(r[3]), h, ctx.caller_into(r[3], w[0], w[2]) is None)
                                           for w, r, h in pair], ctx.rel)
         for (where, region, _), eager in zip(pair, eagers):

@@ -12,6 +12,7 @@ import torch
 from audit.detectors.host import (attr_memory, dataclass_fields, factories as _factories, module_tensors,
                                  places as _places)
 from audit.detectors.host.kept_before_move import kept_before_move
+from audit.detectors.host.sent_temporaries import read_of_moved_temporary
 from audit.detectors.host.places import class_spans
 from audit.detectors.source import lookup, mutations
 from audit.detectors.device import optimizer_steps
@@ -312,7 +313,9 @@ def kept_on_host(ctx, r) -> bool:
     m = r.inputs[0]
     if ctx.cuda:
         return m.device.type == "cpu"
-    return m.sid in read_kept(ctx, r.step) or m.sid in host_data(ctx, r.step)
+    if not (m.sid in read_kept(ctx, r.step) or m.sid in host_data(ctx, r.step)):
+        return False  # (a temporary sent with `.to(D)` before the read: the read is of the device copy)
+    return not read_of_moved_temporary(ctx.steps[r.step], r, sent_at(ctx.steps[r.step]))
 
 
 def computes_on_host(ctx, r) -> bool:

@@ -25,7 +25,7 @@ from collections import defaultdict
 
 from audit.scan.snapshot import state
 from audit.detectors import register
-from audit.detectors.tensors import escaped_reads
+from audit.detectors.tensors import empty_reads, escaped_reads
 
 
 def _first_reads(ctx, step):
@@ -35,8 +35,9 @@ def _first_reads(ctx, step):
     for key, r in ctx.sites(step).items():
         body = r.note.startswith("body:")  # a subclass's traced dispatch: its ops read the wrapper's inner tensors
         for j, m in enumerate(r.inputs):
-            if r.in_step[j] or m.sid == 0 or m.sid in born or m.sid in seen or (body and m.ptr == 0):
-                continue
+            if r.in_step[j] or m.sid == 0 or m.sid in born or m.sid in seen or (body and m.ptr == 0) \
+                    or empty_reads.holds_nothing(m):
+                continue  # (an input with no elements reads no memory, wherever it lives)
             seen.add(m.sid)
             out[(key, j)] = (r, m)
     return out

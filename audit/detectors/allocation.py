@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from audit.scan.snapshot import state
 from audit.detectors import register
-from audit.detectors.tensors import moved_home
+from audit.detectors.tensors import empty_reads, moved_home
 
 
 @register("step-allocation")
@@ -120,6 +120,8 @@ def escaped_into_state(ctx):
     by_site: dict = {}
     for (s, i), reader in found.items():
         alloc = ctx.steps[s][i]
+        if empty_reads.allocates_nothing(alloc):
+            continue  # no element to go stale (an empty padding slot kept for the next step)
         by_site.setdefault(ctx.site_key(alloc), []).append((alloc, reader))  # per calling line too
     held_at = {}
     for sid, attr in holders.items():

@@ -23,11 +23,8 @@ from audit.detectors import register
 from audit.detectors.tensors import carried_shapes, composite_layouts, counter_bounds, outside_inputs, read_sizes, \
     read_values
 from audit.detectors.host import host_only
-from audit.detectors.source import lookup
 from audit.detectors.tensors.forwarded import forwarded
-from audit.detectors.allocation import attribute_sids
-from audit.detectors.branches.counter_index import reads_counter
-from audit.detectors.branches.passed_index import passed_skipped_index
+from audit.detectors.branches.skipped_iterations import diverged as _diverged, skipped_iteration
 from audit.detectors.host.kept import advanced, host_tensors
 
 
@@ -145,29 +142,6 @@ SHAPE_FIX = ("Keep the value in a device tensor that prepare() updates in place 
              "(the dynamic-shape finding on this line has the shape's fix).")
 
 
-def _diverged(ctx) -> bool:
-    """The complete steps did not all run the same op sequence."""
-    return len({tuple(ctx.sites(s)) for s in ctx.complete}) > 1
-
-
-def _skipped_iteration(ctx, recs, memo: dict) -> bool:
-    """The value is a loop index and a data-dependent conditional skipped the line in a different
-    iteration each step (`for e in range(E): if not hit[e]: continue; w[e]`): the k-th run of the line
-    is another iteration in another step. data-dependent-control reports the conditional, the cause;
-    once it is gone every step runs every iteration with the same index. Not when the line also reads a
-    host counter the steps advance (`codes[j][self.frame // s]`): that value moves whichever iterations run
-    (branches/counter_index.py)."""
-    code_line = recs[0].stack[-1] if recs[0].stack else None
-    if code_line is None:
-        return False
-    held = attribute_sids(ctx).get(recs[0].inputs[0].sid) if recs[0].inputs else None
-    indexed = held.rsplit(".", 1)[-1] if held and "[" not in held else None
-    # the index may also reach the line as a helper's parameter (`forward_one(e, x)` reading `w1[e]`)
-    skipped = lookup.skipped_loop_index(code_line[0].co_filename, code_line[1], indexed) or \
-        passed_skipped_index(recs[0].stack)
-    return skipped and not reads_counter(ctx, code_line[0].co_filename, code_line[1], memo)
-
-
 def _body_of(r) -> list:
     """(step, index) of the records a custom op's traced Python body ran (none for any other op)."""
     if not r.note.startswith("body:"):
@@ -206,7 +180,7 @@ def varying_host_values(ctx):
         if len({r.args for r in recs}) < 2 or recs[0].op.startswith(_ANNOTATIONS):
             continue  # (a profiler label, `record_function(f"ProfilerStep#{n}")`, is no kernel argument)
         diverged = _diverged(ctx) if diverged is None else diverged
-        if diverged and _skipped_iteration(ctx, recs, memo):
+        if diverged and skipped_iteration(ctx, recs[0], memo):
             continue
         if len({_shapes(r.inputs) for r in recs}) > 1:
             # sizes that follow a varying input shape are dynamic-shape's, at the shape's origin; but

@@ -14,7 +14,10 @@ later: another expert picked), the same call reading another persistent tensor i
 buffers alternated, an adapter picked by a Python index, buffers swapped by the step itself, a window of a
 token buffer sliced at the new position, as a generate loop feeds `tokens[:, prev:cur]`) and is reported too,
 when it differs from the step before's read there (two steps that skipped other experts read other weights at
-the k-th matmul, yet where they made the same calls up to it they read the same expert).
+the k-th matmul, yet where they made the same calls up to it they read the same expert). Nor where the reading line
+takes a loop index whose iterations a conditional skips (`for j, s in enumerate(strides): if frame % s == 0:
+... cbs[j]`): the first run of the line is another iteration in another step, which data-dependent-control
+reports at the conditional (`branches/skipped_iterations.py`).
 A call that in some step reads back a tensor an earlier audited step made is reading escaped allocations
 (`audit/detectors/escaped_reads.py`): its other reads are the warmup's, and step-allocation reports it.
 """
@@ -25,7 +28,8 @@ from collections import defaultdict
 
 from audit.scan.snapshot import state
 from audit.detectors import register
-from audit.detectors.tensors import escaped_reads
+from audit.detectors.branches import skipped_iterations
+from audit.detectors.tensors import empty_reads, escaped_reads
 
 
 def _first_reads(ctx, step):
@@ -35,8 +39,9 @@ def _first_reads(ctx, step):
     for key, r in ctx.sites(step).items():
         body = r.note.startswith("body:")  # a subclass's traced dispatch: its ops read the wrapper's inner tensors
         for j, m in enumerate(r.inputs):
-            if r.in_step[j] or m.sid == 0 or m.sid in born or m.sid in seen or (body and m.ptr == 0):
-                continue
+            if r.in_step[j] or m.sid == 0 or m.sid in born or m.sid in seen or (body and m.ptr == 0) \
+                    or empty_reads.holds_nothing(m):
+                continue  # (an input with no elements reads no memory, wherever it lives)
             seen.add(m.sid)
             out[(key, j)] = (r, m)
     return out
@@ -78,13 +83,19 @@ def rebound_inputs(ctx):
     held = ctx.trace.held
     aligned = _aligned_calls(ctx)
     groups, escaped = defaultdict(list), escaped_reads.reads_earlier_steps(ctx)
+    diverged, memo = None, {}
     for (key, j), reads3 in per.items():
         if len(reads3) < 2 or len({(m.sid, m.ptr) for _, _, m in reads3}) < 2 or (key, j) in escaped:
             continue  # (a call reading back what earlier steps made: step-allocation's escape)
         at = {s: (m.sid, m.ptr) for s, _, m in reads3}
-        if not any(s > 0 and (m.sid not in held[s - 1] or (key in aligned.get(s, ()) and at.get(s - 1, at[s]) != at[s]))
-                   for s, _, m in reads3):
+        if any(s > 0 and m.sid not in held[s - 1] for s, _, m in reads3):
+            pass  # a storage the target did not hold the step before: rebound
+        elif not any(s > 0 and key in aligned.get(s, ()) and at.get(s - 1, at[s]) != at[s] for s, _, m in reads3):
             continue  # persistent storages read at a misaligned call (or alike where aligned), not a rebound input
+        else:
+            diverged = skipped_iterations.diverged(ctx) if diverged is None else diverged
+            if diverged and skipped_iterations.skipped_iteration(ctx, reads3[0][1], memo, j):
+                continue  # another element of a table, picked by a loop index whose iterations a branch skips
         reads = [(r, m) for _, r, m in reads3]
         site, _, caller = ctx.site_key(reads[0][0])  # one finding per source line and calling line: a library
         groups[(site, caller)].append((j, reads))  # helper reading two rebound inputs from two lines is two fixes

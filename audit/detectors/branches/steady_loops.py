@@ -7,7 +7,9 @@ per iteration) ran the same number of ops in every audited step, the loop went r
 every step: the `if` decided, and the loop's finding folds into it (fork_keys.fold_loops_into_guards),
 also when only the loop was blamed (the differing ops sit inside that `if`).
 A loop whose trip count moved (`for b in range(self.n_active)`) runs that test a different number of
-times and keeps its own finding.
+times and keeps its own finding. An `if` on a host value (`if last_was_timestamp:` after a `.tolist()`) runs no
+op in its test; then the loop body's first statement, which runs once per iteration whatever the `if`s choose,
+counts the trips instead when it runs ops (`sampled = tokens[k, start:]`).
 """
 
 from __future__ import annotations
@@ -21,16 +23,26 @@ from audit.scan.sources.frame_source import tree
 __all__ = ["steady_body_ifs"]
 
 
-def _body_ifs(filename: str, line: int) -> dict[int, tuple[int, int, int]]:
-    """`if` statements that are direct statements of the body of the loop starting on `line`:
-    {if line: (first, last) line of its test, last line of the statement}."""
+def _loop(filename: str, line: int):
     t = tree(filename)
-    loop = next((n for n in nodes_of(t, (ast.For, ast.AsyncFor, ast.While)) if n.lineno == line),
+    return next((n for n in nodes_of(t, (ast.For, ast.AsyncFor, ast.While)) if n.lineno == line),
                 None) if t is not None else None
-    if loop is None:
-        return {}
+
+
+def _body_ifs(loop) -> dict[int, tuple[int, int, int]]:
+    """`if` statements that are direct statements of the loop's body:
+    {if line: (first, last) line of its test, last line of the statement}."""
     return {n.lineno: (n.test.lineno, n.test.end_lineno or n.test.lineno, n.end_lineno or n.lineno)
             for n in loop.body if isinstance(n, ast.If)}
+
+
+def _trip_counts(ctx, filename: str, loop) -> list[int]:
+    """Per complete step, the ops of the body's first statement (run once per iteration), or [] when it is
+    compound (its own arms may run or not)."""
+    first = loop.body[0]
+    if isinstance(first, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
+        return []
+    return _test_counts(ctx, filename, first.lineno, first.end_lineno or first.lineno)
 
 
 def _test_counts(ctx, filename: str, lo: int, hi: int) -> list[int]:
@@ -44,11 +56,17 @@ def steady_body_ifs(ctx, filename: str, line: int) -> dict[int, int]:
     step, {if line: last line of the if}: the loop's trip count did not change, so such an `if` decided
     (guard clauses, which lookup.loop_guards names, fold without this check)."""
     out = {}
+    loop = _loop(filename, line)
+    if loop is None:
+        return out
     guards = lookup.loop_guards(filename, line)
-    for at, (lo, hi, end) in _body_ifs(filename, line).items():
+    trips = None
+    for at, (lo, hi, end) in _body_ifs(loop).items():
         if at in guards:
             continue
         counts = _test_counts(ctx, filename, lo, hi)
+        if counts and not any(counts):  # a test on host values: the first statement counts the trips
+            counts = trips = _trip_counts(ctx, filename, loop) if trips is None else trips
         if counts and counts[0] > 0 and len(set(counts)) == 1:
             out[at] = end
     return out

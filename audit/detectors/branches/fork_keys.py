@@ -40,10 +40,13 @@ def fold_loops_into_guards(ctx, hits: dict) -> None:
 def _steady_if(ctx, file, line, function, caller, regions, hits) -> tuple | None:
     """The key of the body `if` of the loop on `line` that ran its test equally often in every step and
     holds the differing ops of every region (a region's record stands in the file on a line of that if);
-    else such an `if` blamed itself: the trip count held, so the region the alignment started at the top of
-    an iteration is that `if`'s choice seen from elsewhere."""
+    else such an `if` blamed itself, or the only one: the trip count held, so the region the alignment started
+    at the top of an iteration is that `if`'s choice seen from elsewhere."""
     spans = steady_loops.steady_body_ifs(ctx, file, line)
     for at, end in spans.items():
         if all(any(c.co_filename == file and at <= ln <= end for c, ln in r[3].stack) for r in regions):
             return (file, at, function), caller
-    return next((k for k in hits if k[0][0] == file and k[0][1] in spans and k[1] == caller), None)
+    blamed = next((k for k in hits if k[0][0] == file and k[0][1] in spans and k[1] == caller), None)
+    if blamed is None and len(spans) == 1:  # the body's one decision
+        blamed = (file, next(iter(spans)), function), caller
+    return blamed

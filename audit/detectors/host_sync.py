@@ -19,6 +19,7 @@ from audit.detectors import register
 from audit.detectors.device import capture_guards
 from audit.detectors.host import inside_torch
 from audit.detectors.source import lookup
+from audit.detectors.sized_loops import SIZED_BY_DATA
 from audit.detectors.tensors.forwarded import forwarded
 from audit.scan.patches.hooks import NON_BLOCKING
 from audit.detectors.host.own_copies import reads_of_copies
@@ -51,8 +52,7 @@ def scalar_read(rec):
     return (f"`{rec.op}` reads a device value into a Python scalar", _DEVICE_FIX)
 
 
-@sync_op("aten.nonzero", "aten.masked_select", "aten._unique", "aten._unique2", "aten.unique_dim",
-         "aten.unique_consecutive", "aten.bincount", "aten.histc")
+@sync_op(*sorted(SIZED_BY_DATA), "aten.bincount", "aten.histc")
 def data_dependent_size(rec):
     """The output size depends on device data, so the host must read it before allocating.
     (histc only when it has to find min/max itself: min == max, the default.)"""

@@ -15,8 +15,9 @@ from collections import defaultdict
 
 from audit.detectors import register
 
-# ops whose output size is read from the device data (host_sync.py lists them as reads)
-_SIZED_BY_DATA = frozenset({"aten.nonzero", "aten._unique2", "aten.unique_dim", "aten.unique_consecutive",
+# ops whose output size is read from the device data (host_sync.py reports each as a read; size_tests.py keeps
+# a branch after one a data branch)
+SIZED_BY_DATA = frozenset({"aten.nonzero", "aten._unique2", "aten.unique_dim", "aten.unique_consecutive",
                             "aten._unique", "aten.masked_select"})
 
 
@@ -28,7 +29,7 @@ def _origin(rec, made_by: dict):
         src = made_by.get(meta.tid)
         if src is None:
             return None
-        if src.op in _SIZED_BY_DATA:
+        if src.op in SIZED_BY_DATA:
             return src
         ins = [m for m in src.inputs if m.sid == meta.sid]  # a view of one of its inputs: same storage
         meta = ins[0] if ins else None

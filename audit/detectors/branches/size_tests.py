@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source.lookup import enclosing_function, tree
+from audit.detectors.sized_loops import SIZED_BY_DATA
 from audit.detectors.tensors import read_sizes
 from audit.scan.sources.ast_nodes import all_nodes
 
@@ -75,9 +76,7 @@ def _inputs_vary(ctx, s0: int, s1: int) -> bool:
     return False
 
 
-_DATA_SIZED = frozenset({"aten.nonzero", "aten.masked_select", "aten._unique", "aten._unique2", "aten.unique_dim",
-                         "aten.unique_consecutive", "aten.bincount", "aten.repeat_interleave",
-                         "aten._local_scalar_dense", "aten.item"})
+_DATA_SIZED = SIZED_BY_DATA | {"aten.bincount", "aten.repeat_interleave", "aten._local_scalar_dense", "aten.item"}
 
 
 def _data_sized(ctx, step: int) -> bool:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source import lookup
+from audit.detectors.source.stored_back import MOVES
 
-_MOVES = ("to", "cuda")
 
 
 def _moves_temporary(filename: str, line: int) -> bool:
@@ -24,7 +24,7 @@ def _moves_temporary(filename: str, line: int) -> bool:
     if func is None:
         return False
     moves = [n for n in ast.walk(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-             and n.func.attr in _MOVES and n.lineno <= line <= (n.end_lineno or n.lineno)]
+             and n.func.attr in MOVES and n.lineno <= line <= (n.end_lineno or n.lineno)]
     return bool(moves) and all(isinstance(n.func.value, ast.Call) for n in moves)
 
 

@@ -14,7 +14,7 @@ import ast
 from audit.scan.sources.ast_nodes import nodes_of
 from audit.scan.sources.frame_source import tree
 
-_MOVES = ("to", "cuda")
+MOVES = ("to", "cuda")  # the methods that send a tensor to a device
 
 
 def stored_back(filename: str, line: int) -> bool:
@@ -26,7 +26,7 @@ def stored_back(filename: str, line: int) -> bool:
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         v = node.value
-        if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in _MOVES and \
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in MOVES and \
                 isinstance(v.func.value, ast.Attribute):
             src = ast.unparse(v.func.value)
             if any(isinstance(x, ast.Attribute) and ast.unparse(x) == src for x in targets):

@@ -25,7 +25,8 @@ def fold_loops_into_guards(ctx, hits: dict) -> None:
     blamed: the iterations differ because of the guard, so its finding takes the loop's regions
     (when a different iteration is skipped each step the alignment also cuts across the loop). So does
     an `if` of the body whose test ran equally often in every step (steady_loops: the trip count held),
-    blamed or not, when the differing ops sit inside it."""
+    blamed or not, when the differing ops sit inside it; and, when the loop's trips held, the innermost decision
+    nested deeper in the body whose body holds the differing ops (_inside_nested)."""
     for key in list(hits):
         (file, line, function), caller = key
         guards = lookup.loop_guards(file, line)
@@ -33,6 +34,8 @@ def fold_loops_into_guards(ctx, hits: dict) -> None:
             if guards else None
         if into is None:
             into = _steady_if(ctx, file, line, function, caller, hits[key], hits)
+        if into is None:
+            into = _inside_nested(ctx, file, line, function, caller, hits[key])
         if into is not None:
             hits.setdefault(into, []).extend(hits.pop(key))
 
@@ -50,3 +53,16 @@ def _steady_if(ctx, file, line, function, caller, regions, hits) -> tuple | None
     if blamed is None and len(spans) == 1:  # the body's one decision
         blamed = (file, next(iter(spans)), function), caller
     return blamed
+
+
+def _inside_nested(ctx, file, line, function, caller, regions) -> tuple | None:
+    """The key of the innermost decision nested in the body of the loop on `line` (`for tok, n in counts.items():
+    if n >= k: scores[tok] -= p` under `for row in rows: ids = row.tolist()`) whose body ran every region's first
+    differing op, when the loop's trip count held (steady_loops.trips_held): the alignment anchored at the loop's
+    top sees the loop where the nested decision chose. None when the trips moved or cannot be counted."""
+    inner = steady_loops.nested_bodies(file, line)
+    if not inner or not steady_loops.trips_held(ctx, file, line):
+        return None
+    holding = [at for at, (lo, hi) in inner.items()
+               if all(any(c.co_filename == file and lo <= ln <= hi for c, ln in r[3].stack) for r in regions)]
+    return ((file, max(holding), function), caller) if holding else None

@@ -20,7 +20,7 @@ from audit.detectors.source import lookup
 from audit.scan.sources.ast_nodes import nodes_of
 from audit.scan.sources.frame_source import tree
 
-__all__ = ["steady_body_ifs"]
+__all__ = ["steady_body_ifs", "nested_bodies", "trips_held"]
 
 
 def _loop(filename: str, line: int):
@@ -37,17 +37,20 @@ def _body_ifs(loop) -> dict[int, tuple[int, int, int]]:
 
 
 def _trip_counts(ctx, filename: str, loop) -> list[int]:
-    """Per complete step, the ops of the body's first statement (run once per iteration), or [] when it is
-    compound (its own arms may run or not)."""
+    """Per complete step, the ops and host reads of the body's first statement (run once per iteration:
+    `ids = row.tolist()` counts too), or [] when it is compound (its own arms may run or not)."""
     first = loop.body[0]
     if isinstance(first, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
         return []
-    return _test_counts(ctx, filename, first.lineno, first.end_lineno or first.lineno)
+    return _test_counts(ctx, filename, first.lineno, first.end_lineno or first.lineno, reads=True)
 
 
-def _test_counts(ctx, filename: str, lo: int, hi: int) -> list[int]:
-    """Per complete step, the ops run while a frame of `filename` stood on lines lo..hi."""
-    return [sum(1 for r in ctx.ops(s) if any(c.co_filename == filename and lo <= ln <= hi for c, ln in r.stack))
+def _test_counts(ctx, filename: str, lo: int, hi: int, reads: bool = False) -> list[int]:
+    """Per complete step, the ops (and with `reads`, the host reads) run while a frame of `filename` stood on
+    lines lo..hi."""
+    def counted(s):
+        return ctx.ops(s) + ([r for r in ctx.steps[s] if r.kind == "host"] if reads else [])
+    return [sum(1 for r in counted(s) if any(c.co_filename == filename and lo <= ln <= hi for c, ln in r.stack))
             for s in ctx.complete]
 
 
@@ -70,3 +73,25 @@ def steady_body_ifs(ctx, filename: str, line: int) -> dict[int, int]:
         if counts and counts[0] > 0 and len(set(counts)) == 1:
             out[at] = end
     return out
+
+
+def nested_bodies(filename: str, line: int) -> dict[int, tuple[int, int]]:
+    """The decisions nested anywhere in the body of the loop on `line` (`if`, `for`, `while`), {their line:
+    (first, last) line of what they run}: their tests and headers excluded, so an op there is one the
+    decision let run, not the test that made it."""
+    loop = _loop(filename, line)
+    if loop is None:
+        return {}
+    out = {}
+    for n in ast.walk(loop):
+        if n is not loop and isinstance(n, (ast.If, ast.For, ast.AsyncFor, ast.While)) and n.body:
+            out[n.lineno] = (n.body[0].lineno, n.end_lineno or n.lineno)
+    return out
+
+
+def trips_held(ctx, filename: str, line: int) -> bool:
+    """The loop's body ran its first statement equally often, and at all, in every complete step: its trip count
+    held (False when that statement runs no op or host read, or is compound, so the trips cannot be counted)."""
+    loop = _loop(filename, line)
+    counts = _trip_counts(ctx, filename, loop) if loop is not None else []
+    return bool(counts) and counts[0] > 0 and len(set(counts)) == 1

@@ -10,7 +10,8 @@
   warmup too (`unaudited`), so a step written for the GPU still runs on a CPU scan.
 - Streams and events (CUDA scans): switches and cross-stream waits (audit.scan.patches.stream_hooks).
 - `nn.Module.__setattr__`: the line of a Python state change. torch's settings: audit.scan.patches.settings_hooks;
-  module hooks registered in the step: audit.scan.patches.hook_registry; torch.distributed: audit.scan.patches.dist_hooks.
+  module hooks registered in the step: audit.scan.patches.hook_registry; torch.distributed: audit.scan.patches.dist_hooks;
+  an RNN's `flatten_parameters()` (a re-pack on a GPU, a no-op on CPU weights): audit.scan.patches.rnn_flatten.
 - GPU only: sync-debug mode "warn", each warning recorded where Python sees it (the line that synchronized),
   and torch.cuda._gpu_trace callbacks (registered once per process: they cannot be removed; idle otherwise).
 """
@@ -27,8 +28,8 @@ from torch import nn
 
 from audit.errors import AuditError
 from audit.scan import hops
-from audit.scan.patches import (dist_hooks, hook_registry, module_setattr, seed_hooks, settings_hooks, stream_hooks,
-                                zero_copy)
+from audit.scan.patches import (dist_hooks, hook_registry, module_setattr, rnn_flatten, seed_hooks, settings_hooks,
+                                stream_hooks, zero_copy)
 from audit.scan.sources import rng_lines, torch_frames
 from audit.scan.standins import cpu_cuda, type_hooks
 
@@ -237,6 +238,7 @@ def active(tracer):
                 originals[id(orig)] = (orig, getattr(owner, name))
         stack.enter_context(settings_hooks.watching(tracer, patched, originals))  # torch's global settings
         stack.enter_context(hook_registry.watching(tracer, patched))  # module hooks registered in the step
+        stack.enter_context(rnn_flatten.watching(tracer, patched))  # an RNN's weights re-packed in the step
         stack.enter_context(dist_hooks.completing(tracer, patched))  # a collective's own ops inside work.wait()
         for mod, name, new in cpu_cuda.alias_sites(originals):
             stack.enter_context(patched(mod, name, new))

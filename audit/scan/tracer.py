@@ -70,6 +70,7 @@ class Tracer:
         self._step, self.host_depth = -1, 0
         self.dist_works: list | None = None  # the step's collectives' Work objects (dist_hooks.issued)
         self.cpu_checks = 0  # inside a call whose value reads happen on a CPU only (one_hot's range check)
+        self.kept_memory = None  # the next lift wraps a host array the target keeps: its mark (patches/zero_copy)
         self._wlog: list | None = None
         self._flags = branch_flags.BranchFlags(self.trace.flags, on=not self.cuda)  # untaken device branches
 
@@ -164,7 +165,7 @@ class Tracer:
             name = _OPNAMES[func] = f"{func.namespace}.{func._opname}"
         idx = len(self._records)
         if func._opname in _LIFT and tensors:  # torch.tensor(data) in the step: host data baked into it
-            norm = ("value", self._small_values(tensors[0]))
+            norm = ("value", self.kept_memory or self._small_values(tensors[0]))
             in_step = (False,) * len(inputs)  # the constructor's own copy, never an op's (even at a reused address)
             self.trace.born.setdefault(inputs[0].sid, (self._step, idx))
         outs: list = []

@@ -17,11 +17,10 @@ either scan as the torch tensor the numpy array's `base` chain ends at (`tensor.
 pageable host tensor reached so is that tensor too: its upload is the kept buffer's pageable copy, not fresh
 host data.
 A plain numpy array the target keeps as an attribute and refills in place (`self.mask_np[:] = ...` in prepare(),
-then `torch.from_numpy(self.mask_np).to(D)` in the step) is host data made in the step, as above, but not new
-data: a copy of it reads that array's memory whenever it runs, a replay's copy too. Its lift carries the
-array's address instead of its values (`kept_mark`), so values prepare() wrote there are no baked host value
-(a new array bound each step has a new address, still reported); the pageable upload stands. One element is
-never such memory: a 0-dim host tensor is a kernel's scalar on a GPU, read at launch, whoever keeps it.
+then `torch.from_numpy(self.mask_np).to(D)` in the step) is host data made in the step, as above, recorded with
+its values, and its lift is noted as such (`kept_array`): a copy of it reads that array's memory whenever it
+runs, a replay's copy too, so the baked-host-value rule can excuse one that is only sent on
+(audit/detectors/host/kept_arrays.py).
 """
 
 from __future__ import annotations
@@ -79,12 +78,12 @@ def _export_wrapper(orig, capsules: dict, active):
     return wrapper
 
 
-def kept_mark(tr, arg, out: torch.Tensor):
-    """("kept host array", address, size) when `arg` (no torch tensor's memory) is held in an attribute of an
-    object the target reaches (directly, or in a list, tuple or dict there) and `out` has more than one element;
-    else None."""
+def kept_array(tr, arg, out: torch.Tensor) -> bool:
+    """Whether `arg` (no torch tensor's memory) is held in an attribute of an object the target reaches
+    (directly, or in a list, tuple or dict there) and `out`, its wrap, has more than one element (a 0-dim host
+    tensor is a kernel's scalar on a GPU, read at launch, whoever keeps it)."""
     if out.numel() < 2 or isinstance(arg, torch.Tensor) or not hasattr(arg, "__array_interface__"):
-        return None
+        return False
     for _, obj in tr.trace.objects:
         try:
             values = list(own_dict(obj).values())
@@ -93,8 +92,8 @@ def kept_mark(tr, arg, out: torch.Tensor):
         for v in values:
             if v is arg or (isinstance(v, (list, tuple)) and any(x is arg for x in v)) or \
                     (isinstance(v, dict) and any(x is arg for x in v.values())):
-                return ("kept host array", hex(out.data_ptr()), out.numel())
-    return None
+                return True
+    return False
 
 
 def _import_wrapper(orig, capsules: dict, active):
@@ -112,11 +111,11 @@ def _import_wrapper(orig, capsules: dict, active):
             return _view_of(src, out)
         if out.device.type == "cpu":
             tr = active()
-            tr.kept_memory = kept_mark(tr, args[0], out) if args else None
+            tr.kept_memory = bool(args) and kept_array(tr, args[0], out)
             try:
                 out = torch.ops.aten.lift_fresh.default(out)
             finally:
-                tr.kept_memory = None
+                tr.kept_memory = False
         return out
 
     wrapper.__wrapped__ = orig

@@ -22,7 +22,7 @@ from collections import defaultdict
 from audit.detectors import register
 from audit.detectors.tensors import carried_shapes, composite_layouts, counter_bounds, outside_inputs, read_sizes, \
     read_values
-from audit.detectors.host import host_only
+from audit.detectors.host import host_only, kept_arrays
 from audit.detectors.tensors.forwarded import forwarded
 from audit.detectors.branches.skipped_iterations import diverged as _diverged, skipped_iteration
 from audit.detectors.host.kept import advanced, host_tensors
@@ -194,6 +194,8 @@ def varying_host_values(ctx):
                 continue
         if recs[0].args and recs[0].args[0] == "value" and host_only.stays_on_host(ctx, recs):
             continue  # built from host data and read back on the host alone: no kernel takes it
+        if recs[0].op in _LIFTS and kept_arrays.sent_as_is(ctx, recs):
+            continue  # a kept numpy array's wrap, sent as it is: the copy reads its memory (host/kept_arrays.py)
         if host_only.host_work_stays(ctx, recs):
             continue  # CPU work on host data that never reaches the device: no kernel takes the value
         if read_sizes.follows_varying_shape(ctx, recs, aligned):

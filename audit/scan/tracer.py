@@ -37,6 +37,7 @@ DIGEST_MAX = 1 << 16  # a host-built tensor up to this many values is compared b
 __all__ = ["Tracer"]
 
 _LIFT = {"lift_fresh", "lift_fresh_copy"}  # torch.tensor(data) inside the step: host data
+KEPT_ARRAY = "kept host array"  # a lift's note: it wraps a numpy array the target keeps (patches/zero_copy.py)
 _OPNAMES: dict = {}  # OpOverload -> "aten.name"
 _tuple_new = tuple.__new__
 
@@ -70,6 +71,7 @@ class Tracer:
         self._step, self.host_depth = -1, 0
         self.dist_works: list | None = None  # the step's collectives' Work objects (dist_hooks.issued)
         self.cpu_checks = 0  # inside a call whose value reads happen on a CPU only (one_hot's range check)
+        self.kept_memory = False  # the next lift wraps a host array the target keeps (patches/zero_copy.kept_array)
         self._wlog: list | None = None
         self._flags = branch_flags.BranchFlags(self.trace.flags, on=not self.cuda)  # untaken device branches
 
@@ -197,6 +199,8 @@ class Tracer:
             thread=0 if (tid := threading.get_ident()) == self._thread else tid))
         if func._opname in _LIFT and tensors:  # torch.tensor(data, device=...) written inside torch (torch.nested)
             self._records[-1].torch_site = torch_frames.torch_lines(sys._getframe(2), self._roots)
+            if self.kept_memory:
+                self._records[-1].note = KEPT_ARRAY
 
     def _adopts_new_storage(self, args) -> bool:
         """`t.set_(storage)` with a storage no op has shown yet and no attribute held before the step:

@@ -7,6 +7,9 @@ Python list used as an index into a device tensor is copied to the device as wel
 tensor attribute made once in pageable host memory and sent to the device in the step. Assigning a
 Python scalar through an index tensor (`x[:, idx] = 0.0`) copies the scalar to the device from pageable
 memory (index_put_'s `value.to(x.device)`); index_fill_ carries it as a kernel argument.
+A kept numpy array refilled in prepare() and wrapped with `from_numpy` is sent as its own memory: the copy
+reads what prepare() wrote, so its values are not baked (the upload is still pageable); the argsort of it is
+new host data with this step's values, baked.
 """
 
 import numpy as np
@@ -29,7 +32,7 @@ class Staging:
     @torch.no_grad()
     def step(self):
         floor = torch.tensor(-1e4, device=self.logits.device)  # HAZARD: pageable-copy
-        ban = torch.from_numpy(self.banned).to(self.device)  # HAZARD: pageable-copy, baked-host-value
+        ban = torch.from_numpy(self.banned).to(self.device)  # HAZARD: pageable-copy
         eos = torch.as_tensor([0], device=self.device)  # HAZARD: pageable-copy
         host_only = torch.tensor([1.0, 2.0]).to("cpu")  # a host tensor stays on the host: no copy
         empty = torch.tensor([], device=self.device)  # nothing to copy: no copy

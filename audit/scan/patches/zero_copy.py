@@ -16,6 +16,11 @@ buffer itself: found on a CPU scan among the storages asked to be pinned (audit.
 either scan as the torch tensor the numpy array's `base` chain ends at (`tensor.numpy()` keeps it there). A
 pageable host tensor reached so is that tensor too: its upload is the kept buffer's pageable copy, not fresh
 host data.
+A plain numpy array the target keeps as an attribute and refills in place (`self.mask_np[:] = ...` in prepare(),
+then `torch.from_numpy(self.mask_np).to(D)` in the step) is host data made in the step, as above, recorded with
+its values, and its lift is noted as such (`kept_array`): a copy of it reads that array's memory whenever it
+runs, a replay's copy too, so the baked-host-value rule can excuse one that is only sent on
+(audit/detectors/host/kept_arrays.py).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import torch
 import torch.utils.dlpack
 from torch.utils._python_dispatch import _disable_current_modes
 
+from audit.scan.snapshot.own_dict import own_dict
 from audit.scan.standins import pinned
 
 __all__ = ["TARGETS", "pinned_view", "watching"]
@@ -72,6 +78,24 @@ def _export_wrapper(orig, capsules: dict, active):
     return wrapper
 
 
+def kept_array(tr, arg, out: torch.Tensor) -> bool:
+    """Whether `arg` (no torch tensor's memory) is held in an attribute of an object the target reaches
+    (directly, or in a list, tuple or dict there) and `out`, its wrap, has more than one element (a 0-dim host
+    tensor is a kernel's scalar on a GPU, read at launch, whoever keeps it)."""
+    if out.numel() < 2 or isinstance(arg, torch.Tensor) or not hasattr(arg, "__array_interface__"):
+        return False
+    for _, obj in tr.trace.objects:
+        try:
+            values = list(own_dict(obj).values())
+        except Exception:  # noqa: BLE001 - an object with no readable __dict__ holds nothing we can see
+            continue
+        for v in values:
+            if v is arg or (isinstance(v, (list, tuple)) and any(x is arg for x in v)) or \
+                    (isinstance(v, dict) and any(x is arg for x in v.values())):
+                return True
+    return False
+
+
 def _import_wrapper(orig, capsules: dict, active):
     def wrapper(*args, **kwargs):
         if not _auditing(active()):
@@ -86,7 +110,12 @@ def _import_wrapper(orig, capsules: dict, active):
         if src is not None:
             return _view_of(src, out)
         if out.device.type == "cpu":
-            out = torch.ops.aten.lift_fresh.default(out)
+            tr = active()
+            tr.kept_memory = bool(args) and kept_array(tr, args[0], out)
+            try:
+                out = torch.ops.aten.lift_fresh.default(out)
+            finally:
+                tr.kept_memory = False
         return out
 
     wrapper.__wrapped__ = orig

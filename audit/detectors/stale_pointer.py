@@ -18,6 +18,8 @@ the k-th matmul, yet where they made the same calls up to it they read the same 
 takes a loop index whose iterations a conditional skips (`for j, s in enumerate(strides): if frame % s == 0:
 ... cbs[j]`): the first run of the line is another iteration in another step, which data-dependent-control
 reports at the conditional (`branches/skipped_iterations.py`).
+On a CPU scan, an input prepare() rebinds to a device copy of a host buffer the object keeps reads one storage
+every step (the move returns the buffer itself) and is found from the source (`host/moved_in_prepare.py`).
 A call that in some step reads back a tensor an earlier audited step made is reading escaped allocations
 (`audit/detectors/escaped_reads.py`): its other reads are the warmup's, and step-allocation reports it.
 """
@@ -29,6 +31,7 @@ from collections import defaultdict
 from audit.scan.snapshot import state
 from audit.detectors import register
 from audit.detectors.branches import skipped_iterations
+from audit.detectors.host import moved_in_prepare
 from audit.detectors.tensors import empty_reads, escaped_reads
 
 
@@ -131,3 +134,27 @@ def _rebinding(ctx, holder: str | None):
             if r.kind == "setattr" and r.stack and ".".join(filter(None, r.note.split("\x00"))) == holder:
                 return r
     return None
+
+
+@register("stale-input-pointer")
+def inputs_moved_in_prepare(ctx):
+    """CPU scans: an input prepare() rebinds to `.to(D)` of a host buffer it keeps; a GPU makes a new tensor per call."""
+    if ctx.cuda or ctx.target is None or not ctx.complete:
+        return []
+    moved = moved_in_prepare.rebinds(ctx.target)
+    held = {name: state.storage_id(t) for name, t in state.tensor_attrs(ctx.trace.objects)} if moved else {}
+    out = []
+    for path, file, line, src in moved:
+        sid = held.get(path)
+        first = next(((r, m) for s in ctx.complete for r in ctx.steps[s] for j, m in enumerate(r.inputs)
+                      if sid and m.sid == sid and not r.in_step[j]), None)
+        if first is None:
+            continue  # the step never reads it
+        r, m = first
+        msg = (f"reads `{path}` ({list(m.shape)} {str(m.dtype).replace('torch.', '')}), which prepare() rebinds at "
+               f"{ctx.rel(file)}:{line} to `{src}`: on a GPU each call makes a new device tensor, so replay reads "
+               f"the copy made for the capture step (on the CPU the move returns the host buffer itself)")
+        fix = (f"Allocate `{path}` once on the device and upload into it in prepare(): "
+               f"`self.{path}.copy_(<host buffer>, non_blocking=True)`; do not rebind it.")
+        out.append(ctx.finding("stale-input-pointer", r, r.op, 1, msg, fix=fix))
+    return out

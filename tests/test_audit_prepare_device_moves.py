@@ -1,0 +1,133 @@
+"""stale-input-pointer for an input prepare() rebinds to a device copy of a host buffer the object keeps.
+
+`self.idx = self.idx_cpu.to(self.device, non_blocking=True)` in prepare() makes a new device tensor per call on a
+GPU, so a graph keeps reading the capture step's copy; on a CPU scan the move returns the host buffer itself and
+the step reads one storage every step. The source says it: the finding is at the step's first read. Uploading
+into a static device buffer (`self.idx.copy_(self.idx_cpu, non_blocking=True)`), or moving a tensor the class
+already makes on the device, is no finding."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from site_util import blocking, table, write_target
+
+TEMPLATE = """
+import torch
+
+
+class Runner:
+    def __init__(self, device):
+        g = torch.Generator().manual_seed({seed})
+        self.device = torch.device(device)
+        self.w = torch.randn({v}, {d}, generator=g, device=device)
+        self.{name}_cpu = {host}
+        self.{name} = torch.zeros({n}, dtype=torch.long, device=device)
+        self.out = torch.zeros({n}, {d}, device=device)
+
+    def {helper}(self):
+        {upload}
+
+    def prepare(self, i):
+        self.{name}_cpu.copy_(torch.randint(0, {v}, ({n},)))
+        self.{helper}()
+
+    @torch.no_grad()
+    def step(self):
+        h = self.w[self.{name}]  # SITE
+        self.out.copy_(torch.tanh(h))
+        return self.out
+
+
+def make(device):
+    return Runner(device)
+"""
+
+UPLOADS = {
+    "rebound": "self.{name} = self.{name}_cpu.to(self.device, non_blocking=True)",
+    "rebound_cuda": "self.{name} = self.{name}_cpu[:].cuda() if self.device.type == 'cuda' else self.{name}_cpu",
+    "copied": "self.{name}.copy_(self.{name}_cpu, non_blocking=True)",
+    "device_made": "self.{name} = self.{name}_dev.to(self.device)",
+}
+
+
+@pytest.mark.parametrize("kind", list(UPLOADS))
+def test_an_input_rebound_to_a_device_copy_in_prepare(tmp_path, kind):
+    name = random.choice(["slot_mapping", "ids", "positions", "block_ids"])
+    n = random.choice([3, 4, 6])
+    host = random.choice([f"torch.zeros({n}, dtype=torch.long)",
+                          f"torch.zeros({n}, dtype=torch.long, pin_memory=torch.cuda.is_available())"])
+    if kind == "device_made":
+        host = f"torch.zeros({n}, dtype=torch.long)\n        self.{name}_dev = torch.zeros({n}, dtype=torch.long, device=device)"
+        upload = UPLOADS[kind].format(name=name) + f"\n        self.{name}_dev.copy_(self.{name}_cpu)"
+    else:
+        upload = UPLOADS[kind].format(name=name)
+    path, site = write_target(
+        tmp_path / f"moved_{kind}_{random.randrange(10**6)}.py", TEMPLATE, seed=random.randrange(1000),
+        name=name, n=n, d=random.choice([8, 12]), v=random.choice([16, 32]), host=host, upload=upload,
+        helper=random.choice(["_upload", "stage_inputs"]))
+    bad = blocking(path)
+    if kind.startswith("rebound"):
+        hit = bad[bad.category == "stale-input-pointer"]
+        assert len(hit) == 1 and int(hit.iloc[0].line) == site, table(bad)
+        assert name in hit.iloc[0].message, table(bad)
+        assert set(bad.category) == {"stale-input-pointer"}, table(bad)
+    else:
+        assert not len(bad), table(bad)
+
+
+BUILDER = """
+import torch
+
+
+class {builder}:
+    def __init__(self, n, device):
+        self.device = torch.device(device)
+        self.{name}_cpu = torch.zeros(n, dtype=torch.long)
+
+    def {stage}(self, values):
+        self.{name}_cpu.copy_(values)
+        self.{name} = self.{name}_cpu.to(self.device, non_blocking=True)
+
+
+class Runner:
+    def __init__(self, device):
+        g = torch.Generator().manual_seed({seed})
+        self.w = torch.randn({v}, {d}, generator=g, device=device)
+        self.meta = {builder}({n}, device)
+        self.out = torch.zeros({n}, {d}, device=device)
+
+    def prepare(self, i):
+        {when}self.meta.{stage}(torch.randint(0, {v}, ({n},)))
+
+    @torch.no_grad()
+    def step(self):
+        h = self.w[self.meta.{name}]  # SITE
+        self.out.copy_(torch.tanh(h))
+        return self.out
+
+
+def make(device):
+    return Runner(device)
+"""
+
+
+@pytest.mark.parametrize("kind", ["every_step", "first_step_only"])
+def test_a_builder_object_rebinding_its_fields_to_device_copies(tmp_path, kind):
+    """The upload sits in a method of an object the target holds (a metadata builder); done on every step it
+    is stale on a GPU, done once under `if i == 0:` it makes one tensor before any capture."""
+    name = random.choice(["slot_mapping", "seq_lens", "query_start_loc"])
+    path, site = write_target(
+        tmp_path / f"builder_{kind}_{random.randrange(10**6)}.py", BUILDER, seed=random.randrange(1000),
+        builder=random.choice(["MetadataBuilder", "AttnMetaBuilder"]), stage=random.choice(["stage", "build"]),
+        name=name, n=random.choice([3, 4, 6]), d=random.choice([8, 12]), v=random.choice([16, 32]),
+        when="" if kind == "every_step" else "if i == 0:\n            ")
+    bad = blocking(path)
+    if kind == "every_step":
+        hit = bad[bad.category == "stale-input-pointer"]
+        assert len(hit) == 1 and int(hit.iloc[0].line) == site and f"meta.{name}" in hit.iloc[0].message, table(bad)
+        assert set(bad.category) == {"stale-input-pointer"}, table(bad)
+    else:
+        assert not len(bad), table(bad)

@@ -131,3 +131,56 @@ def test_a_builder_object_rebinding_its_fields_to_device_copies(tmp_path, kind):
         assert set(bad.category) == {"stale-input-pointer"}, table(bad)
     else:
         assert not len(bad), table(bad)
+
+
+KEYED = """
+import torch
+
+NAMES = ("{a}", "{b}")
+
+
+class Runner:
+    def __init__(self, device):
+        g = torch.Generator().manual_seed({seed})
+        self.device = torch.device(device)
+        self.w = torch.randn({v}, {d}, generator=g, device=device)
+        self.{host} = {{name: torch.zeros({n}, dtype=torch.long) for name in NAMES}}
+        self.{dev} = {{name: torch.zeros({n}, dtype=torch.long, device=device) for name in NAMES}}
+        self.out = torch.zeros({n}, {d}, device=device)
+
+    def prepare(self, i):
+        for name in NAMES:
+            self.{host}[name].copy_(torch.randint(0, {v}, ({n},)))
+            {upload}
+
+    @torch.no_grad()
+    def step(self):
+        h = self.w[self.{dev}["{a}"]]  # SITE
+        h = h + self.w[self.{dev}["{b}"]]  # SECOND
+        self.out.copy_(torch.tanh(h))
+        return self.out
+
+
+def make(device):
+    return Runner(device)
+"""
+
+
+@pytest.mark.parametrize("kind", ["rebound", "copied"])
+def test_dict_entries_rebound_to_device_copies_of_host_entries(tmp_path, kind):
+    """Host staging buffers kept in a dict by name, uploaded by rebinding the device dict's entries
+    (`self.inputs[name] = self.cpu_bufs[name].to(D)`): each entry the step reads is reported at its first read."""
+    host, dev = random.choice([("cpu_bufs", "inputs"), ("staging", "device_bufs")])
+    a, b = random.sample(["input_ids", "slot_mapping", "positions"], 2)
+    upload = (f"self.{dev}[name] = self.{host}[name].to(self.device, non_blocking=True)" if kind == "rebound"
+              else f"self.{dev}[name].copy_(self.{host}[name], non_blocking=True)")
+    path, site = write_target(
+        tmp_path / f"keyed_{kind}_{random.randrange(10**6)}.py", KEYED, seed=random.randrange(1000), host=host,
+        dev=dev, a=a, b=b, n=random.choice([3, 4, 6]), d=random.choice([8, 12]), v=random.choice([16, 32]),
+        upload=upload)
+    bad = blocking(path)
+    if kind == "rebound":
+        assert sorted(int(x) for x in bad.line) == [site, site + 1], table(bad)
+        assert set(bad.category) == {"stale-input-pointer"}, table(bad)
+    else:
+        assert not len(bad), table(bad)

@@ -144,17 +144,24 @@ def inputs_moved_in_prepare(ctx):
     moved = moved_in_prepare.rebinds(ctx.target)
     held = {name: state.storage_id(t) for name, t in state.tensor_attrs(ctx.trace.objects)} if moved else {}
     out = []
-    for path, file, line, src in moved:
-        sid = held.get(path)
-        first = next(((r, m) for s in ctx.complete for r in ctx.steps[s] for j, m in enumerate(r.inputs)
-                      if sid and m.sid == sid and not r.in_step[j]), None)
-        if first is None:
-            continue  # the step never reads it
-        r, m = first
-        msg = (f"reads `{path}` ({list(m.shape)} {str(m.dtype).replace('torch.', '')}), which prepare() rebinds at "
-               f"{ctx.rel(file)}:{line} to `{src}`: on a GPU each call makes a new device tensor, so replay reads "
-               f"the copy made for the capture step (on the CPU the move returns the host buffer itself)")
-        fix = (f"Allocate `{path}` once on the device and upload into it in prepare(): "
-               f"`self.{path}.copy_(<host buffer>, non_blocking=True)`; do not rebind it.")
-        out.append(ctx.finding("stale-input-pointer", r, r.op, 1, msg, fix=fix))
+    for path, file, line, src, keyed in moved:
+        for name in [n for n in held if n.startswith(path + "[")] if keyed else [path]:
+            if (found := _first_read(ctx, held.get(name))) is not None:
+                out.append(_moved_finding(ctx, name, file, line, src, *found))
     return out
+
+
+def _first_read(ctx, sid):
+    """(record, input) of the step's first read of a storage it did not make, or None."""
+    return next(((r, m) for s in ctx.complete for r in ctx.steps[s] for j, m in enumerate(r.inputs)
+                 if sid and m.sid == sid and not r.in_step[j]), None)
+
+
+def _moved_finding(ctx, path, file, line, src, r, m):
+    """The finding at the step's first read `r` of `path`, naming prepare()'s line that rebinds it."""
+    msg = (f"reads `{path}` ({list(m.shape)} {str(m.dtype).replace('torch.', '')}), which prepare() rebinds at "
+           f"{ctx.rel(file)}:{line} to `{src}`: on a GPU each call makes a new device tensor, so replay reads "
+           f"the copy made for the capture step (on the CPU the move returns the host buffer itself)")
+    fix = (f"Allocate `{path}` once on the device and upload into it in prepare(): "
+           f"`self.{path}.copy_(<host buffer>, non_blocking=True)`; do not rebind it.")
+    return ctx.finding("stale-input-pointer", r, r.op, 1, msg, fix=fix)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import inspect
 
-from audit.detectors.host.attr_memory import host_factory_attr
+from audit.detectors.host.attr_memory import host_factory_attr, host_memory
 from audit.detectors.source import scopes
 from audit.scan.sources.ast_nodes import attr_chain, nodes_of
 from audit.scan.sources.frame_source import tree
@@ -79,22 +79,26 @@ def _base(expr):
     return chain if chain and chain[0] == "self" and len(chain) >= 2 else None
 
 
-def rebinds(obj) -> list[tuple[str, str, int, str]]:
-    """(attribute path, file, line, source of the move) for each `self.<path> = self.<host buffer>.to(D)` in
-    prepare() or a method it calls."""
+def rebinds(obj) -> list[tuple[str, str, int, str, bool]]:
+    """(attribute path, file, line, source of the move, keyed) for each `self.<path> = self.<host buffer>.to(D)`
+    in prepare() or a method it calls; keyed: the store is into an entry, `self.<path>[k] = self.<bufs>[k].to(D)`
+    (a dict of host buffers by name), so each entry of `<path>` is one."""
     out = []
     for filename, t, fn, prefix in _methods(obj):
         once = _once(fn) if fn.name == "prepare" else set()
         for node in nodes_of(fn, ast.Assign):
             if id(node) in once:
                 continue
-            target = attr_chain(node.targets[0]) if len(node.targets) == 1 else None
+            store = node.targets[0] if len(node.targets) == 1 else None
+            keyed = isinstance(store, ast.Subscript)
+            target = attr_chain(store.value if keyed else store) if store is not None else None
             if not target or target[0] != "self" or len(target) < 2:
                 continue
             for move in _arms(node.value):
                 base = _base(move.func.value) if _device_move(t, move) else None
-                if base is not None and host_factory_attr(filename, base[-1]) is not None:
-                    out.append((prefix + ".".join(target[1:]), filename, node.lineno, ast.unparse(move)))
+                if base is not None and (host_factory_attr(filename, base[-1]) is not None
+                                         or keyed and _host_entries(filename, base[-1])):
+                    out.append((prefix + ".".join(target[1:]), filename, node.lineno, ast.unparse(move), keyed))
                     break  # (else: not a host buffer the class makes, always)
     return out
 
@@ -119,3 +123,15 @@ def _once(fn) -> set:
         if first:
             out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     return out
+
+
+def _host_entries(filename: str, attr: str) -> bool:
+    """The class makes `self.<attr>` a dict whose every value is a host torch factory (`{"ids": torch.zeros(n)}`,
+    or a comprehension of one), and assigns it nothing else."""
+    t = tree(filename)
+    values = []
+    for node in nodes_of(t, ast.Assign) if t is not None else ():
+        if any(isinstance(x, ast.Attribute) and x.attr == attr for x in node.targets):
+            v = node.value
+            values += v.values if isinstance(v, ast.Dict) else [v.value] if isinstance(v, ast.DictComp) else [None]
+    return bool(values) and all(v is not None and host_memory(filename, v) is not None for v in values)

@@ -33,6 +33,7 @@ from audit.detectors import register
 from audit.detectors.branches import skipped_iterations
 from audit.detectors.host import moved_in_prepare
 from audit.detectors.tensors import empty_reads, escaped_reads
+from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 
 def _first_reads(ctx, step):
@@ -141,7 +142,7 @@ def inputs_moved_in_prepare(ctx):
     """CPU scans: an input prepare() rebinds to `.to(D)` of a host buffer it keeps; a GPU makes a new tensor per call."""
     if ctx.cuda or ctx.target is None or not ctx.complete:
         return []
-    moved = moved_in_prepare.rebinds(ctx.target)
+    moved = moved_in_prepare.rebinds(ctx.target, follow=lambda f: frame_kind(f, ctx.trace.roots) != HIDDEN)
     held = {name: state.storage_id(t) for name, t in state.tensor_attrs(ctx.trace.objects)} if moved else {}
     out = []
     for path, file, line, src, keyed in moved:

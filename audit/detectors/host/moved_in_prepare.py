@@ -31,13 +31,13 @@ def _function(fn):
     return None
 
 
-def _methods(obj, name: str = "prepare", prefix: str = "", depth: int = 2) -> list:
+def _methods(obj, name: str = "prepare", prefix: str = "", depth: int = 2, follow=None) -> list:
     """(file, tree, FunctionDef, path prefix) of prepare() and the methods it calls on `self` or on an object the
     target holds (`self._upload()`, `self.builder.stage(...)`: a metadata builder's fields are `builder.<x>`),
-    followed `depth` calls down."""
+    followed `depth` calls down, into files `follow(filename)` allows (not torch's own `self.model.to(D)`)."""
     meth = getattr(obj, name, None)
     found = _function(meth) if callable(meth) else None
-    if found is None:
+    if found is None or (prefix and follow is not None and not follow(found[0])):
         return []
     out = [found + (prefix,)]
     once = _once(found[2]) if name == "prepare" else set()
@@ -50,7 +50,7 @@ def _methods(obj, name: str = "prepare", prefix: str = "", depth: int = 2) -> li
             owner = getattr(owner, attr, None)
         if owner is not None and not isinstance(owner, type):
             sub = prefix + "".join(f"{a}." for a in chain[1:-1])
-            out += [m for m in _methods(owner, chain[-1], sub, depth - 1) if m[:3] not in [o[:3] for o in out]]
+            out += [m for m in _methods(owner, chain[-1], sub, depth - 1, follow) if m[:3] not in [o[:3] for o in out]]
     return out
 
 
@@ -79,12 +79,12 @@ def _base(expr):
     return chain if chain and chain[0] == "self" and len(chain) >= 2 else None
 
 
-def rebinds(obj) -> list[tuple[str, str, int, str, bool]]:
+def rebinds(obj, follow=None) -> list[tuple[str, str, int, str, bool]]:
     """(attribute path, file, line, source of the move, keyed) for each `self.<path> = self.<host buffer>.to(D)`
     in prepare() or a method it calls; keyed: the store is into an entry, `self.<path>[k] = self.<bufs>[k].to(D)`
     (a dict of host buffers by name), so each entry of `<path>` is one."""
     out = []
-    for filename, t, fn, prefix in _methods(obj):
+    for filename, t, fn, prefix in _methods(obj, follow=follow):
         once = _once(fn) if fn.name == "prepare" else set()
         for node in nodes_of(fn, ast.Assign):
             if id(node) in once:

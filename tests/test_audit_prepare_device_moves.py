@@ -184,3 +184,61 @@ def test_dict_entries_rebound_to_device_copies_of_host_entries(tmp_path, kind):
         assert set(bad.category) == {"stale-input-pointer"}, table(bad)
     else:
         assert not len(bad), table(bad)
+
+
+FIELDS = """
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class {meta}:
+    {field}: torch.Tensor
+    n: int = 0
+
+
+class Runner:
+    def __init__(self, device):
+        g = torch.Generator().manual_seed({seed})
+        self.device = torch.device(device)
+        self.w = torch.randn({v}, {d}, generator=g, device=device)
+        self.{field}_cpu = torch.zeros({n}, dtype=torch.long)
+        self.meta = {meta}(torch.zeros({n}, dtype=torch.long, device=device))
+        self.out = torch.zeros({n}, {d}, device=device)
+
+    def prepare(self, i):
+        self.{field}_cpu.copy_(torch.randint(0, {v}, ({n},)))
+        {upload}
+
+    @torch.no_grad()
+    def step(self):
+        h = self.w[self.meta.{field}]  # SITE
+        self.out.copy_(torch.tanh(h))
+        return self.out
+
+
+def make(device):
+    return Runner(device)
+"""
+
+
+@pytest.mark.parametrize("kind", ["replaced", "built", "copied"])
+def test_a_metadata_field_given_a_device_copy_by_keyword(tmp_path, kind):
+    """The move is a keyword of the call that makes the stored object (`dataclasses.replace(self.meta, f=...)`, or
+    the dataclass itself): the field is the rebound input. Refilling the field's static buffer is no finding."""
+    meta, field = random.choice(["DecodeMeta", "AttnMetadata"]), random.choice(["seq_lens", "slot_mapping"])
+    move = f"self.{field}_cpu.to(self.device, non_blocking=True)"
+    upload = {"replaced": f"self.meta = dataclasses.replace(self.meta, {field}={move}, n=i)",
+              "built": f"self.meta = {meta}({field}={move}, n=i)",
+              "copied": f"self.meta.{field}.copy_(self.{field}_cpu, non_blocking=True)"}[kind]
+    path, site = write_target(
+        tmp_path / f"fields_{kind}_{random.randrange(10**6)}.py", FIELDS, seed=random.randrange(1000), meta=meta,
+        field=field, n=random.choice([3, 4, 6]), d=random.choice([8, 12]), v=random.choice([16, 32]), upload=upload)
+    bad = blocking(path)
+    if kind != "copied":
+        hit = bad[bad.category == "stale-input-pointer"]
+        assert len(hit) == 1 and int(hit.iloc[0].line) == site and f"meta.{field}" in hit.iloc[0].message, table(bad)
+        assert set(bad.category) == {"stale-input-pointer"}, table(bad)
+    else:
+        assert not len(bad), table(bad)

@@ -7,7 +7,9 @@ On a CPU scan the move returns the host buffer itself, the same storage every st
 nothing; the source does. Read from prepare() and the methods it calls on `self` or on an object the target
 holds (a metadata builder): an attribute assigned a move towards a device (`.to(D)` whose device is no CPU
 literal, `.cuda()`) of an attribute the class makes with a torch factory in host memory (naming no device, or
-pinned). A move done once, under `if i == 0:` in prepare(), makes one tensor before capture: no finding.
+pinned), also passed by keyword to the call that builds the stored object (a metadata dataclass,
+`dataclasses.replace(self.meta, seq_lens=...)`: the field `meta.seq_lens`). A move done once, under
+`if i == 0:` in prepare(), makes one tensor before capture: no finding.
 """
 
 from __future__ import annotations
@@ -94,12 +96,24 @@ def rebinds(obj, follow=None) -> list[tuple[str, str, int, str, bool]]:
             target = attr_chain(store.value if keyed else store) if store is not None else None
             if not target or target[0] != "self" or len(target) < 2:
                 continue
-            for move in _arms(node.value):
-                base = _base(move.func.value) if _device_move(t, move) else None
-                if base is not None and (host_factory_attr(filename, base[-1]) is not None
-                                         or keyed and _host_entries(filename, base[-1])):
-                    out.append((prefix + ".".join(target[1:]), filename, node.lineno, ast.unparse(move), keyed))
-                    break  # (else: not a host buffer the class makes, always)
+            for field, value in _stored(t, node.value):
+                for move in _arms(value):
+                    base = _base(move.func.value) if _device_move(t, move) else None
+                    if base is not None and (host_factory_attr(filename, base[-1]) is not None
+                                             or keyed and _host_entries(filename, base[-1])):
+                        path = prefix + ".".join(target[1:] + field)
+                        out.append((path, filename, node.lineno, ast.unparse(move), keyed))
+                        break  # (else: not a host buffer the class makes, always)
+    return out
+
+
+def _stored(t, value) -> list:
+    """(field path, expression) for what an assignment stores: the value itself, and when it is a call building
+    an object (a metadata dataclass, `dataclasses.replace(self.meta, seq_lens=...)`), each keyword as that
+    object's field."""
+    out = [([], value)]
+    if isinstance(value, ast.Call) and not _device_move(t, value):
+        out += [([k.arg], k.value) for k in value.keywords if k.arg]
     return out
 
 

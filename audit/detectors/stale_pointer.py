@@ -18,6 +18,8 @@ the k-th matmul, yet where they made the same calls up to it they read the same 
 takes a loop index whose iterations a conditional skips (`for j, s in enumerate(strides): if frame % s == 0:
 ... cbs[j]`): the first run of the line is another iteration in another step, which data-dependent-control
 reports at the conditional (`branches/skipped_iterations.py`).
+On a CPU scan, an input prepare() rebinds to a device copy of a host buffer the object keeps reads one storage
+every step (the move returns the buffer itself) and is found from the source (`host/moved_in_prepare.py`).
 A call that in some step reads back a tensor an earlier audited step made is reading escaped allocations
 (`audit/detectors/escaped_reads.py`): its other reads are the warmup's, and step-allocation reports it.
 """
@@ -29,7 +31,9 @@ from collections import defaultdict
 from audit.scan.snapshot import state
 from audit.detectors import register
 from audit.detectors.branches import skipped_iterations
+from audit.detectors.host import moved_in_prepare
 from audit.detectors.tensors import empty_reads, escaped_reads
+from audit.scan.sources.user_code import HIDDEN, frame_kind
 
 
 def _first_reads(ctx, step):
@@ -131,3 +135,34 @@ def _rebinding(ctx, holder: str | None):
             if r.kind == "setattr" and r.stack and ".".join(filter(None, r.note.split("\x00"))) == holder:
                 return r
     return None
+
+
+@register("stale-input-pointer")
+def inputs_moved_in_prepare(ctx):
+    """CPU scans: an input prepare() rebinds to `.to(D)` of a host buffer it keeps; a GPU makes a new tensor per call."""
+    if ctx.cuda or ctx.target is None or not ctx.complete:
+        return []
+    moved = moved_in_prepare.rebinds(ctx.target, follow=lambda f: frame_kind(f, ctx.trace.roots) != HIDDEN)
+    held = {name: state.storage_id(t) for name, t in state.tensor_attrs(ctx.trace.objects)} if moved else {}
+    out = []
+    for path, file, line, src, keyed in moved:
+        for name in [n for n in held if n.startswith(path + "[")] if keyed else [path]:
+            if (found := _first_read(ctx, held.get(name))) is not None:
+                out.append(_moved_finding(ctx, name, file, line, src, *found))
+    return out
+
+
+def _first_read(ctx, sid):
+    """(record, input) of the step's first read of a storage it did not make, or None."""
+    return next(((r, m) for s in ctx.complete for r in ctx.steps[s] for j, m in enumerate(r.inputs)
+                 if sid and m.sid == sid and not r.in_step[j]), None)
+
+
+def _moved_finding(ctx, path, file, line, src, r, m):
+    """The finding at the step's first read `r` of `path`, naming prepare()'s line that rebinds it."""
+    msg = (f"reads `{path}` ({list(m.shape)} {str(m.dtype).replace('torch.', '')}), which prepare() rebinds at "
+           f"{ctx.rel(file)}:{line} to `{src}`: on a GPU each call makes a new device tensor, so replay reads "
+           f"the copy made for the capture step (on the CPU the move returns the host buffer itself)")
+    fix = (f"Allocate `{path}` once on the device and upload into it in prepare(): "
+           f"`self.{path}.copy_(<host buffer>, non_blocking=True)`; do not rebind it.")
+    return ctx.finding("stale-input-pointer", r, r.op, 1, msg, fix=fix)

@@ -26,6 +26,7 @@ from audit.detectors.host import host_only, kept_arrays
 from audit.detectors.tensors.forwarded import forwarded
 from audit.detectors.branches.skipped_iterations import diverged as _diverged, skipped_iteration
 from audit.detectors.host.kept import advanced, host_tensors
+from audit.detectors.tensors.skipped_subscripts import skipped_subscripts
 
 
 def _aligned(ctx):
@@ -118,7 +119,7 @@ def varying_shapes(ctx):
         shown = [list(s[0]) if len(s) == 1 else [list(x) for x in s] for s in outs]
         msg = f"output shape changes between steps: {_show(shown)}"
         out.append(ctx.finding("dynamic-shape", recs[0], op, len(items), msg))
-    return out
+    return out + skipped_subscripts(ctx, set(groups))
 
 
 def _host_sized(recs) -> bool:

@@ -11,7 +11,7 @@ that statement.
 
 from __future__ import annotations
 
-__all__ = ["elided_slice"]
+__all__ = ["elided_slice", "slices_vs_alias"]
 
 _SHAPE_ELIDED = ("aten.slice", "aten.view", "aten.squeeze", "aten.unsqueeze", "aten.alias")
 
@@ -22,7 +22,7 @@ def elided_slice(tag, ra, rb, i1, i2, j1, j2) -> bool:
     an op of that statement both steps ran (`buf[0, :n]`: the `select` is shared, the slice is not), or slices
     in one step against the alias the other step's fully skipped subscript returned."""
     if tag == "replace":
-        return _slices_vs_alias(ra[i1:i2], rb[j1:j2])
+        return slices_vs_alias(ra[i1:i2], rb[j1:j2])
     if tag not in ("insert", "delete"):
         return False
     extra, rest, other = (ra[i1:i2], ra[i2:], rb[j1:]) if tag == "delete" else (rb[j1:j2], rb[j2:], ra[i1:])
@@ -38,7 +38,7 @@ def elided_slice(tag, ra, rb, i1, i2, j1, j2) -> bool:
         [m.shape for m in other[0].inputs] != [m.shape for m in rest[0].inputs]
 
 
-def _slices_vs_alias(ea, eb) -> bool:
+def slices_vs_alias(ea, eb) -> bool:
     """One side only slices, the other is the one alias a subscript returns when it skipped them all; both
     made by one statement from the same tensor (its shape and layout)."""
     if not ea or not eb:

@@ -11,6 +11,12 @@ The same holds for inputs of one shape and other strides: after a Python branch 
 output of one arm is contiguous and the other's a transposed view, so the next `o.reshape(...)` is a `view` in
 one step and a `clone` in the other; the branch is the fork, reported at its `if`, and the reshape follows it.
 
+The pick can also align as ops one step ran and the other did not: `nn.Linear` on a `[B, n, D]` slice of a padded
+buffer flattens it with a `view` (then `addmm`) when the slice is the whole buffer, contiguous, and with a `clone`
+(then `mm` + `add`) when it is not, and the weight's `t` both paths share splits the two, so difflib keeps the lone
+`view` apart. An extra run of ops that launch nothing (views), issued by a statement the other step ran too, on
+an input of a shape and layout that statement never read in the other step, is the same pick.
+
 An assignment through an index (`y[idx] += v`, `x[a:b] = v`) first strips the value's leading size-1 dims with a
 `view` when it has any: the rows an expert got from a `nonzero` are one in some steps and two in others, so one
 step runs `view` + `index_put_` and the next `index_put_` alone. That `view` launches nothing and follows the
@@ -21,23 +27,74 @@ from __future__ import annotations
 
 __all__ = ["picked_by_layout", "without_prefix_views"]
 
+from audit.detectors.branches.elided_slices import slices_vs_alias
+
+_NO_KERNEL = frozenset({"aten.view", "aten._unsafe_view", "aten.alias", "aten.reshape", "aten.expand", "aten.t",
+                        "aten.transpose", "aten.permute", "aten.unsqueeze", "aten.squeeze", "aten.slice",
+                        "aten.select", "aten.as_strided"})
+
 _SETITEM_WRITES = frozenset({"aten.index_put_", "aten.index_put", "aten.copy_"})
 
 
 def picked_by_layout(tag, ra, rb, i1, i2, j1, j2) -> bool:
-    """A replaced region whose ops, on both sides, were all issued by one statement (the same frames, which
-    the next op of each side still runs in: the statement goes on), and whose first ops read inputs of other
+    """A replaced region whose ops, on both sides, were all issued by one statement (the same frames; the
+    statement goes on after it in both steps, or ends with it in both: `k = self.k_proj(enc)` on a line of its
+    own), and whose first ops read inputs of other
     shapes, or of the same shapes in other layouts, in the two steps."""
+    if tag in ("insert", "delete"):
+        return _viewed_by_layout(ra[i1:i2], rb, j1) if tag == "delete" else _viewed_by_layout(rb[j1:j2], ra, i1)
     if tag != "replace":
         return False
+    return _one_statement(ra, rb, i1, i2, j1, j2) or _into_next_views(ra, rb, i1, i2, j1, j2) or \
+        _into_next_views(rb, ra, j1, j2, i1, i2)
+
+
+def _into_next_views(x, y, a1, a2, b1, b2) -> bool:
+    """The region runs on, in step x only, into the leading views of the next statement (`k = self.k_proj(enc)`
+    then `v = self.v_proj(enc)`: one step's `addmm`, `view` and v_proj's flattening `view` against the other's
+    `clone` ... `add`): those views are a pick of their own statement, and the rest one of the first's (or a
+    slice against the alias of a subscript torch skipped)."""
+    k = a2
+    while k > a1 and x[k - 1].op in _NO_KERNEL and x[k - 1].stack != x[a1].stack:
+        k -= 1
+    if k in (a1, a2) or not _viewed_by_layout(x[k:a2], y, b2):
+        return False
+    return _one_statement(x, y, a1, k, b1, b2) or slices_vs_alias(x[a1:k], y[b1:b2])
+
+
+def _one_statement(ra, rb, i1, i2, j1, j2) -> bool:
     ea, eb = ra[i1:i2], rb[j1:j2]
-    if not ea or not eb or i2 >= len(ra) or j2 >= len(rb):
+    if not ea or not eb:
         return False
     stack = ea[0].stack
-    if not stack or any(r.stack != stack for r in (*ea, *eb, ra[i2], rb[j2])):
+    if not stack or any(r.stack != stack for r in (*ea, *eb)):
+        return False
+    goes_on = [k < len(r) and r[k].stack == stack for r, k in ((ra, i2), (rb, j2))]
+    if goes_on[0] != goes_on[1]:  # the statement ends with the region in one step only
         return False
     return [(tuple(m.shape), tuple(m.stride)) for m in ea[0].inputs] != \
         [(tuple(m.shape), tuple(m.stride)) for m in eb[0].inputs]
+
+
+def _sig(m) -> tuple:
+    return tuple(m.shape), tuple(m.stride)
+
+
+def _viewed_by_layout(extra, other, at) -> bool:
+    """`extra` (one step's ops the other step lacks at `other[at]`) are views of one statement whose ops the other
+    step ran right there, and the first reads a tensor of a shape or layout none of those ops read."""
+    if not extra or any(r.op not in _NO_KERNEL for r in extra):
+        return False
+    stack = extra[0].stack
+    if not stack or any(r.stack != stack for r in extra):
+        return False
+    lo, hi = at, at
+    while lo > 0 and other[lo - 1].stack == stack:
+        lo -= 1
+    while hi < len(other) and other[hi].stack == stack:
+        hi += 1
+    seen = {_sig(m) for r in other[lo:hi] for m in r.inputs}
+    return lo < hi and any(_sig(m) not in seen for m in extra[0].inputs[:1])
 
 
 def _strips_leading_ones(r) -> bool:

@@ -17,6 +17,13 @@ buffer flattens it with a `view` (then `addmm`) when the slice is the whole buff
 `view` apart. An extra run of ops that launch nothing (views), issued by a statement the other step ran too, on
 an input of a shape and layout that statement never read in the other step, is the same pick.
 
+A torch call may also pick kernels by shape below any Python code: on a GPU, `F.scaled_dot_product_attention` with
+a boolean mask whose key length is not a multiple of the memory-efficient kernel's alignment pads the mask
+(`constant_pad_nd`, then a `slice` back) and runs the attention on the padded copy; other lengths go straight in. A
+KV cache that grows by one token a step runs those two extra ops in some steps. Extra ops that launch kernels,
+issued by one statement the other step ran too, whose first reads a shape that statement never read in the other
+step, and on a line that chooses nothing itself (no `a if c else b`, no `and` / `or`), are such a pick.
+
 An assignment through an index (`y[idx] += v`, `x[a:b] = v`) first strips the value's leading size-1 dims with a
 `view` when it has any: the rows an expert got from a `nonzero` are one in some steps and two in others, so one
 step runs `view` + `index_put_` and the next `index_put_` alone. That `view` launches nothing and follows the
@@ -27,7 +34,11 @@ from __future__ import annotations
 
 __all__ = ["picked_by_layout", "without_prefix_views"]
 
+import ast
+
 from audit.detectors.branches.elided_slices import slices_vs_alias
+from audit.detectors.source.lookup import tree
+from audit.scan.sources.ast_nodes import all_nodes
 
 _NO_KERNEL = frozenset({"aten.view", "aten._unsafe_view", "aten.alias", "aten.reshape", "aten.expand", "aten.t",
                         "aten.transpose", "aten.permute", "aten.unsqueeze", "aten.squeeze", "aten.slice",
@@ -82,8 +93,10 @@ def _sig(m) -> tuple:
 
 def _viewed_by_layout(extra, other, at) -> bool:
     """`extra` (one step's ops the other step lacks at `other[at]`) are views of one statement whose ops the other
-    step ran right there, and the first reads a tensor of a shape or layout none of those ops read."""
-    if not extra or any(r.op not in _NO_KERNEL for r in extra):
+    step ran right there, and the first reads a tensor of a shape or layout none of those ops read; or ops that
+    launch kernels, when the first reads a shape none of those ops read and the statement holds no choice of its
+    own (a conditional expression, `and` / `or`): torch picked them inside the call (kernel_pick)."""
+    if not extra:
         return False
     stack = extra[0].stack
     if not stack or any(r.stack != stack for r in extra):
@@ -93,8 +106,24 @@ def _viewed_by_layout(extra, other, at) -> bool:
         lo -= 1
     while hi < len(other) and other[hi].stack == stack:
         hi += 1
+    if lo == hi:
+        return False
+    if any(r.op not in _NO_KERNEL for r in extra):
+        shapes = {tuple(m.shape) for r in other[lo:hi] for m in r.inputs}
+        return any(tuple(m.shape) not in shapes for m in extra[0].inputs[:1]) and not _chooses(stack[-1])
     seen = {_sig(m) for r in other[lo:hi] for m in r.inputs}
-    return lo < hi and any(_sig(m) not in seen for m in extra[0].inputs[:1])
+    return any(_sig(m) not in seen for m in extra[0].inputs[:1])
+
+
+def _chooses(frame) -> bool:
+    """The statement on the frame's line picks between expressions itself (`a if c else b`, `x or y`), or its
+    source cannot be read: the step's code may have chosen, not torch."""
+    code, line = frame
+    t = tree(code.co_filename)
+    if t is None:
+        return True
+    return any(isinstance(n, (ast.IfExp, ast.BoolOp)) and n.lineno <= line <= (n.end_lineno or n.lineno)
+               for n in all_nodes(t))
 
 
 def _strips_leading_ones(r) -> bool:

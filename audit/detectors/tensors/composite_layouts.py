@@ -4,7 +4,10 @@
 permutation from all operands' sizes: a capacity-factor MoE whose capacity `C` follows the live requests hands it a
 `dispatch` of another `C` each step, and the permute of the unchanged `x` then gets another order (a size-1 dim is
 moved aside) and another output shape. Its own input kept its shape, so it read as a new origin, a dynamic-shape and
-a baked-host-value at the einsum line, whose only fix is the one of the call that made `dispatch`. Such an op is
+a baked-host-value at the einsum line, whose only fix is the one of the call that made `dispatch`. On a GPU,
+`F.scaled_dot_product_attention` with a boolean mask whose key length grows pads the mask to an aligned width for
+the memory-efficient kernel (`constant_pad_nd`) and slices it back (`slice` up to the key length): the padded mask
+keeps one width over several steps, so the slice's end moved on an input of one shape, the same pattern. Such an op is
 downstream when the code line writes no op of its name (torch issued it), another op of the same call run (the
 same frames, before or after it) read a tensor whose shape varies between the steps, and steps whose run read the same shapes got the
 same arguments and output shape: the variation is a function of the operands' sizes, not of a host value.
@@ -18,9 +21,10 @@ from collections import defaultdict
 from audit.detectors.source.lookup import tree
 from audit.scan.sources.ast_nodes import all_nodes
 
-_LAYOUT = {"permute", "view", "_unsafe_view", "reshape", "expand", "unsqueeze", "squeeze", "transpose"}
+_LAYOUT = {"permute", "view", "_unsafe_view", "reshape", "expand", "unsqueeze", "squeeze", "transpose",
+           "slice", "constant_pad_nd"}
 _WRITTEN = _LAYOUT | {"flatten", "unflatten", "movedim", "swapaxes", "swapdims", "t", "view_as", "reshape_as",
-                      "expand_as", "rearrange", "repeat"}
+                      "expand_as", "rearrange", "repeat", "pad", "narrow", "chunk", "split", "tensor_split", "unbind"}
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While, ast.With, ast.Try)
 
 
@@ -70,6 +74,8 @@ def _writes_op(filename: str, line: int) -> bool:
     if best is None:
         return True
     for c in ast.walk(best):
+        if isinstance(c, ast.Slice):  # `k[:, :n]` slices by itself
+            return True
         if isinstance(c, ast.Call):
             f = c.func
             if (f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")) in _WRITTEN:

@@ -98,11 +98,12 @@ class Context:
         """key -> record, key = (module, code, line, op, k-th occurrence of that in the step).
 
         This aligns 'the same call' across steps: layer loops differ by module path, repeated
-        calls on one line by occurrence."""
+        calls on one line by occurrence. Work handed to other threads counts after the step's own, in the
+        order it was handed over (control._by_thread): which worker ran it first is scheduling."""
         if step not in self._sites:
             seen: dict = defaultdict(int)
             out = {}
-            for r in self.ops(step):
+            for r in sorted(self.ops(step), key=lambda r: r.thread):
                 code, line = r.stack[-1] if r.stack else (None, 0)
                 base = (r.module, id(code), line, r.op)  # id: hashing a code object hashes its bytecode
                 out[base + (seen[base],)] = r

@@ -253,15 +253,13 @@ def locate(ctx, p, a, b, q=None, nxt=None):
 
 
 def _by_thread(recs: list) -> list:
-    """The step's own ops, then each worker thread's in the order the workers first ran one: work handed to a
-    thread pool (a grammar bitmask filled while the forward runs) interleaves with the step's ops differently
-    from step to step, which is scheduling, not a path the data chose."""
+    """The step's own ops, then each piece of work it handed to another thread, in the order it handed them
+    over: work handed to a thread pool (a grammar bitmask filled while the forward runs, rows fanned out to
+    workers) interleaves with the step's ops, and lands on one worker or another, differently from step to
+    step, which is scheduling, not a path the data chose."""
     if not any(r.thread for r in recs):
         return recs
-    order: dict = {0: 0}
-    for r in recs:
-        order.setdefault(r.thread, len(order))
-    return sorted(recs, key=lambda r: order[r.thread])
+    return sorted(recs, key=lambda r: r.thread)  # stable: each task's own ops keep their order
 
 
 @register("data-dependent-control")

@@ -44,7 +44,7 @@ class OpRecord:
     note: str = ""
     host_scalars: tuple = ()  # (input index, value) of each 0-dim CPU tensor input: a kernel scalar on a GPU
     inside: str = ""  # host reads made by torch's own Python code: the torch functions, innermost with its line
-    thread: int = 0   # 0: run by the step's own thread; else the ident of the worker thread the step handed it to
+    thread: int = 0   # 0: run by the step's own thread; else which of the step's hand-overs (1, 2, ...) a worker ran
     torch_site: tuple = ()  # a lift_fresh called from torch's own Python code: its (file, line) frames (torch_frames.torch_lines)
 
     @property

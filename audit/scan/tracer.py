@@ -46,6 +46,9 @@ _tuple_new = tuple.__new__
 class Tracer:
     """Owns the trace of one scan. `with tracer.step(k): obj.step()` audits one step."""
 
+    host_depth = threads.PerThread()  # inside a host read: its nested ops are the read's, not the step's
+    cpu_checks = threads.PerThread()  # inside a call whose value reads happen on a CPU only
+
     def __init__(self, target, device: str, user_roots: tuple[str, ...] = (), gpu_trace: bool = False):
         self.target = target
         self.device = torch.device(device)
@@ -196,7 +199,7 @@ class Tracer:
             mod, stack, func,
             self.host_depth > 0 or (self.cpu_checks > 0 and name == "aten._local_scalar_dense"),
             "failed" if failed else "", op_args.host_scalars(tensors, inputs),
-            thread=0 if (tid := threading.get_ident()) == self._thread else tid))
+            thread=0 if threading.get_ident() == self._thread else threads.handed_task() or 1 << 30))
         if func._opname in _LIFT and tensors:  # torch.tensor(data, device=...) written inside torch (torch.nested)
             self._records[-1].torch_site = torch_frames.torch_lines(sys._getframe(2), self._roots)
             if self.kept_memory:

@@ -14,14 +14,50 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import itertools
 import sys
 import threading
 
 from audit.scan.patches import mp_queues
 
-__all__ = ["handed_from", "scheduling_state", "traced_threads"]
+__all__ = ["PerThread", "handed_from", "handed_task", "scheduling_state", "traced_threads"]
 
 _LOCAL = threading.local()
+
+
+class PerThread:
+    """An attribute each thread keeps its own value of (the tracer's host-read depth).
+
+    Work handed to a pool runs while other workers and the step's thread run: one worker inside a host
+    read (`int(row.sum())`) must not mute the ops and reads another worker dispatches at that moment, or
+    which of them the trace keeps would change with scheduling from step to step."""
+
+    def __init__(self, default=0):
+        self.default = default
+
+    def __set_name__(self, owner, name):
+        self.slot = f"_per_thread_{name}"
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        try:
+            return obj.__dict__[self.slot].value
+        except (KeyError, AttributeError):
+            return self.default
+
+    def __set__(self, obj, value):
+        local = obj.__dict__.get(self.slot)
+        if local is None:
+            local = obj.__dict__.setdefault(self.slot, threading.local())
+        local.value = value
+
+
+def handed_task() -> int:
+    """Which hand-over of the step (1, 2, ... in the order the step made them) the work this thread runs is,
+    or 0. Which pool worker runs which task is scheduling; the step's order of hand-overs is not, so records
+    are told apart and aligned across steps by this number, not by the worker's thread."""
+    return getattr(_LOCAL, "task", 0)
 
 
 def handed_from() -> tuple:
@@ -35,15 +71,20 @@ def traced_threads(enter, stack_of=lambda frame: ()):
     stack_of(frame): the tracer's stack of the frame that hands work over."""
     submit, start = concurrent.futures.ThreadPoolExecutor.submit, threading.Thread.start
 
+    handed = itertools.count(1)
+
     def wrap(fn, origin: tuple):
+        task = next(handed)
+
         @functools.wraps(fn)
         def run(*args, **kwargs):
-            before, _LOCAL.origin = handed_from(), origin
+            before = handed_from(), handed_task()
+            _LOCAL.origin, _LOCAL.task = origin, task
             try:
                 with enter():
                     return fn(*args, **kwargs)
             finally:
-                _LOCAL.origin = before
+                _LOCAL.origin, _LOCAL.task = before
         return run
 
     def submit_traced(self, fn, /, *args, **kwargs):

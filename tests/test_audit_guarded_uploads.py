@@ -51,7 +51,8 @@ def make(device):
     return Target()
 """
 
-BUILT = "        offs = torch.tensor([sum(lens_host[: b + 1]) - 1 for b in range(len(lens_host))], device=x.device)  # SITE"
+BUILT = ("        offs = torch.tensor([sum(lens_host[: b + 1]) - 1 for b in range(len(lens_host))], device=x.device)"
+         "  # SITE")
 SENT_HELPER = "    return torch.from_numpy(np.cumsum(lens) - 1).to(device)  # SITE"
 VIA_HELPER = "        offs = _offsets_sent(lens_host, x.device)"
 ON_DEVICE = "        offs = torch.cumsum(lens_dev, 0) - 1  # SITE"

@@ -1,0 +1,89 @@
+"""host-sync and pageable-copy the run could not see: inside the kernel a GPU runs for a custom op.
+
+A custom op may carry one kernel per device: a device-generic body with a `register_kernel("cpu")` reference
+beside it, `custom_op(..., device_types="cpu")` with a `register_kernel("cuda")`, or `Library.impl` under "CPU"
+and "CUDA". A CPU scan runs the CPU kernel (what it traces there is info: device/cpu_only.py) and never the
+other one, yet that is the kernel the captured step runs on a GPU: a `k.item()` sizing its `topk`, a
+`.cpu().tolist()` of the routing, a `torch.tensor(meta, device=x.device)` there waits or copies inside the step.
+For each CPU kernel the step ran (audit/scan/standins/cpu_kernels.py), the GPU kernel's source is read as
+guarded_sync reads an untaken device branch (its CUDA sides, and the helpers it calls): synchronizing calls are
+host-syncs, host data sent to the device pageable-copies, at their lines, with the step's call of the op as
+caller. CUDA scans skip this rule: there the GPU kernel ran and was traced.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from audit.detectors import register
+from audit.detectors.device import callee_waits
+from audit.detectors.guarded_sync import _sync_call
+from audit.detectors.guarded_uploads import upload
+from audit.detectors.host import host_args
+from audit.detectors.source import lookup
+from audit.scan.sources.user_code import HIDDEN, frame_kind
+from audit.scan.standins.cpu_kernels import GPU_KERNELS
+
+
+def _ran(ctx) -> dict:
+    """(GPU kernel's file, first line, op name) -> (caller file, line, function): the other kernels of the
+    custom ops whose CPU kernel ran in the audited steps, with the frame that called the op."""
+    out = {}
+    for s in ctx.complete:
+        for r in ctx.steps[s]:
+            for k, (code, _) in enumerate(r.stack):
+                gpu = GPU_KERNELS.get((code.co_filename, code.co_firstlineno))
+                if gpu is None or gpu in out:
+                    continue
+                outer = [(c, ln) for c, ln in r.stack[:k] if frame_kind(c.co_filename, ctx.trace.roots) != HIDDEN]
+                out[gpu] = (outer[-1][0].co_filename, outer[-1][1], outer[-1][0].co_name) if outer else None
+    return out
+
+
+def _kernel_hits(ctx, pick):
+    """(file, line, function, what, op name, caller) for each call `pick` names in the GPU kernels' source."""
+    for (file, first, op), caller in _ran(ctx).items():
+        func = lookup.enclosing_function(file, first + 1)
+        if func is None or func is lookup.tree(file):
+            continue
+        body = list(callee_waits.gpu_statements(func, file))
+        own = [(file, c.lineno, func.name, what) for st in body for c in ast.walk(st) if (what := pick(file, c))]
+        below = callee_waits.waits_below(file, body, lambda c: pick(None, c), ctx.trace.roots)
+        for hit in [*own, *below]:
+            yield (*hit, op, caller)
+
+
+def _sync(file, call):
+    what = _sync_call(call)
+    return what if what and (file is None or not host_args.reads_host(file, call)) else None
+
+
+def _findings(ctx, category: str, pick, does: str, fix: str):
+    if ctx.cuda:
+        return []
+    out, seen = [], set()
+    for file, line, fname, what, op, caller in _kernel_hits(ctx, pick):
+        if (file, line) in seen:
+            continue
+        seen.add((file, line))
+        out.append(ctx.finding(
+            category, (file, line, fname), what, 0.0,
+            f"`{what}()` in `{fname}()`, the kernel a GPU runs for `{op}` (this CPU scan ran the op's CPU kernel "
+            f"instead): on the GPU it {does} inside the step (found in the source, not traced)",
+            fix=fix, caller=caller))
+    return out
+
+
+@register("host-sync")
+def syncs_in_gpu_kernels(ctx):
+    """On a CPU scan: synchronizing calls in the GPU kernel of a custom op whose CPU kernel the step ran."""
+    return _findings(ctx, "host-sync", _sync, "waits for the device",
+                     "Keep the kernel on the device: pass sizes from the host outside the step, or use a "
+                     "fixed-size form (a mask instead of a count).")
+
+
+@register("pageable-copy")
+def uploads_in_gpu_kernels(ctx):
+    """On a CPU scan: host data sent to the device in the GPU kernel of a custom op whose CPU kernel ran."""
+    return _findings(ctx, "pageable-copy", lambda _f, c: upload(c), "copies host data from pageable memory",
+                     "Build the data on the device, or keep a persistent device buffer refilled outside the step.")

@@ -59,11 +59,11 @@ _lib.impl("keep_top", keep_top_cuda, "CUDA")
 STEP = """
 
 class Target:
-    def __init__(self):
+    def __init__(self, device):
         torch.manual_seed({seed})
-        self.x = torch.zeros({t}, {v})
-        self.k = torch.full((), {k}, dtype=torch.long)
-        self.out = torch.empty({t}, {v})
+        self.x = torch.zeros({t}, {v}, device=device)
+        self.k = torch.full((), {k}, dtype=torch.long, device=device)
+        self.out = torch.empty({t}, {v}, device=device)
 
     def prepare(self, i):
         self.x.copy_(torch.randn({t}, {v}))
@@ -75,8 +75,12 @@ class Target:
 
 
 def make(device):
-    return Target()
+    return Target(device)
 """
+
+
+HOST_ARG = STEP.replace("self.k = torch.full((), {k}, dtype=torch.long, device=device)",
+                        "self.k = torch.tensor({k})  # kept on the host, beside the device tensors")
 
 
 def _fields():
@@ -84,14 +88,14 @@ def _fields():
                 v=random.choice([16, 32]), k=random.choice([3, 5]))
 
 
-def _custom_op(tmp_path, name, gpu, cuda_registered):
+def _custom_op(tmp_path, name, gpu, cuda_registered, step=STEP):
     """A custom op whose GPU kernel is `gpu`: the generic body beside a CPU kernel, or a CUDA kernel beside a body
     made for the CPU."""
     if cuda_registered:
         parts = dict(devices=', device_types="cpu"', first_body=CPU_REF, other="cuda", second_body=gpu)
     else:
         parts = dict(devices="", first_body=gpu, other="cpu", second_body=CPU_REF)
-    template = (CUSTOM_OP + STEP).replace("{first_body}", parts["first_body"]).replace(
+    template = (CUSTOM_OP + step).replace("{first_body}", parts["first_body"]).replace(
         "{second_body}", parts["second_body"])
     return write_target(tmp_path / name, template, devices=parts["devices"], other=parts["other"], **_fields())
 
@@ -124,3 +128,9 @@ def test_a_gpu_kernel_that_stays_on_the_device_has_nothing(tmp_path):
         path, _ = _custom_op(tmp_path, f"gk_clean_{cuda_registered}.py", GPU_STAYS, cuda_registered)
         bad = blocking(path)
         assert bad.empty, table(bad)
+
+
+def test_a_read_of_an_argument_kept_on_the_host_waits_for_nothing(tmp_path):
+    path, site = _custom_op(tmp_path, "gk_host_arg.py", GPU_READS, cuda_registered=True, step=HOST_ARG)
+    bad = blocking(path)
+    assert not _syncs(bad, site), table(bad)

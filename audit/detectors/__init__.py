@@ -26,8 +26,8 @@ FAMILIES = ("host_sync", "guarded_sync", "allocation", "control", "baked", "stal
             "cross_device", "pageable_copy", "host_data", "streams", "guarded_streams", "settings", "global_rng",
             "staging_refill", "step_host_buffers", "scalar_args", "hook_registrations", "sparse_sizes", "nested_masks",
             "host_clock", "cached_host", "runtime_syncs", "grouped_mm", "optimizer_capture", "linalg_kernels",
-            "kernel_checks", "counter_branches", "read_branches", "collective_joins", "sized_loops",
-            "rnn_flatten")
+            "kernel_checks", "counter_branches", "read_branches", "collective_joins", "sized_loops", "guarded_uploads",
+            "gpu_kernels", "rnn_flatten")
 
 
 @dataclass(frozen=True)

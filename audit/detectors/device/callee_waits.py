@@ -65,6 +65,9 @@ def _statements(func, file: str):
         yield st
 
 
+gpu_statements = _statements  # also read for the kernel a GPU runs in place of a custom op's CPU kernel
+
+
 def waits_below(file: str, statements, sync_call, roots, depth: int = DEPTH, seen=None):
     """(file, line, function name, what) for each synchronizing call inside the helpers the statements
     call (not the statements' own calls: the rule reads those itself)."""

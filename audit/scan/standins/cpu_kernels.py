@@ -17,9 +17,11 @@ import inspect
 import linecache
 import re
 
-__all__ = ["KERNELS", "note_custom_op", "note_library"]
+__all__ = ["GPU_KERNELS", "KERNELS", "note_custom_op", "note_library"]
 
 KERNELS: dict[tuple[str, int], str] = {}  # (file, first line of the kernel's code) -> what a GPU runs instead
+# the same key -> (file, first line of its code, name) of the kernel a GPU runs instead, for its source to be read
+GPU_KERNELS: dict[tuple[str, int], tuple[str, int, str]] = {}
 _REGISTERED = re.compile(r"^(\w+)(?:\[alias\])?: registered at (.+\.py):(\d+)", re.M)
 
 
@@ -32,6 +34,8 @@ def note_custom_op(name: str, fns: dict, dev: str | None) -> None:
     if code is not None:
         KERNELS[(code.co_filename, code.co_firstlineno)] = \
             f"`{name}`'s kernel registered for the CPU (a GPU runs `{getattr(gpu, '__name__', gpu)}`)"
+        if (gcode := getattr(gpu, "__code__", None)) is not None:
+            GPU_KERNELS[(code.co_filename, code.co_firstlineno)] = (gcode.co_filename, gcode.co_firstlineno, name)
 
 
 def _user_fn(f):
@@ -58,6 +62,7 @@ def note_library(name: str, dump: str) -> None:
     cpu, gpu = _kernel_def(keys["CPU"], short, "CPU"), _kernel_def(keys["CUDA"], short, "CUDA")
     if cpu is not None and gpu is not None and cpu[0] != gpu[0]:
         KERNELS[(keys["CPU"], cpu[1])] = f"`{name}`'s CPU kernel `{cpu[0]}` (a GPU runs `{gpu[0]}`)"
+        GPU_KERNELS[(keys["CPU"], cpu[1])] = (keys["CUDA"], gpu[1], name)
 
 
 def _kernel_def(file: str, op: str, key: str):

@@ -27,7 +27,7 @@ FAMILIES = ("host_sync", "guarded_sync", "allocation", "control", "baked", "stal
             "staging_refill", "step_host_buffers", "scalar_args", "hook_registrations", "sparse_sizes", "nested_masks",
             "host_clock", "cached_host", "runtime_syncs", "grouped_mm", "optimizer_capture", "linalg_kernels",
             "kernel_checks", "counter_branches", "read_branches", "collective_joins", "sized_loops", "guarded_uploads",
-            "gpu_kernels", "rnn_flatten")
+            "gpu_kernels", "rnn_flatten", "tensors.rare_counter_reads")
 
 
 @dataclass(frozen=True)

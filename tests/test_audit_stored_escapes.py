@@ -3,7 +3,8 @@
 A recurrent policy returns a fresh hidden state and value from its forward; a rollout step that keeps them with
 `self.h = h.detach()` and `self.prev_value = value` reads them back next step (silent under replay). The fix is at
 those assignments (a static buffer refilled with copy_), not inside the model's forward, so that is where the
-finding goes, once per assignment. A tensor allocated in the assigning function itself keeps the allocation's line,
+finding goes, once per assignment. So is a helper's assignment that the step calls by name (`self.keep(value)`, which runs no op). A
+tensor allocated in the assigning function itself keeps the allocation's line,
 and a step that copy_s into static buffers is clean.
 """
 
@@ -43,6 +44,9 @@ class Target:
     def prepare(self, i):
         self.ids.copy_(torch.randint(0, {v}, ({b},)))
 
+    def keep(self, v):
+        self.prev_value = v  # HELPER
+
     @torch.no_grad()
     def step(self):
         value, h = self.policy(self.ids, self.h)
@@ -62,11 +66,11 @@ def _scan(tmp_path, keep_h: str, keep_v: str):
                   b=random.choice([2, 4]), keep_h=keep_h, keep_v=keep_v)
     path, site = write_target(tmp_path / "stored_target.py", TARGET, **fields)
     bad = audit.scan(f"{path}:make", device="cpu", steps=4).blocking()
-    return bad, site, marked_line(path, "# SITE2"), marked_line(path, "# MADE")
+    return bad, site, marked_line(path, "# SITE2"), marked_line(path, "# MADE"), marked_line(path, "# HELPER")
 
 
 def test_a_callees_tensor_kept_by_rebinding_is_reported_at_the_assignment(tmp_path):
-    bad, site, site2, made = _scan(tmp_path, "self.h = h.detach()", "self.prev_value = value")
+    bad, site, site2, made, _ = _scan(tmp_path, "self.h = h.detach()", "self.prev_value = value")
     for line in (site, site2):
         hit = at(bad, "step-allocation", line)
         assert len(hit) == 1 and hit.iloc[0].severity == "silent-corruption", table(bad)
@@ -74,12 +78,20 @@ def test_a_callees_tensor_kept_by_rebinding_is_reported_at_the_assignment(tmp_pa
     assert not len(bad[bad.category == "step-allocation"]) - 2, table(bad)
 
 
+def test_a_helper_that_only_assigns_is_the_site(tmp_path):
+    """`self.keep(value)` runs no torch op, so it is on no stack; the step calls it by name."""
+    bad, site, site2, _, helper = _scan(tmp_path, "self.h, self.c = h.detach(), None", "self.keep(value)")
+    assert len(at(bad, "step-allocation", helper)) == 1, table(bad)
+    assert len(at(bad, "step-allocation", site)) == 1, table(bad)
+    assert len(bad[bad.category == "step-allocation"]) == 2, table(bad)
+
+
 def test_an_allocation_in_the_assigning_function_keeps_its_line(tmp_path):
-    bad, site, _, _ = _scan(tmp_path, "t = torch.tanh(h); self.h = t", "self.prev_value.copy_(value)")
+    bad, site, _, _, _ = _scan(tmp_path, "t = torch.tanh(h); self.h = t", "self.prev_value.copy_(value)")
     assert len(at(bad, "step-allocation", site)) == 1, table(bad)
     assert len(bad) == 1, table(bad)
 
 
 def test_static_buffers_refilled_in_place_are_clean(tmp_path):
-    bad, _, _, _ = _scan(tmp_path, "self.h.copy_(h)", "self.prev_value.copy_(value)")
+    bad, _, _, _, _ = _scan(tmp_path, "self.h.copy_(h)", "self.prev_value.copy_(value)")
     assert len(bad) == 0, table(bad)

@@ -95,3 +95,48 @@ def test_an_allocation_in_the_assigning_function_keeps_its_line(tmp_path):
 def test_static_buffers_refilled_in_place_are_clean(tmp_path):
     bad, _, _, _, _ = _scan(tmp_path, "self.h.copy_(h)", "self.prev_value.copy_(value)")
     assert len(bad) == 0, table(bad)
+
+
+LIB = """
+import torch
+
+
+def grow(t, x):
+    return torch.cat([t, x])  # LIBSITE
+"""
+
+SPLIT = """
+import torch
+from {mod} import grow
+
+
+class Target:
+    def __init__(self):
+        self.x = torch.zeros(1, {d})
+        self.k = torch.zeros({n}, {d})
+
+    def prepare(self, i):
+        self.x.copy_(torch.randn(1, {d}))
+
+    def step(self):
+        self.k = (  # FIRST
+            grow(self.k, self.x * 2))  # CALL
+        return self.k.sum(0)
+
+
+def make(device):
+    return Target()
+"""
+
+
+def test_a_library_allocation_assigned_by_its_calling_statement_stays_in_the_library(tmp_path, monkeypatch):
+    """The assignment spans two lines; the library call is on its second: the finding keeps the library's line
+    with the call as caller, not the statement's first line."""
+    from site_util import install_library, library_hit, blocking
+
+    mod, lib = install_library(tmp_path, monkeypatch, LIB, prefix="splitgrow")
+    path, first = write_target(tmp_path / "target" / "split_grow.py", SPLIT, marker="# FIRST", mod=mod,
+                               d=random.choice([4, 8]), n=random.randrange(1, 4))
+    bad = blocking(path, forget=mod)
+    library_hit(bad, "step-allocation", lib, path, marked_line(path, "# CALL"))
+    assert not len(at(bad, "step-allocation", first)), table(bad)

@@ -25,7 +25,7 @@ __all__ = ["store_site"]
 
 
 def _assignments(filename: str, functions: set, name: str) -> list:
-    """(file, line, function) of the plain assignments `<x>.name = ...` in the named functions of a file."""
+    """(file, line, function, last line) of the plain assignments `<x>.name = ...` in the named functions of a file."""
     t = tree(filename)
     if t is None:
         return []
@@ -36,7 +36,7 @@ def _assignments(filename: str, functions: set, name: str) -> list:
         for node in ast.walk(func):
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
                     isinstance(x, ast.Attribute) and x.attr == name for x in written(node)):
-                out.append((filename, node.lineno, func.name))
+                out.append((filename, node.lineno, func.name, getattr(node, "end_lineno", None) or node.lineno))
     return out
 
 
@@ -71,11 +71,11 @@ def store_site(ctx, alloc, holder: str | None):
     sites = sorted({s for file, fns in ran.items() for s in _assignments(file, fns, name)})
     if len(sites) != 1:
         return None
-    file, line, fn = sites[0]
+    file, line, fn, last = sites[0]
     made_file, made_line, made_fn = alloc.frame[:3]
     if (file, fn) == (made_file, made_fn):
         return None
     caller = ctx.caller(alloc)
-    if caller is not None and caller[:2] == (file, line):
-        return None  # `self.k = grow(self.k, x)`: a library's allocation already named with this line as caller
-    return sites[0]
+    if caller is not None and caller[0] == file and line <= caller[1] <= last:
+        return None  # `self.k = grow(self.k, x)`: a library's allocation already named with this statement as caller
+    return file, line, fn

@@ -92,6 +92,14 @@ def test_an_allocation_in_the_assigning_function_keeps_its_line(tmp_path):
     assert len(bad) == 1, table(bad)
 
 
+def test_an_allocation_made_while_the_assignment_ran_keeps_its_line(tmp_path):
+    """`self.prev_value, self.h = self.policy(...)`: the forward ran inside the assigning statement, so its finding
+    is where it was, in the forward, as the convention for a state tuple stored back from a cell has it."""
+    bad, site, _, made, _ = _scan(tmp_path, "self.prev_value, self.h = self.policy(self.ids, self.h)", "pass")
+    assert len(at(bad, "step-allocation", made)) == 1, table(bad)
+    assert not len(at(bad, "step-allocation", site)), table(bad)
+
+
 def test_static_buffers_refilled_in_place_are_clean(tmp_path):
     bad, _, _, _, _ = _scan(tmp_path, "self.h.copy_(h)", "self.prev_value.copy_(value)")
     assert len(bad) == 0, table(bad)

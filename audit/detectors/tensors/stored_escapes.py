@@ -8,8 +8,8 @@ assigns its holder, and the target's own functions that ran in that step (or tha
 `self.keep(value)` that only assigns runs no op) assign the holder's attribute in exactly one plain statement
 (`x.h = ...`), that statement is the escape's site. An allocation on the assigning line itself, or in
 the same function (`t = torch.tanh(h); self.h = t`), keeps its own line: the allocation can be written in place there.
-So does a library's allocation whose calling line is the assignment (`self.k = grow(self.k, x)`): its finding already
-names that line as its caller.
+So does an allocation made while the assignment itself ran (`self.k = grow(self.k, x)`, `self.h, self.c =
+cell(x, self.h, self.c)`): its finding already names that statement as its caller (or is the caller's own line).
 """
 
 from __future__ import annotations
@@ -75,7 +75,6 @@ def store_site(ctx, alloc, holder: str | None):
     made_file, made_line, made_fn = alloc.frame[:3]
     if (file, fn) == (made_file, made_fn):
         return None
-    caller = ctx.caller(alloc)
-    if caller is not None and caller[0] == file and line <= caller[1] <= last:
-        return None  # `self.k = grow(self.k, x)`: a library's allocation already named with this statement as caller
+    if any(code.co_filename == file and line <= at <= last for code, at in alloc.stack):
+        return None  # `self.h, self.c = cell(x, self.h, self.c)`: made while this statement ran, which its caller names
     return file, line, fn

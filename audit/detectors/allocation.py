@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from audit.scan.snapshot import state
 from audit.detectors import register
-from audit.detectors.tensors import empty_reads, moved_home
+from audit.detectors.tensors import empty_reads, moved_home, stored_escapes
 
 
 @register("step-allocation")
@@ -129,7 +129,7 @@ def escaped_into_state(ctx):
         if b is not None:
             a = ctx.steps[b[0]][b[1]]
             held_at[ctx.site_key(a)] = attr
-    out = []
+    out, stored = [], set()
     for key, pairs in by_site.items():
         alloc, reader = pairs[0]
         rf, rl, _ = ctx.where(reader)
@@ -139,6 +139,15 @@ def escaped_into_state(ctx):
                f"{rf}:{rl}{via}: the tensor escaped into state, replay would keep reading the captured buffer")
         fix = ("Preallocate this state once and update it in place (copy_, out=, index_copy_) instead of "
                f"rebinding{' `' + attr + '`' if attr else ''} to a new tensor each step.")
-        out.append(ctx.finding("step-allocation", alloc, key[1], len(pairs) / ctx.n_steps, msg,
+        at = alloc
+        if (site := stored_escapes.store_site(ctx, alloc, attr)) is not None:  # made in a callee, kept here
+            if site in stored:
+                continue
+            stored.add(site)
+            af, al, _ = ctx.where(alloc)
+            at, msg = site, msg.replace("allocated in step", f"allocated at {af}:{al} in step", 1) + \
+                f"; the step keeps it in `{attr}` here"
+            fix = f"Preallocate `{attr}` once and copy_ the new value into it here instead of rebinding it."
+        out.append(ctx.finding("step-allocation", at, key[1], len(pairs) / ctx.n_steps, msg,
                                severity="silent-corruption", fix=fix))
     return out

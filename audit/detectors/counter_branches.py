@@ -29,7 +29,7 @@ from audit.detectors.source.property_aliases import returned_attr_at
 from audit.detectors.branches import library_code
 from audit.detectors.branches.passed_counters import callers, passed
 from audit.detectors.branches.raising_checks import as_ifs
-from audit.detectors.branches.clamp_picks import as_ifexps
+from audit.detectors.branches.clamp_picks import as_ifexps, picks_moving
 from audit.detectors.branches.counter_tests import compiled, grown, settled
 from audit.detectors.branches.loop_values import combos, loop_values
 from audit.detectors.state.sites import object_at, objects_defining
@@ -311,6 +311,9 @@ def _branches(ctx):
                     # (False, False): the audited steps walked both sides and neither ran an op (a host free
                     # list popped every few positions): no kernel hangs on the test, the Python work is state
                     break
+                if picks_moving(node, compiled(node.test, counter, refs, bound, selves, consts), after,
+                                lambda e: _reads(e, refs, bound)):
+                    break  # the clamp's value moved: the op taking it is baked-host-value's
                 if _turns(node.test, counter, refs, bound, after - before, after, selves, consts, moving, history,
                           read_only=bool(entry)):
                     turned.add(id(node))

@@ -4,7 +4,8 @@
 op sequences agree and the trace shows neither the branch nor the wait it hides. Yet the counter keeps moving
 on the host (a replay does not move it at all, cpu-side-effect) and the step the branch turns on is one a
 graph cannot follow: the captured side replays forever. For every `if` (or conditional expression, or a check
-that raises: `assert`, `torch._check`, read as `if` by `branches/raising_checks.py`) of the
+that raises: `assert`, `torch._check`, read as `if` by `branches/raising_checks.py`, or a two-operand `min`/`max`,
+read as a conditional expression by `branches/clamp_picks.py`) of the
 target's own functions that ran, whose test reads a number the step changed (`self.n`, a module global, a
 local bound from one, a parameter the caller passed one in: `branches/passed_counters.py`) or one changed between the steps
 (a step index `prepare()` stages), we run the test
@@ -28,6 +29,7 @@ from audit.detectors.source.property_aliases import returned_attr_at
 from audit.detectors.branches import library_code
 from audit.detectors.branches.passed_counters import callers, passed
 from audit.detectors.branches.raising_checks import as_ifs
+from audit.detectors.branches.clamp_picks import as_ifexps, picks_moving
 from audit.detectors.branches.counter_tests import compiled, grown, settled
 from audit.detectors.branches.loop_values import combos, loop_values
 from audit.detectors.state.sites import object_at, objects_defining
@@ -289,7 +291,8 @@ def _branches(ctx):
         chained = {id(n.orelse[0]): n for n in nodes_of(func, ast.If)
                    if len(n.orelse) == 1 and isinstance(n.orelse[0], ast.If)}  # `elif` -> its `if`
         turned: set = set()
-        for node in [*nodes_of(func, (ast.If, ast.IfExp)), *as_ifs(func)]:  # `assert`, `torch._check` as ifs
+        # `assert`, `torch._check` as ifs; two-operand `min`/`max` as conditional expressions
+        for node in [*nodes_of(func, (ast.If, ast.IfExp)), *as_ifs(func), *as_ifexps(func)]:
             if id(chained.get(id(node))) in turned:
                 turned.add(id(node))  # an `elif` of a test that turns: that test decides first, one finding
                 continue
@@ -308,6 +311,9 @@ def _branches(ctx):
                     # (False, False): the audited steps walked both sides and neither ran an op (a host free
                     # list popped every few positions): no kernel hangs on the test, the Python work is state
                     break
+                if picks_moving(node, compiled(node.test, counter, refs, bound, selves, consts), after,
+                                lambda e: _reads(e, refs, bound)):
+                    break  # the clamp's value moved: the op taking it is baked-host-value's
                 if _turns(node.test, counter, refs, bound, after - before, after, selves, consts, moving, history,
                           read_only=bool(entry)):
                     turned.add(id(node))

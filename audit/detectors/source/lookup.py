@@ -11,7 +11,7 @@ import ast
 
 from audit.detectors.branches import key_tests
 from audit.detectors.source import scopes
-from audit.scan.sources.ast_nodes import attr_chain, calls_at, nodes_of
+from audit.scan.sources.ast_nodes import all_nodes, attr_chain, calls_at, nodes_of
 from audit.scan.sources.frame_source import tree
 
 _BRANCH = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match)
@@ -242,6 +242,14 @@ def _breaks_inside(func, loop) -> bool:
         return False
     return any(isinstance(n, ast.If) and any(isinstance(x, ast.Break) for x in _own(n))
                for n in _own(loop))
+
+
+def function_node(code):
+    """The def of `code` in its file's syntax tree, or None."""
+    t = tree(code.co_filename)
+    return next((n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and def_first_line(n) <= code.co_firstlineno <= n.body[0].lineno and n.name == code.co_name), None) \
+        if t is not None else None
 
 
 def decider(filename: str, lo: int | None, line: int) -> int | None:

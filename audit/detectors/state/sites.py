@@ -291,12 +291,7 @@ def _call_line(code, name: str) -> int | None:
     return min(lines) if lines else None
 
 
-def function_node(code):
-    """The def of `code` in its file's syntax tree, or None."""
-    t = mutations.tree(code.co_filename)
-    return next((n for n in all_nodes(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and lookup.def_first_line(n) <= code.co_firstlineno <= n.body[0].lineno and n.name == code.co_name), None) \
-        if t is not None else None
+function_node = lookup.function_node
 
 
 _CALLS_CACHE: dict = {}

@@ -17,8 +17,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors.source.assign_targets import written
-from audit.detectors.source.lookup import _FUNC, tree
-from audit.detectors.state.sites import function_node
+from audit.detectors.source.lookup import _FUNC, function_node, tree
 from audit.scan.sources.ast_nodes import all_nodes
 
 __all__ = ["store_site"]

@@ -54,19 +54,7 @@ def _base_name(value: ast.AST) -> str | None:
 
 
 def _moves(t: ast.Module, call: ast.AST) -> bool:
-    """A call that sends its receiver to a device: `.cuda()`, or `.to(d)` / `.to(device=d)` with `d` no CPU and
-    spelled as a device (a name or attribute about a device, a "cuda" string), not a dtype."""
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
-        return False
-    if call.func.attr == "cuda":
-        return True
-    if call.func.attr != "to":
-        return False
-    dev = next((k.value for k in call.keywords if k.arg == "device"), call.args[0] if call.args else None)
-    if dev is None or scopes.names_cpu(t, dev, call.lineno):
-        return False
-    text = ast.unparse(dev).lower()
-    return "device" in text or "cuda" in text
+    return scopes.device_move(t, call, spelled=True)
 
 
 def _moved(t: ast.Module, fn: ast.AST, value: ast.AST, base: str) -> bool:

@@ -56,23 +56,6 @@ def _methods(obj, name: str = "prepare", prefix: str = "", depth: int = 2, follo
     return out
 
 
-def _device_move(t, call) -> bool:
-    """`x.cuda(...)`, or `x.to(D)` / `x.to(device=D)` with D not the CPU (a dtype-only `.to` moves nothing)."""
-    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
-        return False
-    if call.func.attr == "cuda":
-        return True
-    if call.func.attr != "to":
-        return False
-    dev = next((k.value for k in call.keywords if k.arg == "device"), call.args[0] if call.args else None)
-    if dev is None or isinstance(dev, ast.Call) and getattr(dev.func, "attr", "") in ("to", "cuda"):
-        return False
-    chain = attr_chain(dev)
-    if chain and chain[0] == "torch" and chain[-1] != "device":
-        return False  # `.to(torch.float16)`: a dtype
-    return not scopes.names_cpu(t, dev, call.lineno)
-
-
 def _base(expr):
     """The `self.<attr>` chain a moved expression starts from (through slices: `self.buf_cpu[:n]`)."""
     while isinstance(expr, ast.Subscript):
@@ -98,7 +81,7 @@ def rebinds(obj, follow=None) -> list[tuple[str, str, int, str, bool]]:
                 continue
             for field, value in _stored(t, node.value):
                 for move in _arms(value):
-                    base = _base(move.func.value) if _device_move(t, move) else None
+                    base = _base(move.func.value) if scopes.device_move(t, move) else None
                     if base is not None and (host_factory_attr(filename, base[-1]) is not None
                                              or keyed and _host_entries(filename, base[-1])):
                         path = prefix + ".".join(target[1:] + field)
@@ -112,7 +95,7 @@ def _stored(t, value) -> list:
     an object (a metadata dataclass, `dataclasses.replace(self.meta, seq_lens=...)`), each keyword as that
     object's field."""
     out = [([], value)]
-    if isinstance(value, ast.Call) and not _device_move(t, value):
+    if isinstance(value, ast.Call) and not scopes.device_move(t, value):
         out += [([k.arg], k.value) for k in value.keywords if k.arg]
     return out
 

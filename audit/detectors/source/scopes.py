@@ -317,3 +317,25 @@ def _helper_test(tree: ast.Module, call: ast.Call, depth: int) -> bool:
     rets = [r for d in defs for r in ast.walk(d) if isinstance(r, ast.Return)]
     return len(defs) == 1 and bool(rets) and all(
         r.value is not None and device_test(tree, r.value, r.lineno, depth) for r in rets)
+
+
+def device_move(t: ast.Module, call: ast.AST, spelled: bool = False) -> bool:
+    """A call that sends its receiver to a device: `.cuda()`, or `.to(d)` / `.to(device=d)` with `d` no CPU, no
+    dtype (`torch.float16`) and no tensor it takes its device from (`x.to(y.cuda())`); with `spelled`, `d` must also
+    read as a device (a name or attribute about a device, a "cuda" string)."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return False
+    if call.func.attr == "cuda":
+        return True
+    if call.func.attr != "to":
+        return False
+    dev = next((k.value for k in call.keywords if k.arg == "device"), call.args[0] if call.args else None)
+    if dev is None or isinstance(dev, ast.Call) and getattr(dev.func, "attr", "") in ("to", "cuda"):
+        return False
+    dotted = _dotted(dev) or ""
+    if dotted.startswith("torch.") and dotted != "torch.device":
+        return False  # `.to(torch.float16)`: a dtype
+    if names_cpu(t, dev, call.lineno):
+        return False
+    text = ast.unparse(dev).lower()
+    return not spelled or "device" in text or "cuda" in text

@@ -171,26 +171,33 @@ def _untaken_sides(ctx):
                 yield file, name, caller, node, sts
 
 
+def found_in_untaken_sides(ctx, pick, keep=lambda file, call: True):
+    """(file, line, function, what, via, branch node, caller) of each call `pick` names (`pick(call)` -> its name or
+    None) in the device-guarded sides of code the step ran that a CPU scan did not take, and in the helpers those
+    sides call; each line once. `via` says how the branch reached a helper's line ("" on the branch's own)."""
+    seen = set()
+    for file, name, caller, node, sts in untaken_sides(ctx):
+        own = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st)
+               if (what := pick(call)) and keep(file, call)]
+        for wfile, line, fname, what in [*own, *callee_waits.waits_below(file, sts, pick, ctx.trace.roots)]:
+            if (wfile, line) in seen:
+                continue
+            seen.add((wfile, line))
+            via = "" if wfile == file and fname == name else \
+                f" in `{fname}()`, called from line {node.lineno} of `{name}()`,"
+            yield wfile, line, fname, what, via, node, caller
+
+
 @register("host-sync")
 def syncs_in_untaken_device_branches(ctx):
     """On a CPU scan: synchronizing calls in device-guarded branches of code the step ran."""
     if ctx.cuda:
         return []
-    out, seen = [], set()
-    for file, name, caller, node, sts in untaken_sides(ctx):
-        waits = [(file, call.lineno, name, what) for st in sts for call in ast.walk(st)
-                 if (what := _sync_call(call)) and not host_args.reads_host(file, call)]
-        for wfile, line, fname, what in [*waits, *callee_waits.waits_below(file, sts, _sync_call, ctx.trace.roots)]:
-            if (wfile, line) in seen:
-                continue
-            seen.add((wfile, line))
-            via = "" if wfile == file and fname == name else \
-                f" in `{fname}()`, called from line {node.lineno} of `{name}()`, in"
-            out.append(ctx.finding(
-                "host-sync", (wfile, line, fname), what, 0.0,
-                f"`{what}()`{via} {'sits in ' if not via else ''}a branch guarded by `{ast.unparse(node.test)}` "
-                "that this CPU scan did not take; on the GPU it waits for the device inside the step "
-                "(found in the source, not traced)",
-                fix="Remove the wait from the step, or move it outside the captured region.",
-                caller=caller))
-    return out
+    keep = lambda file, call: not host_args.reads_host(file, call)  # noqa: E731
+    return [ctx.finding(
+        "host-sync", (wfile, line, fname), what, 0.0,
+        f"`{what}()`{via} {'in' if via else 'sits in'} a branch guarded by `{ast.unparse(node.test)}` "
+        "that this CPU scan did not take; on the GPU it waits for the device inside the step "
+        "(found in the source, not traced)",
+        fix="Remove the wait from the step, or move it outside the captured region.",
+        caller=caller) for wfile, line, fname, what, via, node, caller in found_in_untaken_sides(ctx, _sync_call, keep)]

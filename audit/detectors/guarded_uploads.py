@@ -16,8 +16,7 @@ from __future__ import annotations
 import ast
 
 from audit.detectors import register
-from audit.detectors.device import callee_waits
-from audit.detectors.guarded_sync import untaken_sides
+from audit.detectors.guarded_sync import found_in_untaken_sides
 from audit.detectors.source import lookup
 from audit.detectors.source.stored_back import MOVES
 
@@ -82,22 +81,11 @@ def uploads_in_untaken_device_branches(ctx):
     """On a CPU scan: host data sent to the device in device-guarded branches of code the step ran."""
     if ctx.cuda:
         return []
-    out, seen = [], set()
-    for file, name, caller, node, sts in untaken_sides(ctx):
-        own = [(file, c.lineno, name, what) for st in sts for c in ast.walk(st)
-               if (what := upload(c)) and _own(file, c)]
-        for ufile, line, fname, what in [*own, *callee_waits.waits_below(file, sts, upload, ctx.trace.roots)]:
-            if (ufile, line) in seen:
-                continue
-            seen.add((ufile, line))
-            via = "" if ufile == file and fname == name else \
-                f" in `{fname}()`, called from line {node.lineno} of `{name}()`,"
-            out.append(ctx.finding(
-                "pageable-copy", (ufile, line, fname), what, 0.0,
-                f"`{what}()`{via} sits in a branch guarded by `{ast.unparse(node.test)}` that this CPU scan did "
-                "not take; on the GPU it copies host data from pageable memory inside the step, which capture "
-                "refuses, and a replay would keep the values of the capture (found in the source, not traced)",
-                fix="Build the data on the device, or keep a persistent device (or pinned) buffer refilled "
-                    "outside the captured region.",
-                caller=caller))
-    return out
+    return [ctx.finding(
+        "pageable-copy", (ufile, line, fname), what, 0.0,
+        f"`{what}()`{via} sits in a branch guarded by `{ast.unparse(node.test)}` that this CPU scan did "
+        "not take; on the GPU it copies host data from pageable memory inside the step, which capture "
+        "refuses, and a replay would keep the values of the capture (found in the source, not traced)",
+        fix="Build the data on the device, or keep a persistent device (or pinned) buffer refilled "
+            "outside the captured region.",
+        caller=caller) for ufile, line, fname, what, via, node, caller in found_in_untaken_sides(ctx, upload, _own)]

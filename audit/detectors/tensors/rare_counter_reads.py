@@ -3,19 +3,24 @@
 Multi-rate code runs a block every r-th step (a KV compressor under `if (start_pos + 1) % ratio == 0:`, a cache
 refreshed every N tokens). Inside it, `self.freqs_cis[start_pos + 1 - ratio]` or `self.kv_cache[:bsz, start_pos //
 ratio] = kv` hands the position to the op as a host index. The op ran in one of the audited steps, so there is no
-second value for the diff of aligned calls (baked.varying_host_values) to see change. The statement still reads a
-host counter that did change between the steps (read_sizes.counter_attrs, followed through the parameters it was
-handed down as, passed_counters), and its op took a plain number: capture freezes the value all the same. One
-finding per statement, beside the branch that runs the block.
+second value for the diff of aligned calls (baked.varying_host_values) to see change. The statement still indexes
+with an expression that reads a host counter that did change between the steps (read_sizes.counter_attrs, on the
+line, through a local bound from it, or through the parameters it was handed down as: passed_counters), and its op
+took a plain number: capture freezes the value all the same. One finding per statement, beside the branch that runs
+the block. A counter the statement only hands to a function of its own (`self.pool(kv, pos // m)`) is that
+function's to report, where it meets an op.
 """
 
 from __future__ import annotations
 
+import ast
 import numbers
 from collections import defaultdict
 
 from audit.detectors import register
-from audit.detectors.tensors import read_sizes
+from audit.detectors.source.lookup import enclosing_function
+from audit.detectors.tensors import passed_counters, read_sizes
+from audit.detectors.tensors.size_reads import _attrs_read, _bound, _tensor_made
 
 
 def _plain_number(args) -> bool:
@@ -29,9 +34,24 @@ def _plain_number(args) -> bool:
     return False
 
 
+def _indexes_with_counter(frames, counters: set) -> bool:
+    """The innermost statement indexes a tensor with an expression that reads a host counter (frames: (file, line),
+    innermost first)."""
+    filename, line = frames[0]
+    st = read_sizes._statement(filename, line)
+    parts = [n.slice for n in ast.walk(st) if isinstance(n, ast.Subscript)] if st is not None else []
+    if not parts:
+        return False
+    names = {n.id for p in parts for n in ast.walk(p) if isinstance(n, ast.Name)}
+    bound = [v for v in _bound(enclosing_function(filename, line), names, st.lineno) if not _tensor_made(v)]
+    return any(_attrs_read(v) & counters for v in parts + bound) or \
+        passed_counters.passed_counter([(filename, st.lineno)] + frames[1:], parts, counters)
+
+
 @register("baked-host-value")
 def once_run_counter_reads(ctx):
-    """A statement's op that ran in one complete step only, took a plain number, and reads a changing host counter."""
+    """A statement's op that ran in one complete step only, took a plain number, and indexes with a changing host
+    counter."""
     counters = read_sizes.counter_attrs(ctx)
     if not counters or len(ctx.complete) < 2:
         return []
@@ -49,7 +69,7 @@ def once_run_counter_reads(ctx):
         if len(ran) != 1 or where in seen or not _plain_number(r.args):
             continue
         frames = [(code.co_filename, line) for code, line in reversed(r.stack)]
-        if not read_sizes.reads_counter(frames, counters):
+        if not _indexes_with_counter(frames, counters):
             continue
         seen.add(where)
         msg = (f"`{r.op}` takes a plain number from a host counter that changes every step, on a line that ran in "

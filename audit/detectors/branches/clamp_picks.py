@@ -5,7 +5,9 @@ value comes from. On a host length that stays within the trained context for the
 returning the same constant, so no op's argument moves and nothing looks baked; once the length passes it, eager
 decoding takes the other operand while a graph keeps the captured value (a dynamic NTK or logit scale that starts
 at the context length). The clamp is handed to counter_branches as that conditional expression, at the call's
-line, so it is run forward on the counter's stride like any other test on a counter.
+line, so it is run forward on the counter's stride like any other test on a counter. A clamp with a tensor's size
+among its operands (`topk(min(self.k, s.size(0)))` over a slice that grows) follows that shape: the dynamic
+shape upstream is the finding, and a static shape fixes both, so it is not read as a pick.
 """
 
 from __future__ import annotations
@@ -24,12 +26,25 @@ def _pair(n: ast.AST):
     return n.args
 
 
+_SIZE_CALLS = ("size", "numel", "dim", "len")
+
+
+def _reads_size(e) -> bool:
+    """The expression reads a tensor's size: `.shape`, `.size()`, `.numel()`, `.dim()`, `len(...)`."""
+    for n in ast.walk(e):
+        if isinstance(n, ast.Attribute) and n.attr in ("shape", "ndim"):
+            return True
+        if isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) in _SIZE_CALLS:
+            return True
+    return False
+
+
 def as_ifexps(func) -> list:
     """Each two-operand `min`/`max` call of `func` as the conditional expression it is, at the call's line."""
     out = []
     for n in nodes_of(func, ast.Call):
         pair = _pair(n)
-        if pair is None:
+        if pair is None or any(map(_reads_size, pair)):
             continue
         a, b = pair
         op = ast.Lt() if n.func.id == "min" else ast.Gt()  # min: a if a < b else b; max: a if a > b else b

@@ -33,7 +33,7 @@ def follows_operand_layout(ctx, recs) -> bool:
     if not recs or recs[0].op.split(".")[-1] not in _LAYOUT or not recs[0].stack:
         return False
     code, line = recs[0].stack[-1]
-    if _writes_op(code.co_filename, line):
+    if _writes_op(code.co_filename, line, recs[0].op.split(".")[-1]):
         return False
     runs = [_run_shapes(ctx, r) for r in recs]
     if any(run is None for run in runs) or len(set(runs)) < 2:
@@ -62,8 +62,9 @@ def _run_shapes(ctx, r):
     return tuple(shapes) or None
 
 
-def _writes_op(filename: str, line: int) -> bool:
-    """The simple statement at `line` calls a layout op of its own (`x.view(...)`, `torch.permute(...)`)."""
+def _writes_op(filename: str, line: int, op: str) -> bool:
+    """The simple statement at `line` calls a layout op of its own (`x.view(...)`, `torch.permute(...)`), or, for a
+    `slice`, subscripts with a slice itself (`k[:, :n]`)."""
     t = tree(filename)
     if t is None:
         return True  # no source: do not excuse
@@ -74,7 +75,7 @@ def _writes_op(filename: str, line: int) -> bool:
     if best is None:
         return True
     for c in ast.walk(best):
-        if isinstance(c, ast.Slice):  # `k[:, :n]` slices by itself
+        if isinstance(c, ast.Slice) and op == "slice":  # `k[:, :n]` slices by itself
             return True
         if isinstance(c, ast.Call):
             f = c.func
